@@ -1,0 +1,8 @@
+"""The trunkline wire protocol: messages, codec, schema. Imports nothing else of trunkline."""
+
+__version__ = "0.1.0"
+
+from .messages import *  # noqa: F403
+from .messages import PROTOCOL_VERSION, RETRYABLE
+
+__all__ = [name for name in dir() if not name.startswith("_")]  # re-exported message types

@@ -1,0 +1,78 @@
+"""The one codec: msgpack for every message, and the event framing.
+
+An event on the event socket is one nng message: the topic (the submitting
+client's `client_id`, or `bus`) in UTF-8, one NUL byte, then the msgpack
+event. Subscribers filter on the topic prefix; include the NUL in the
+subscription so that `c1` does not also match `c12`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import msgspec
+
+from .messages import AnyEvent, ControlReply, ControlRequest, FromWorker, Request, ToWorker
+
+T = TypeVar("T")
+
+_encoder = msgspec.msgpack.Encoder()
+encode = _encoder.encode
+
+_control_requests = msgspec.msgpack.Decoder(ControlRequest)
+_control_replies = msgspec.msgpack.Decoder(ControlReply)
+_events = msgspec.msgpack.Decoder(AnyEvent)
+_to_worker = msgspec.msgpack.Decoder(ToWorker)
+_from_worker = msgspec.msgpack.Decoder(FromWorker)
+_request = msgspec.msgpack.Decoder(Request)
+
+
+class DecodeError(ValueError):
+    """Bytes that are not a valid message of the expected family."""
+
+
+def _decoder(dec: msgspec.msgpack.Decoder[Any]):  # type: ignore[no-untyped-def]
+    def decode(data: bytes | memoryview) -> Any:
+        try:
+            return dec.decode(data)
+        except msgspec.ValidationError as exc:
+            raise DecodeError(f"invalid message: {exc}") from None
+        except msgspec.DecodeError as exc:
+            raise DecodeError(f"malformed msgpack: {exc}") from None
+
+    return decode
+
+
+decode_control_request = _decoder(_control_requests)
+decode_control_reply = _decoder(_control_replies)
+decode_event = _decoder(_events)
+decode_to_worker = _decoder(_to_worker)
+decode_from_worker = _decoder(_from_worker)
+decode_request = _decoder(_request)
+
+SEPARATOR = b"\x00"
+BUS_TOPIC = "bus"
+
+
+def frame_event(topic: str, event: Any) -> bytes:
+    """`topic \\x00 msgpack(event)`, ready for the event socket."""
+    return topic.encode() + SEPARATOR + _encoder.encode(event)
+
+
+def topic_prefix(topic: str) -> bytes:
+    """What a subscriber subscribes to for exactly this topic."""
+    return topic.encode() + SEPARATOR
+
+
+def split_frame(frame: bytes | memoryview) -> tuple[str, memoryview]:
+    """The topic and the event bytes of one frame."""
+    view = memoryview(frame)
+    cut = bytes(view[:256]).find(SEPARATOR)
+    if cut < 0:
+        raise DecodeError("event frame has no topic separator")
+    return bytes(view[:cut]).decode(), view[cut + 1 :]
+
+
+def to_builtins(obj: Any) -> Any:
+    """Plain dicts and lists, as another language's msgpack library would see them."""
+    return msgspec.to_builtins(obj)

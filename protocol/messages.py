@@ -1,0 +1,820 @@
+"""Every message trunkline puts on a wire, in one file.
+
+Three families share one tagged base (`type` is the tag):
+
+* the canonical data model (content parts, messages, requests, responses),
+* the client protocol: control requests and replies on the control socket,
+  events on the event socket,
+* the internal link between the supervisor and its workers.
+
+Wire rules: msgpack maps; fields equal to their default are omitted, so a
+missing field means its default; unknown fields are skipped, so an older peer
+keeps working when a newer one adds a field. Docstrings here become the
+descriptions in `schema.json`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import msgspec
+
+PROTOCOL_VERSION = 1
+
+Role = Literal["system", "developer", "user", "assistant", "tool"]
+FinishReasonName = Literal["stop", "length", "tool_calls", "content_filter", "cancelled", "error", "other"]
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high"]
+ErrorClass = Literal[
+    "authentication",
+    "access_denied",
+    "not_found",
+    "invalid_request",
+    "context_length",
+    "content_filter",
+    "quota_exceeded",
+    "rate_limit",
+    "server_error",
+    "timeout",
+    "network",
+    "model_not_loaded",
+    "invalid_response",
+    "cancelled",
+    "not_configured",
+    "unavailable",
+    "other",
+]
+
+#: Whether a retry of the same request can succeed, per error class.
+RETRYABLE: dict[str, bool] = {
+    "authentication": False,
+    "access_denied": False,
+    "not_found": False,
+    "invalid_request": False,
+    "context_length": False,
+    "content_filter": False,
+    "quota_exceeded": False,
+    "rate_limit": True,
+    "server_error": True,
+    "timeout": True,
+    "network": True,
+    "model_not_loaded": True,
+    "invalid_response": False,
+    "cancelled": False,
+    "not_configured": False,
+    "unavailable": True,
+    "other": False,
+}
+
+
+class Msg(msgspec.Struct, tag_field="type", kw_only=True, omit_defaults=True):
+    """Base of every tagged wire message."""
+
+
+class Data(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Base of untagged records nested inside messages."""
+
+
+# --------------------------------------------------------------------------
+# Canonical data model: content parts
+
+
+class TextPart(Msg, tag="text", kw_only=True):
+    """Plain text."""
+
+    text: str
+
+
+class ImagePart(Msg, tag="image", kw_only=True):
+    """An image given as a URL, as base64 `data`, or as a local file `path` the worker reads."""
+
+    url: str | None = None
+    data: str | None = None
+    path: str | None = None
+    media_type: str | None = None
+    detail: Literal["auto", "low", "high"] | None = None
+
+
+class AudioPart(Msg, tag="audio", kw_only=True):
+    """Audio given as a URL, base64 `data` or a local file `path`."""
+
+    url: str | None = None
+    data: str | None = None
+    path: str | None = None
+    media_type: str | None = None
+
+
+class DocumentPart(Msg, tag="document", kw_only=True):
+    """A document (PDF, plain text) given as a URL, base64 `data` or a local file `path`."""
+
+    url: str | None = None
+    data: str | None = None
+    path: str | None = None
+    media_type: str | None = None
+    name: str | None = None
+
+
+class ToolCallPart(Msg, tag="tool_call", kw_only=True):
+    """A tool invocation made by the model.
+
+    `id` is the canonical id (`tu_` + ULID) clients use; `provider_id` is the
+    provider's own id, kept verbatim, and `provider` names who issued it.
+    `arguments` is null only in a degraded response whose raw arguments did
+    not parse; `raw_arguments` then keeps the provider's bytes."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any] | None = msgspec.field(default_factory=dict)
+    raw_arguments: str | None = None
+    provider_id: str | None = None
+    provider: str | None = None
+
+
+class ToolResultPart(Msg, tag="tool_result", kw_only=True):
+    """The result of running a tool, answering the call whose id is `tool_call_id`."""
+
+    tool_call_id: str
+    content: str | list[TextPart | ImagePart] = ""
+    is_error: bool = False
+    name: str | None = None
+
+
+class ThinkingPart(Msg, tag="thinking", kw_only=True):
+    """Model reasoning. `signature` is opaque and only valid with the `provider` that made it."""
+
+    text: str
+    signature: str | None = None
+    provider: str | None = None
+
+
+class RedactedThinkingPart(Msg, tag="redacted_thinking", kw_only=True):
+    """Reasoning the provider encrypted; `data` is opaque and passed back byte for byte."""
+
+    data: str
+    provider: str | None = None
+
+
+ContentPart = (
+    TextPart
+    | ImagePart
+    | AudioPart
+    | DocumentPart
+    | ToolCallPart
+    | ToolResultPart
+    | ThinkingPart
+    | RedactedThinkingPart
+)
+
+
+class Message(Data, kw_only=True):
+    """One conversation entry. Tool results travel in `role: tool` messages."""
+
+    role: Role
+    content: list[ContentPart] = msgspec.field(default_factory=list)
+    name: str | None = None
+    tool_call_id: str | None = None
+
+    @property
+    def text(self) -> str:
+        """The concatenation of every text part."""
+        return "".join(p.text for p in self.content if type(p) is TextPart)
+
+    @property
+    def tool_calls(self) -> list[ToolCallPart]:
+        return [p for p in self.content if type(p) is ToolCallPart]
+
+    @staticmethod
+    def _parts(parts: tuple[str | ContentPart, ...]) -> list[ContentPart]:
+        return [TextPart(text=p) if isinstance(p, str) else p for p in parts]
+
+    @classmethod
+    def system(cls, *parts: str | ContentPart) -> Message:
+        return cls(role="system", content=cls._parts(parts))
+
+    @classmethod
+    def developer(cls, *parts: str | ContentPart) -> Message:
+        return cls(role="developer", content=cls._parts(parts))
+
+    @classmethod
+    def user(cls, *parts: str | ContentPart) -> Message:
+        """A user message; strings become text parts, other parts (images...) pass as given."""
+        return cls(role="user", content=cls._parts(parts))
+
+    @classmethod
+    def assistant(cls, *parts: str | ContentPart) -> Message:
+        return cls(role="assistant", content=cls._parts(parts))
+
+    @classmethod
+    def tool_result(
+        cls, tool_call_id: str, content: str | list[TextPart | ImagePart], *, is_error: bool = False,
+        name: str | None = None,
+    ) -> Message:
+        """The result of running the tool call `tool_call_id`."""
+        return cls(role="tool", content=[ToolResultPart(tool_call_id=tool_call_id, content=content,
+                                                        is_error=is_error, name=name)])
+
+
+# --------------------------------------------------------------------------
+# Canonical data model: requests
+
+
+class Tool(Data, kw_only=True):
+    """A function the model may call; `parameters` is a JSON Schema object."""
+
+    name: str
+    description: str = ""
+    parameters: dict[str, Any] = msgspec.field(default_factory=lambda: {"type": "object", "properties": {}})
+    strict: bool | None = None
+
+
+class ToolChoice(Data, kw_only=True):
+    """`auto` (default), `none`, `required` (some tool), or `tool` with `name`."""
+
+    mode: Literal["auto", "none", "required", "tool"] = "auto"
+    name: str | None = None
+
+
+class ResponseFormat(Data, kw_only=True):
+    """Structured output: `json_object`, or `json_schema` with `schema` (and a `name`)."""
+
+    kind: Literal["text", "json_object", "json_schema"] = "text"
+    schema: dict[str, Any] | None = None
+    name: str | None = None
+    strict: bool | None = None
+
+
+class Timeouts(Data, kw_only=True):
+    """Per-request deadlines in seconds; unset fields take the daemon's defaults."""
+
+    connect_s: float | None = None
+    request_s: float | None = None
+    stream_idle_s: float | None = None
+
+
+class Request(Data, kw_only=True):
+    """A model call in canonical form.
+
+    `model` is a canonical `provider:name` id, an alias, or a provider-native
+    name together with `provider`. `provider_options` maps a provider name to
+    options only that provider reads."""
+
+    model: str
+    messages: list[Message]
+    provider: str | None = None
+    tools: list[Tool] = msgspec.field(default_factory=list)
+    tool_choice: ToolChoice | None = None
+    response_format: ResponseFormat | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+    stop_sequences: list[str] = msgspec.field(default_factory=list)
+    seed: int | None = None
+    reasoning_effort: ReasoningEffort | None = None
+    metadata: dict[str, str] = msgspec.field(default_factory=dict)
+    provider_options: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
+    session_id: str | None = None
+    max_retries: int | None = None
+    timeouts: Timeouts | None = None
+    include_raw: bool = False
+    passthrough: bool = False
+
+
+# --------------------------------------------------------------------------
+# Canonical data model: responses
+
+
+class Usage(Data, kw_only=True):
+    """Token counts. `input_tokens` counts every prompt token, cached ones included
+    (`cache_read_tokens` and `cache_write_tokens` are parts of it); `output_tokens`
+    counts everything generated, reasoning included (`reasoning_tokens` is part of it).
+    `estimated` is true when any figure is a local estimate, not the provider's."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    total_tokens: int = 0
+    reasoning_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    estimated: bool = False
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            total_tokens=self.total_tokens + other.total_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+            estimated=self.estimated or other.estimated,
+        )
+
+
+class FinishReason(Data, kw_only=True):
+    """Why generation ended, and the provider's own word for it in `raw`."""
+
+    reason: FinishReasonName = "other"
+    raw: str | None = None
+    stop_sequence: str | None = None
+
+
+class RateLimit(Data, kw_only=True):
+    """Rate-limit state the provider reported in its response headers."""
+
+    requests_limit: int | None = None
+    requests_remaining: int | None = None
+    requests_reset_s: float | None = None
+    tokens_limit: int | None = None
+    tokens_remaining: int | None = None
+    tokens_reset_s: float | None = None
+    retry_after_s: float | None = None
+
+
+class WarningInfo(Data, kw_only=True):
+    """Something the request asked for that this provider could not honour exactly."""
+
+    code: str
+    message: str
+
+
+class Response(Data, kw_only=True):
+    """The complete result of a call: the same whether it was streamed or not."""
+
+    id: str = ""
+    model: str = ""
+    provider: str = ""
+    message: Message = msgspec.field(default_factory=lambda: Message(role="assistant"))
+    finish_reason: FinishReason = msgspec.field(default_factory=FinishReason)
+    usage: Usage = msgspec.field(default_factory=Usage)
+    cost_usd: float | None = None
+    pricing_version: str | None = None
+    latency_ms: float = 0.0
+    warnings: list[WarningInfo] = msgspec.field(default_factory=list)
+    rate_limit: RateLimit | None = None
+    raw: Any = None
+
+    @property
+    def text(self) -> str:
+        return self.message.text
+
+    @property
+    def tool_calls(self) -> list[ToolCallPart]:
+        return self.message.tool_calls
+
+
+class ErrorInfo(Data, kw_only=True):
+    """A failure, classified. The provider's message is kept; credentials never are."""
+
+    error_class: ErrorClass
+    message: str
+    retryable: bool = False
+    retry_after_s: float | None = None
+    provider: str | None = None
+    provider_status: int | None = None
+    provider_code: str | None = None
+
+
+# --------------------------------------------------------------------------
+# Catalog and status records
+
+
+class Price(Data, kw_only=True):
+    """USD per million tokens; null when unknown."""
+
+    input: float | None = None
+    output: float | None = None
+    cache_read: float | None = None
+    cache_write: float | None = None
+
+
+class ModelInfo(Data, kw_only=True):
+    """One catalog entry. `configured` says whether its provider can serve it now."""
+
+    id: str
+    provider: str
+    wire_name: str
+    display_name: str = ""
+    aliases: list[str] = msgspec.field(default_factory=list)
+    context_window: int | None = None
+    max_output: int | None = None
+    tools: bool = True
+    vision: bool = False
+    reasoning: bool = False
+    streaming: bool = True
+    structured_output: bool = False
+    price: Price = msgspec.field(default_factory=Price)
+    pricing_version: str | None = None
+    configured: bool = False
+    in_catalog: bool = True
+
+
+class WorkerStatus(Data, kw_only=True):
+    """The state of one provider's worker process."""
+
+    provider: str
+    provider_type: str
+    state: Literal["starting", "running", "restarting", "unavailable", "not_configured", "stopped"]
+    pid: int | None = None
+    restarts: int = 0
+    in_flight: int = 0
+    last_error: str | None = None
+    last_heartbeat_s: float | None = None
+
+
+class Limits(Data, kw_only=True):
+    """What the daemon accepts."""
+
+    max_message_bytes: int
+    replay_ring_events: int
+    replay_keep_s: float
+
+
+# --------------------------------------------------------------------------
+# Control requests (client -> supervisor, Req0 -> Rep0)
+
+
+class Hello(Msg, tag="hello", kw_only=True):
+    """Opens a session. `token` is required only on TCP endpoints."""
+
+    protocol: int = PROTOCOL_VERSION
+    client_name: str = ""
+    token: str | None = None
+
+
+class Probe(Msg, tag="probe", kw_only=True):
+    """Ask the supervisor to publish a `probe` event on topic `client_id`."""
+
+    client_id: str
+
+
+class Submit(Msg, tag="submit", kw_only=True):
+    """Start a request. Idempotent by `request_id`: a repeat never makes a second call."""
+
+    request_id: str
+    client_id: str
+    request: Request
+    stream: bool = True
+    operation_id: str | None = None
+
+
+class Cancel(Msg, tag="cancel", kw_only=True):
+    """Cancel a request; idempotent."""
+
+    request_id: str
+
+
+class Replay(Msg, tag="replay", kw_only=True):
+    """Ask again for a request's events from `from_seq` on."""
+
+    request_id: str
+    from_seq: int = 0
+
+
+class ListModels(Msg, tag="list_models", kw_only=True):
+    provider: str | None = None
+
+
+class StatusQuery(Msg, tag="status", kw_only=True):
+    pass
+
+
+class Ready(Msg, tag="ready", kw_only=True):
+    """Pre-flight check: credentials valid, model known, model loaded (local servers)."""
+
+    model: str
+    provider: str | None = None
+
+
+class CountTokens(Msg, tag="count_tokens", kw_only=True):
+    request: Request
+
+
+class Goodbye(Msg, tag="goodbye", kw_only=True):
+    """The client is leaving: its unfinished requests are cancelled."""
+
+    client_id: str
+
+
+ControlRequest = (
+    Hello | Probe | Submit | Cancel | Replay | ListModels | StatusQuery | Ready | CountTokens | Goodbye
+)
+
+
+# --------------------------------------------------------------------------
+# Control replies (supervisor -> client)
+
+
+class Welcome(Msg, tag="welcome", kw_only=True):
+    """Reply to `hello`. Dial `event_endpoint`, subscribe to `client_id`, then probe."""
+
+    client_id: str
+    server_version: str
+    event_endpoint: str
+    limits: Limits
+    protocol: int = PROTOCOL_VERSION
+    providers: list[str] = msgspec.field(default_factory=list)
+
+
+class ProbeSent(Msg, tag="probe_sent", kw_only=True):
+    pass
+
+
+class Accepted(Msg, tag="accepted", kw_only=True):
+    """The request is running; its events come on the event socket."""
+
+    request_id: str
+    provider: str
+    model: str = ""
+    duplicate: bool = False
+
+
+class Rejected(Msg, tag="rejected", kw_only=True):
+    """The request was refused before any provider call."""
+
+    error: ErrorInfo
+    request_id: str = ""
+
+
+class CancelResult(Msg, tag="cancel_result", kw_only=True):
+    """`cancelled` is false when the request had already ended or is unknown."""
+
+    request_id: str
+    cancelled: bool
+
+
+class ReplayResult(Msg, tag="replay_result", kw_only=True):
+    """Events (each a complete event message) from `from_seq` on, at most a batch at a
+    time. `first_seq` is the oldest event still held, `last_seq` the newest published;
+    `state` says whether more may come (`unknown`: no such request, or it expired)."""
+
+    request_id: str
+    events: list[msgspec.Raw] = msgspec.field(default_factory=list)
+    first_seq: int = 0
+    last_seq: int = -1
+    state: Literal["running", "ended", "unknown"] = "unknown"
+
+
+class Models(Msg, tag="models", kw_only=True):
+    models: list[ModelInfo] = msgspec.field(default_factory=list)
+
+
+class StatusReport(Msg, tag="status_report", kw_only=True):
+    server_version: str
+    pid: int
+    uptime_s: float
+    in_flight: int = 0
+    workers: list[WorkerStatus] = msgspec.field(default_factory=list)
+
+
+class ReadyResult(Msg, tag="ready_result", kw_only=True):
+    ok: bool
+    model: str = ""
+    error: ErrorInfo | None = None
+
+
+class TokenCount(Msg, tag="token_count", kw_only=True):
+    input_tokens: int
+    exact: bool = False
+
+
+class GoodbyeAck(Msg, tag="goodbye_ack", kw_only=True):
+    """Reply to `goodbye`: how many unfinished requests were cancelled."""
+
+    cancelled: int = 0
+
+
+class ProtocolError(Msg, tag="protocol_error", kw_only=True):
+    """The request could not be read (malformed, unknown type, missing field, too large)."""
+
+    error: ErrorInfo
+
+
+ControlReply = (
+    Welcome
+    | ProbeSent
+    | Accepted
+    | Rejected
+    | CancelResult
+    | ReplayResult
+    | Models
+    | StatusReport
+    | ReadyResult
+    | TokenCount
+    | GoodbyeAck
+    | ProtocolError
+)
+
+
+# --------------------------------------------------------------------------
+# Events (supervisor -> clients on the Pub0, framed `topic \x00 msgpack`)
+
+
+class Event(Msg, kw_only=True):
+    """Base of stream events. `seq` counts a request's events from 0 with no gaps."""
+
+    request_id: str = ""
+    seq: int = 0
+
+
+class StreamStart(Event, tag="stream_start", kw_only=True):
+    """First event of a stream: the model that actually serves it."""
+
+    model: str = ""
+    provider: str = ""
+    warnings: list[WarningInfo] = msgspec.field(default_factory=list)
+
+
+class TextStart(Event, tag="text_start", kw_only=True):
+    index: int = 0
+
+
+class TextDelta(Event, tag="text_delta", kw_only=True):
+    index: int = 0
+    text: str = ""
+
+
+class TextEnd(Event, tag="text_end", kw_only=True):
+    """`text` is the part's full text."""
+
+    index: int = 0
+    text: str = ""
+
+
+class ReasoningStart(Event, tag="reasoning_start", kw_only=True):
+    index: int = 0
+
+
+class ReasoningDelta(Event, tag="reasoning_delta", kw_only=True):
+    index: int = 0
+    text: str = ""
+
+
+class ReasoningEnd(Event, tag="reasoning_end", kw_only=True):
+    """The whole reasoning part: its text, its `signature`, or `redacted_data`."""
+
+    index: int = 0
+    text: str = ""
+    signature: str | None = None
+    redacted_data: str | None = None
+
+
+class ToolCallStart(Event, tag="tool_call_start", kw_only=True):
+    index: int = 0
+    id: str = ""
+    name: str = ""
+    provider_id: str | None = None
+
+
+class ToolCallDelta(Event, tag="tool_call_delta", kw_only=True):
+    """`partial_json` is the provider's raw fragment, verbatim; not valid JSON on its own."""
+
+    index: int = 0
+    id: str = ""
+    partial_json: str = ""
+
+
+class ToolCallEnd(Event, tag="tool_call_end", kw_only=True):
+    """`arguments` parsed from all fragments (`{}` if nothing parses on cancel; null
+    in a degraded response); `raw_arguments` is the joined fragments."""
+
+    index: int = 0
+    id: str = ""
+    name: str = ""
+    arguments: dict[str, Any] | None = msgspec.field(default_factory=dict)
+    raw_arguments: str = ""
+    provider_id: str | None = None
+
+
+class ProviderEvent(Event, tag="provider_event", kw_only=True):
+    """A raw provider event, sent only when the request asked for `passthrough`."""
+
+    provider: str = ""
+    event_type: str = ""
+    data: Any = None
+
+
+class Finish(Event, tag="finish", kw_only=True):
+    """Terminal: the whole response. Authoritative even if deltas were lost."""
+
+    response: Response
+
+
+class ErrorEvent(Event, tag="error", kw_only=True):
+    """Terminal: the failure and the `partial` response accumulated so far."""
+
+    error: ErrorInfo
+    partial: Response | None = None
+
+
+class ProbeEvent(Event, tag="probe", kw_only=True):
+    """Published on a client's topic in answer to a `probe` request."""
+
+    client_id: str = ""
+
+
+class BusEvent(Event, tag="bus", kw_only=True):
+    """Observability, on topic `bus`: `llm.call_started`, `llm.call_completed`,
+    `llm.call_failed`, `llm.retrying`, `llm.rate_limited`, `worker.*`."""
+
+    name: str = ""
+    provider: str | None = None
+    model: str | None = None
+    operation_id: str | None = None
+    attempt_id: str | None = None
+    attempt: int | None = None
+    error_class: str | None = None
+    retry_count: int | None = None
+    wait_s: float | None = None
+    latency_ms: float | None = None
+    usage: Usage | None = None
+    detail: str | None = None
+
+
+StreamEvent = (
+    StreamStart
+    | TextStart
+    | TextDelta
+    | TextEnd
+    | ReasoningStart
+    | ReasoningDelta
+    | ReasoningEnd
+    | ToolCallStart
+    | ToolCallDelta
+    | ToolCallEnd
+    | ProviderEvent
+    | Finish
+    | ErrorEvent
+)
+AnyEvent = StreamEvent | ProbeEvent | BusEvent
+TERMINAL_EVENTS = (Finish, ErrorEvent)
+
+
+# --------------------------------------------------------------------------
+# Internal link (supervisor <-> worker over Pair1). Not for clients.
+
+
+class Job(Msg, tag="job", kw_only=True):
+    """A request handed to a worker, with its model already resolved."""
+
+    request_id: str
+    client_id: str
+    request: Request
+    model: ModelInfo
+    operation_id: str
+    stream: bool = True
+    generation: int = 0
+
+
+class StopJob(Msg, tag="stop_job", kw_only=True):
+    request_id: str
+
+
+class CheckReady(Msg, tag="check_ready", kw_only=True):
+    call_id: int
+    model: ModelInfo
+
+
+class EstimateTokens(Msg, tag="estimate_tokens", kw_only=True):
+    call_id: int
+    request: Request
+    model: ModelInfo
+
+
+class Shutdown(Msg, tag="shutdown", kw_only=True):
+    """Finish in-flight jobs within `grace_s`, cancel the rest, then exit."""
+
+    grace_s: float = 10.0
+
+
+ToWorker = Job | StopJob | CheckReady | EstimateTokens | Shutdown
+
+
+class WorkerUp(Msg, tag="worker_up", kw_only=True):
+    provider: str
+    pid: int
+    generation: int = 0
+
+
+class Heartbeat(Msg, tag="heartbeat", kw_only=True):
+    in_flight: int = 0
+
+
+class Relay(Msg, tag="relay", kw_only=True):
+    """Events ready to publish. Each frame is `topic \\x00 event-msgpack`; `last_seq`
+    is the seq of the last frame and `terminal` says it ended the request."""
+
+    request_id: str
+    frames: list[bytes]
+    last_seq: int
+    terminal: bool = False
+
+
+class CallResult(Msg, tag="call_result", kw_only=True):
+    """The answer to `check_ready` / `estimate_tokens`."""
+
+    call_id: int
+    ok: bool = True
+    error: ErrorInfo | None = None
+    input_tokens: int = 0
+
+
+FromWorker = WorkerUp | Heartbeat | Relay | CallResult
+
