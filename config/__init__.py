@@ -1,0 +1,1 @@
+"""Configuration (defaults.yaml merged with the user's file) and the model catalog."""

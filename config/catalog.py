@@ -1,0 +1,173 @@
+"""The model catalog: canonical ids, aliases, limits, capabilities and prices.
+
+The catalog is advisory: a name it does not know passes through to a known
+provider unchanged (with permissive capabilities), so a new model works the
+day it ships.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import yaml
+
+from ..protocol.messages import ModelInfo, Price, Usage
+from .loader import ConfigError, ModelEntry
+
+MODELS_PATH = Path(__file__).with_name("models.yaml")
+
+
+class CatalogFile(msgspec.Struct, forbid_unknown_fields=True):
+    pricing_version: str
+    models: dict[str, ModelEntry]
+
+
+class UnknownModel(LookupError):
+    """No provider and no catalog entry match the model name."""
+
+
+def load_catalog_file(path: Path = MODELS_PATH) -> CatalogFile:
+    try:
+        data = yaml.safe_load(path.read_text())
+        return msgspec.convert(data, CatalogFile)
+    except (OSError, yaml.YAMLError, msgspec.ValidationError) as exc:
+        raise ConfigError(f"catalog error in {path}: {exc}") from None
+
+
+def _info(model_id: str, entry: ModelEntry, pricing_version: str | None) -> ModelInfo:
+    provider, _, _ = model_id.partition(":")
+    return ModelInfo(
+        id=model_id,
+        provider=provider,
+        wire_name=entry.wire_name,
+        display_name=entry.display_name or model_id,
+        aliases=list(entry.aliases),
+        context_window=entry.context_window,
+        max_output=entry.max_output,
+        tools=entry.tools,
+        vision=entry.vision,
+        reasoning=entry.reasoning,
+        streaming=entry.streaming,
+        structured_output=entry.structured_output,
+        price=Price(**msgspec.structs.asdict(entry.price)),
+        pricing_version=pricing_version,
+    )
+
+
+class Catalog:
+    """Lookups over the shipped catalog plus the user's extra entries."""
+
+    def __init__(
+        self,
+        entries: dict[str, ModelEntry],
+        pricing_version: str,
+        providers: Iterable[str] = (),
+        configured: Iterable[str] = (),
+    ) -> None:
+        self.pricing_version = pricing_version
+        self.providers = set(providers)
+        self.configured = set(configured)
+        self._by_id: dict[str, ModelInfo] = {}
+        self._by_alias: dict[str, ModelInfo] = {}
+        self._by_wire: dict[str, list[ModelInfo]] = {}
+        for model_id, entry in entries.items():
+            info = _info(model_id, entry, pricing_version)
+            info.configured = info.provider in self.configured
+            self._by_id[model_id] = info
+            self._by_wire.setdefault(entry.wire_name, []).append(info)
+            for alias in entry.aliases:
+                self._by_alias[alias] = info
+
+    @classmethod
+    def load(
+        cls,
+        extra: dict[str, ModelEntry] | None = None,
+        providers: Iterable[str] = (),
+        configured: Iterable[str] = (),
+        path: Path = MODELS_PATH,
+    ) -> Catalog:
+        shipped = load_catalog_file(path)
+        entries = dict(shipped.models)
+        entries.update(extra or {})
+        return cls(entries, shipped.pricing_version, providers, configured)
+
+    def models(self, provider: str | None = None) -> list[ModelInfo]:
+        return [m for m in self._by_id.values() if provider is None or m.provider == provider]
+
+    def resolve(self, model: str, provider: str | None = None) -> ModelInfo:
+        """The catalog entry (or a pass-through entry) that serves `model`.
+
+        Accepts a canonical `provider:name` id, an alias, a provider-native name
+        with `provider` set, or a native name the catalog knows. Raises
+        `UnknownModel` when none applies."""
+        if provider is None:
+            head, sep, rest = model.partition(":")
+            if sep and (head in self.providers or any(m.provider == head for m in self._by_id.values())):
+                provider, model = head, rest
+        if provider is not None:
+            if model.startswith(provider + ":"):
+                model = model[len(provider) + 1 :]
+            found = self._by_id.get(f"{provider}:{model}")
+            if found is None:
+                alias = self._by_alias.get(model)
+                if alias is not None and alias.provider == provider:
+                    found = alias
+            if found is None:
+                found = next((m for m in self._by_wire.get(model, []) if m.provider == provider), None)
+            if found is not None:
+                return found
+            if provider not in self.providers:
+                raise UnknownModel(f"unknown provider {provider!r} (configured: {', '.join(sorted(self.providers))})")
+            return ModelInfo(
+                id=f"{provider}:{model}",
+                provider=provider,
+                wire_name=model,
+                display_name=model,
+                context_window=None,
+                max_output=None,
+                tools=True,
+                vision=True,
+                reasoning=True,
+                streaming=True,
+                structured_output=True,
+                pricing_version=None,
+                configured=provider in self.configured,
+                in_catalog=False,
+            )
+        found = self._by_id.get(model) or self._by_alias.get(model)
+        if found is None:
+            matches = self._by_wire.get(model, [])
+            if len(matches) == 1:
+                found = matches[0]
+            elif len(matches) > 1:
+                options = ", ".join(m.id for m in matches)
+                raise UnknownModel(f"model {model!r} is served by several providers ({options}); name one")
+        if found is None:
+            raise UnknownModel(
+                f"unknown model {model!r}: use a catalog id such as `mock:echo`, an alias, "
+                "or `provider:name` for a model the catalog does not list"
+            )
+        return found
+
+
+def compute_cost(usage: Usage, price: Price) -> float | None:
+    """USD for `usage` at `price` (per million tokens); None when a needed price is unknown.
+
+    Cached tokens are part of `input_tokens`, so they are taken out of the
+    full-price input and billed at their own rates."""
+    if price.input is None or price.output is None:
+        return None
+    read = usage.cache_read_tokens
+    write = usage.cache_write_tokens
+    plain = max(usage.input_tokens - read - write, 0)
+    total = plain * price.input + usage.output_tokens * price.output
+    total += read * (price.cache_read if price.cache_read is not None else price.input)
+    total += write * (price.cache_write if price.cache_write is not None else price.input)
+    return total / 1_000_000
+
+
+def as_builtins(info: ModelInfo) -> dict[str, Any]:
+    return msgspec.to_builtins(info)

@@ -1,0 +1,280 @@
+"""Load the configuration: the shipped defaults, a user file merged over them.
+
+Every error names the file, the key path and what was expected; the daemon
+refuses to start on any of them. Unknown keys are errors here (unlike on the
+wire), because a misspelt key in a config file is a silent bug otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+import yaml
+
+DEFAULTS_PATH = Path(__file__).with_name("defaults.yaml")
+USER_CONFIG_PATH = Path("~/.config/trunkline/config.yaml")
+
+#: Provider implementations this version ships (one worker package each).
+ProviderType = Literal["mock"]
+
+
+class ConfigError(Exception):
+    """A configuration file that cannot be used, with the file and key path."""
+
+
+class _Section(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    pass
+
+
+class Endpoints(_Section):
+    control: str = "control.ipc"
+    events: str = "events.ipc"
+
+
+class LimitsConfig(_Section):
+    max_message_bytes: int = 16 * 1024 * 1024
+
+
+class Supervision(_Section):
+    max_restarts: int = 5
+    restart_window_s: float = 30.0
+    unavailable_retry_s: float = 30.0
+    restart_backoff_s: float = 0.05
+    heartbeat_interval_s: float = 1.0
+    heartbeat_timeout_s: float = 10.0
+    shutdown_grace_s: float = 10.0
+    cancel_grace_s: float = 5.0
+
+
+class RetryPolicy(_Section):
+    max_retries: int = 2
+    base_delay_s: float = 1.0
+    multiplier: float = 2.0
+    max_delay_s: float = 60.0
+    jitter: float = 0.5
+    retry_after_cap_s: float = 60.0
+
+
+class TimeoutPolicy(_Section):
+    connect_s: float = 10.0
+    request_s: float = 600.0
+    stream_idle_s: float = 60.0
+
+
+class ReplayConfig(_Section):
+    ring_events: int = 20000
+    keep_s: float = 300.0
+    max_requests: int = 10000
+
+
+class ProviderConfig(_Section):
+    """One provider instance; several instances may share a `type`."""
+
+    type: ProviderType
+    api_key_env: str | None = None
+    base_url: str | None = None
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
+    max_connections: int = 100
+    retry: RetryPolicy | None = None
+    timeouts: TimeoutPolicy | None = None
+    options: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class PriceEntry(_Section):
+    input: float | None = None
+    output: float | None = None
+    cache_read: float | None = None
+    cache_write: float | None = None
+
+
+class ModelEntry(_Section):
+    """A catalog entry as written in models.yaml or in a user file's `models:`."""
+
+    wire_name: str
+    display_name: str = ""
+    aliases: list[str] = msgspec.field(default_factory=list)
+    context_window: int | None = None
+    max_output: int | None = None
+    tools: bool = True
+    vision: bool = False
+    reasoning: bool = False
+    streaming: bool = True
+    structured_output: bool = False
+    price: PriceEntry = msgspec.field(default_factory=PriceEntry)
+
+
+class Config(_Section):
+    runtime_dir: str | None = None
+    state_dir: str | None = None
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    endpoints: Endpoints = msgspec.field(default_factory=Endpoints)
+    limits: LimitsConfig = msgspec.field(default_factory=LimitsConfig)
+    supervision: Supervision = msgspec.field(default_factory=Supervision)
+    retry: RetryPolicy = msgspec.field(default_factory=RetryPolicy)
+    timeouts: TimeoutPolicy = msgspec.field(default_factory=TimeoutPolicy)
+    replay: ReplayConfig = msgspec.field(default_factory=ReplayConfig)
+    providers: dict[str, ProviderConfig] = msgspec.field(default_factory=dict)
+    #: Extra catalog entries (for example models of a local server), by canonical id.
+    models: dict[str, ModelEntry] = msgspec.field(default_factory=dict)
+    #: Which file each top-level value came from (for messages), not read from YAML.
+    source: str = ""
+
+    def provider_retry(self, name: str) -> RetryPolicy:
+        return self.providers[name].retry or self.retry
+
+    def provider_timeouts(self, name: str) -> TimeoutPolicy:
+        return self.providers[name].timeouts or self.timeouts
+
+    def resolved_runtime_dir(self) -> Path:
+        return Path(self.runtime_dir).expanduser() if self.runtime_dir else default_runtime_dir()
+
+    def resolved_state_dir(self) -> Path:
+        if self.state_dir:
+            return Path(self.state_dir).expanduser()
+        base = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+        return Path(base) / "trunkline"
+
+    def endpoint(self, which: Literal["control", "events"], runtime_dir: Path | None = None) -> str:
+        value = getattr(self.endpoints, which)
+        if "://" in value:
+            return value
+        return f"ipc://{(runtime_dir or self.resolved_runtime_dir()) / value}"
+
+
+class WorkerSettings(msgspec.Struct, kw_only=True):
+    """What the supervisor hands a worker process it starts (no secrets: the
+    worker reads its API key from the environment it inherits)."""
+
+    name: str
+    provider: ProviderConfig
+    retry: RetryPolicy
+    timeouts: TimeoutPolicy
+    link: str
+    generation: int
+    state_dir: str
+    heartbeat_interval_s: float = 1.0
+    log_level: str = "info"
+
+
+def default_runtime_dir() -> Path:
+    """Where the daemon's sockets live unless configured otherwise."""
+    env = os.environ.get("TRUNKLINE_RUNTIME_DIR")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg and Path(xdg).is_dir():
+        return Path(xdg) / "trunkline"
+    return Path(f"/tmp/trunkline-{os.getuid()}")
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"config error in {path}: cannot read file: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"config error in {path}: invalid YAML{where}: {problem}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config error in {path}: expected a mapping at the top level, got {type(data).__name__}")
+    return data
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+_AT = re.compile(r"^(?P<what>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
+_UNKNOWN = re.compile(r"Object contains unknown field `(?P<field>[^`]*)`")
+
+
+def _key_path(raw: str) -> str:
+    return raw.lstrip(".").replace("`", "")
+
+
+def _has_path(data: Any, path: str) -> bool:
+    node = data
+    for part in re.findall(r"[^.\[\]]+", path):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return False
+    return True
+
+
+def _explain(exc: msgspec.ValidationError, user: dict[str, Any], user_path: Path | None) -> ConfigError:
+    match = _AT.match(str(exc))
+    what = match.group("what") if match else str(exc)
+    path = _key_path(match.group("path") or "") if match else ""
+    unknown = _UNKNOWN.match(what)
+    if unknown:
+        path = f"{path}.{unknown.group('field')}" if path else unknown.group("field")
+        what = "unknown key"
+    else:
+        what = what[0].lower() + what[1:] if what else what
+    source = user_path if user_path is not None and _has_path(user, path) else DEFAULTS_PATH
+    return ConfigError(f"config error in {source} at `{path or '(top level)'}`: {what}")
+
+
+def load_config(path: str | Path | None = None, *, use_user_default: bool = True) -> Config:
+    """Defaults, then `path` (or the user's default file when it exists) over them."""
+    defaults = _read_yaml(DEFAULTS_PATH)
+    user_path: Path | None = None
+    if path is not None:
+        user_path = Path(path).expanduser()
+        if not user_path.exists():
+            raise ConfigError(f"config error in {user_path}: file not found")
+    elif use_user_default and USER_CONFIG_PATH.expanduser().exists():
+        user_path = USER_CONFIG_PATH.expanduser()
+    user = _read_yaml(user_path) if user_path is not None else {}
+    if "source" in user:
+        raise ConfigError(f"config error in {user_path} at `source`: unknown key")
+    merged = _merge(defaults, user)
+    try:
+        config = msgspec.convert(merged, Config)
+    except msgspec.ValidationError as exc:
+        raise _explain(exc, user, user_path) from None
+    config.source = str(user_path or DEFAULTS_PATH)
+    _check(config, user_path or DEFAULTS_PATH)
+    return config
+
+
+def _check(config: Config, source: Path) -> None:
+    """Rules a schema cannot say."""
+    for name in config.providers:
+        if not re.fullmatch(r"[a-z][a-z0-9_-]{0,31}", name):
+            raise ConfigError(
+                f"config error in {source} at `providers.{name}`: provider names must match [a-z][a-z0-9_-]{{0,31}}"
+            )
+    for model_id in config.models:
+        if ":" not in model_id:
+            raise ConfigError(f"config error in {source} at `models.{model_id}`: model ids are `provider:name`")
+    for key in ("max_restarts",):
+        if getattr(config.supervision, key) < 0:
+            raise ConfigError(f"config error in {source} at `supervision.{key}`: must be >= 0")
+    for scope, policy in [("retry", config.retry)] + [
+        (f"providers.{n}.retry", p.retry) for n, p in config.providers.items() if p.retry
+    ]:
+        assert policy is not None
+        if policy.max_retries < 0 or not 0 <= policy.jitter <= 1:
+            raise ConfigError(
+                f"config error in {source} at `{scope}`: max_retries must be >= 0 and jitter within [0, 1]"
+            )
