@@ -1,0 +1,1 @@
+"""Provider workers: the shared runtime and one package per provider."""

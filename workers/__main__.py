@@ -1,0 +1,3 @@
+from ._runtime import main
+
+main()

@@ -1,0 +1,135 @@
+"""What every provider implements, and what the runtime hands it for one attempt.
+
+A provider folder holds pure parts (request, response, stream, errors,
+capabilities) and one `adapter.py` that wires them to I/O through this
+interface. The runtime owns everything around an attempt: retries, deadlines,
+cancellation, the emitter and the link to the supervisor.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import trio
+
+from ..config.loader import ProviderConfig, RetryPolicy, TimeoutPolicy
+from ..protocol.messages import Event, Job, ModelInfo, RateLimit, Request, Response, WarningInfo
+from ..protocol.tokens import estimate_request_tokens
+from .errors import ProviderError
+
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class Deadlines:
+    connect_s: float
+    request_s: float
+    stream_idle_s: float
+
+    @classmethod
+    def resolve(cls, policy: TimeoutPolicy, job: Job) -> Deadlines:
+        t = job.request.timeouts
+        return cls(
+            connect_s=(t.connect_s if t and t.connect_s else policy.connect_s),
+            request_s=(t.request_s if t and t.request_s else policy.request_s),
+            stream_idle_s=(t.stream_idle_s if t and t.stream_idle_s else policy.stream_idle_s),
+        )
+
+
+@dataclass(slots=True)
+class Call:
+    """One attempt at one job."""
+
+    job: Job
+    provider: str
+    attempt: int
+    operation_id: str
+    deadlines: Deadlines
+    #: canonical tool-call id -> the id this provider must see, for every call in the history
+    wire_ids: dict[str, str] = field(default_factory=dict)
+    rate_limit: RateLimit | None = None
+    warnings: list[WarningInfo] = field(default_factory=list)
+    #: True while the upstream connection (or the mock's playback) is open; adapters keep it true.
+    upstream_open: bool = False
+
+    @property
+    def attempt_id(self) -> str:
+        return f"{self.operation_id}:attempt_{self.attempt}"
+
+    @property
+    def request(self) -> Request:
+        return self.job.request
+
+    @property
+    def model(self) -> ModelInfo:
+        return self.job.model
+
+    def options(self, provider_type: str) -> dict[str, Any]:
+        """`provider_options` for this provider: by instance name, else by type."""
+        opts = self.job.request.provider_options
+        return dict(opts.get(self.provider) or opts.get(provider_type) or {})
+
+
+Emit = Callable[[Event], None]
+
+
+class Adapter:
+    """Base of every provider adapter. Subclasses set `provider_type`."""
+
+    provider_type = ""
+
+    def __init__(self, name: str, config: ProviderConfig, retry: RetryPolicy, timeouts: TimeoutPolicy) -> None:
+        self.name = name
+        self.config = config
+        self.retry = retry
+        self.timeouts = timeouts
+        self.api_key = os.environ.get(config.api_key_env) if config.api_key_env else None
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        return (self.api_key,) if self.api_key else ()
+
+    def make_tool_id(self, canonical: str) -> str:
+        """A provider id for a tool call that came from elsewhere. Canonical ids
+        (`tu_` + 26 characters) are valid everywhere we know of."""
+        return canonical
+
+    async def stream(self, call: Call, emit: Emit) -> Response:
+        """Run one streaming attempt: emit content events, return the finish skeleton
+        (finish reason, usage, id, model, raw). Raise ProviderError on failure."""
+        raise NotImplementedError
+
+    async def complete(self, call: Call) -> Response:
+        """Run one non-streaming attempt and return the whole response."""
+        raise NotImplementedError
+
+    async def ready(self, model: ModelInfo) -> None:
+        """Raise ProviderError unless the next call to `model` is expected to work."""
+
+    def count_tokens(self, request: Request, model: ModelInfo) -> int:
+        return estimate_request_tokens(request)
+
+    async def aclose(self) -> None:
+        pass
+
+
+async def idle_guarded(source: AsyncIterator[T], idle_s: float, what: str) -> AsyncIterator[T]:
+    """`source`, failing with a `timeout` error when it is silent for `idle_s`."""
+    iterator = source.__aiter__()
+    try:
+        while True:
+            with trio.move_on_after(idle_s) as scope:
+                try:
+                    item = await iterator.__anext__()
+                except StopAsyncIteration:
+                    return
+            if scope.cancelled_caught:
+                raise ProviderError("timeout", f"{what} sent nothing for {idle_s:g}s (stream idle timeout)")
+            yield item
+    finally:
+        close = getattr(iterator, "aclose", None)
+        if close is not None:
+            await close()

@@ -1,0 +1,191 @@
+"""Turns one job's canonical events into framed, numbered event messages.
+
+The emitter is where the stream invariants are kept for every provider: it
+stamps `request_id` and a gap-free `seq`, puts `stream_start` first, gives
+tool calls their canonical ids, closes whatever is still open before the one
+terminal event, and builds the final `Response` from exactly the deltas it
+sent, so the deltas always concatenate to the final text.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from ..config.catalog import compute_cost
+from ..protocol.accumulate import StreamAccumulator
+from ..protocol.codec import frame_event
+from ..protocol.messages import (
+    ErrorEvent,
+    ErrorInfo,
+    Event,
+    Finish,
+    FinishReason,
+    Job,
+    Message,
+    RateLimit,
+    ReasoningEnd,
+    RedactedThinkingPart,
+    Response,
+    StreamStart,
+    TextEnd,
+    ThinkingPart,
+    ToolCallDelta,
+    ToolCallEnd,
+    ToolCallPart,
+    ToolCallStart,
+    Usage,
+    WarningInfo,
+)
+
+#: Receives (request_id, frames, last_seq, terminal) for the link to the supervisor.
+Sink = Callable[[str, list[bytes], int, bool], None]
+
+
+class Emitter:
+    def __init__(
+        self,
+        job: Job,
+        provider: str,
+        sink: Sink,
+        canonical_id: Callable[[str], str],
+        started_at: float | None = None,
+    ) -> None:
+        self.job = job
+        self.provider = provider
+        self._sink = sink
+        self._canonical_id = canonical_id
+        self._topic = job.client_id
+        self._seq = 0
+        self._ids: dict[int, tuple[str, str | None]] = {}  # index -> (canonical id, provider id)
+        self.acc = StreamAccumulator(provider)
+        self.warnings: list[WarningInfo] = []
+        self.rate_limit: RateLimit | None = None
+        self.started_at = time.monotonic() if started_at is None else started_at
+        self.terminal = False
+
+    @property
+    def started(self) -> bool:
+        """True once anything has gone to the client: from then on, no retry."""
+        return self._seq > 0
+
+    # -- events from the adapter -------------------------------------------------
+
+    def emit(self, ev: Event) -> None:
+        if self.terminal:
+            return
+        t = type(ev)
+        if not self.started and t is not StreamStart:
+            self._send(StreamStart(model=self.job.model.wire_name, provider=self.provider))
+        if t is StreamStart:
+            if self.started:
+                return  # a provider that announces itself twice (a retry's first event)
+            ev.provider = self.provider  # type: ignore[attr-defined]
+            ev.model = ev.model or self.job.model.wire_name  # type: ignore[attr-defined]
+            ev.warnings = self.warnings + list(ev.warnings)  # type: ignore[attr-defined]
+        elif t is ToolCallStart:
+            provider_id = ev.provider_id or ev.id or ""  # type: ignore[attr-defined]
+            canonical = self._canonical_id(provider_id)
+            self._ids[ev.index] = (canonical, provider_id or None)
+            ev.id = canonical  # type: ignore[attr-defined]
+            ev.provider_id = provider_id or None  # type: ignore[attr-defined]
+        elif t is ToolCallDelta or t is ToolCallEnd:
+            known = self._ids.get(ev.index)  # type: ignore[attr-defined]
+            if known is not None:
+                ev.id = known[0]  # type: ignore[attr-defined]
+                if t is ToolCallEnd:
+                    ev.provider_id = known[1]  # type: ignore[attr-defined]
+        self._send(ev)
+
+    def _send(self, ev: Event) -> None:
+        ev.request_id = self.job.request_id
+        ev.seq = self._seq
+        self._seq += 1
+        self.acc.feed(ev)
+        terminal = type(ev) is Finish or type(ev) is ErrorEvent
+        self._sink(self.job.request_id, [frame_event(self._topic, ev)], ev.seq, terminal)
+        if terminal:
+            self.terminal = True
+
+    def _close_open_parts(self) -> None:
+        for ev in self.acc.closing_events():
+            self._send(ev)
+
+    # -- endings ---------------------------------------------------------------
+
+    def finalize(self, response: Response) -> Response:
+        """Fill in what the runtime owns: ids, provider, usage totals, cost, latency, warnings."""
+        response.provider = self.provider
+        response.model = response.model or self.acc.model or self.job.model.wire_name
+        response.id = response.id or self.job.request_id
+        usage = response.usage
+        if usage.total_tokens != usage.input_tokens + usage.output_tokens:
+            usage.total_tokens = usage.input_tokens + usage.output_tokens
+        response.cost_usd = compute_cost(usage, self.job.model.price)
+        response.pricing_version = self.job.model.pricing_version if response.cost_usd is not None else None
+        response.latency_ms = round((time.monotonic() - self.started_at) * 1000.0, 3)
+        response.warnings = self.warnings + [w for w in response.warnings if w not in self.warnings]
+        if response.rate_limit is None:
+            response.rate_limit = self.rate_limit
+        for part in response.message.content:
+            t = type(part)
+            if t is ToolCallPart:
+                if not part.id:  # type: ignore[union-attr]
+                    part.id = self._canonical_id(part.provider_id or "")  # type: ignore[union-attr]
+                part.provider = self.provider  # type: ignore[union-attr]
+            elif t is ThinkingPart or t is RedactedThinkingPart:
+                part.provider = self.provider  # type: ignore[union-attr]
+        return response
+
+    def finish(self, skeleton: Response) -> None:
+        """End a stream normally. `skeleton` carries finish reason, usage, id, model, raw;
+        the message is what was streamed."""
+        if self.terminal:
+            return
+        if not self.started:
+            self.emit(StreamStart(model=skeleton.model))
+        self._close_open_parts()
+        skeleton.message = Message(role="assistant", content=self.acc.content())
+        self._send(Finish(response=self.finalize(skeleton)))
+
+    def complete(self, response: Response) -> None:
+        """End a non-streaming job with the whole response as its only event."""
+        if self.terminal:
+            return
+        self._send(Finish(response=self.finalize(response)))
+
+    def partial(self, reason: str = "error", raw: str | None = None) -> Response:
+        resp = Response(
+            model=self.acc.model,
+            message=Message(role="assistant", content=self.acc.content()),
+            finish_reason=FinishReason(reason=reason, raw=raw),  # type: ignore[arg-type]
+            usage=Usage(),
+        )
+        return self.finalize(resp)
+
+    def cancelled(self, usage: Usage | None = None) -> None:
+        """End with reason `cancelled` and the content that arrived."""
+        if self.terminal:
+            return
+        if not self.job.stream:
+            resp = self.partial("cancelled")
+            if usage:
+                resp.usage = usage
+            self._send(Finish(response=self.finalize(resp)))
+            return
+        if not self.started:
+            self.emit(StreamStart())
+        self._close_open_parts()
+        resp = self.partial("cancelled")
+        if usage:
+            resp.usage = usage
+            self.finalize(resp)
+        self._send(Finish(response=resp))
+
+    def fail(self, error: ErrorInfo) -> None:
+        """End with a terminal error that carries the partial response."""
+        if self.terminal:
+            return
+        if self.job.stream and self.started:
+            self._close_open_parts()
+        partial = self.partial("error") if self.started else None
+        self._send(ErrorEvent(error=error, partial=partial))

@@ -1,0 +1,345 @@
+"""The worker process: one provider, many concurrent jobs, one link to the supervisor.
+
+This module holds the only I/O loop of a worker. Per job it owns the cancel
+scope, the overall deadline, the retry loop and the emitter; per process it
+owns the adapter (and with it the HTTP pool), the tool-id map, heartbeats and
+the outbox that batches events towards the supervisor.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+import trio
+
+from ..config.loader import RetryPolicy, WorkerSettings
+from ..protocol import codec, nng
+from ..protocol.codec import BUS_TOPIC, frame_event
+from ..protocol.messages import (
+    BusEvent,
+    CallResult,
+    CheckReady,
+    ErrorInfo,
+    EstimateTokens,
+    Heartbeat,
+    Job,
+    Msg,
+    Relay,
+    Shutdown,
+    StopJob,
+    ToolCallPart,
+    ToolResultPart,
+    WorkerUp,
+)
+from ._adapter import Adapter, Call, Deadlines
+from ._emit import Emitter
+from ._retry import decide
+from ._toolids import ToolIdMap
+from .errors import ProviderError, redact
+
+log = logging.getLogger("trunkline.worker")
+
+
+@dataclass(slots=True)
+class _Batch:
+    request_id: str
+    frames: list[bytes]
+    last_seq: int
+    terminal: bool
+
+
+class Outbox:
+    """Everything a worker tells the supervisor, in order. Consecutive frames of one
+    request travel in one link message."""
+
+    def __init__(self) -> None:
+        self._queue: list[_Batch | bytes] = []
+        self._wake = trio.Event()
+
+    def push_frames(self, request_id: str, frames: list[bytes], last_seq: int, terminal: bool) -> None:
+        last = self._queue[-1] if self._queue else None
+        if type(last) is _Batch and last.request_id == request_id and not last.terminal:
+            last.frames.extend(frames)
+            last.last_seq = last_seq
+            last.terminal = terminal
+        else:
+            self._queue.append(_Batch(request_id, list(frames), last_seq, terminal))
+        self._wake.set()
+
+    def push(self, msg: Msg) -> None:
+        self._queue.append(codec.encode(msg))
+        self._wake.set()
+
+    def bus(self, name: str, **fields: object) -> None:
+        self.push_frames("", [frame_event(BUS_TOPIC, BusEvent(name=name, **fields))], -1, False)  # type: ignore[arg-type]
+
+    def empty(self) -> bool:
+        return not self._queue
+
+    async def run(self, sock: object) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake = trio.Event()
+            await self.flush(sock)
+
+    async def flush(self, sock: object) -> None:
+        queue, self._queue = self._queue, []
+        for item in queue:
+            if type(item) is _Batch:
+                data = codec.encode(Relay(request_id=item.request_id, frames=item.frames,
+                                          last_seq=item.last_seq, terminal=item.terminal))
+            else:
+                data = item  # type: ignore[assignment]
+            await nng.send(sock, data)  # type: ignore[arg-type]
+
+
+class JobRunner:
+    """Runs jobs for one adapter: retries, deadlines, cancellation, events."""
+
+    def __init__(self, adapter: Adapter, outbox: Outbox, toolids: ToolIdMap, rng: random.Random | None = None) -> None:
+        self.adapter = adapter
+        self.outbox = outbox
+        self.toolids = toolids
+        self.rng = rng or random.Random()
+        self.scopes: dict[str, trio.CancelScope] = {}
+        self.calls: dict[str, Call] = {}  # the current attempt of each job
+
+    def cancel(self, request_id: str) -> bool:
+        scope = self.scopes.get(request_id)
+        if scope is None:
+            return False
+        scope.cancel()
+        return True
+
+    def _wire_ids(self, job: Job) -> dict[str, str]:
+        """The provider id for every tool call in the history (and its results)."""
+        session = job.request.session_id
+        out: dict[str, str] = {}
+        for message in job.request.messages:
+            for part in message.content:
+                if type(part) is ToolCallPart:
+                    known = part.provider_id if part.provider == self.adapter.name else None
+                    out[part.id] = self.toolids.provider_id_for(part.id, session, self.adapter.make_tool_id, known)
+                    if part.provider_id:
+                        out.setdefault(part.provider_id, out[part.id])
+                elif type(part) is ToolResultPart and part.tool_call_id not in out:
+                    out[part.tool_call_id] = self.toolids.provider_id_for(
+                        part.tool_call_id, session, self.adapter.make_tool_id
+                    )
+            if message.role == "tool" and message.tool_call_id and message.tool_call_id not in out:
+                out[message.tool_call_id] = self.toolids.provider_id_for(
+                    message.tool_call_id, session, self.adapter.make_tool_id
+                )
+        return out
+
+    def _canonical(self, job: Job):  # type: ignore[no-untyped-def]
+        session = job.request.session_id
+        counter = iter(range(1_000_000))
+
+        def canonical_id(provider_id: str) -> str:
+            # Some servers give no id at all: mint one so results can still answer the call.
+            return self.toolids.canonical_for(provider_id or f"call_{job.request_id}_{next(counter)}", session)
+
+        return canonical_id
+
+    def _info(self, err: ProviderError, note: str = "") -> ErrorInfo:
+        info = err.to_info(self.adapter.name, self.adapter.secrets)
+        if note:
+            info.message = f"{info.message} ({note})"
+        return info
+
+    async def run(self, job: Job) -> None:
+        emitter = Emitter(job, self.adapter.name, self.outbox.push_frames, self._canonical(job))
+        deadlines = Deadlines.resolve(self.adapter.timeouts, job)
+        with trio.CancelScope() as scope:
+            self.scopes[job.request_id] = scope
+            try:
+                with trio.move_on_after(deadlines.request_s) as overall:
+                    await self._attempts(job, emitter, deadlines)
+                if overall.cancelled_caught:
+                    emitter.fail(
+                        ErrorInfo(
+                            error_class="timeout",
+                            message=f"request exceeded its {deadlines.request_s:g}s deadline",
+                            retryable=True,
+                            provider=self.adapter.name,
+                        )
+                    )
+            finally:
+                self.scopes.pop(job.request_id, None)
+                call = self.calls.pop(job.request_id, None)
+        if scope.cancelled_caught or not emitter.terminal:
+            emitter.cancelled()
+            self.outbox.bus("llm.call_cancelled", request_id=job.request_id, provider=self.adapter.name,
+                            model=job.model.id, operation_id=job.operation_id,
+                            detail="upstream closed" if call is None or not call.upstream_open
+                            else "upstream still open")
+
+    async def _attempts(self, job: Job, emitter: Emitter, deadlines: Deadlines) -> None:
+        adapter = self.adapter
+        policy: RetryPolicy = adapter.retry
+        deadline = trio.current_time() + deadlines.request_s
+        wire_ids = self._wire_ids(job)
+        retries = 0
+        common = {"request_id": job.request_id, "provider": adapter.name, "model": job.model.id,
+                  "operation_id": job.operation_id}
+        while True:
+            call = Call(job, adapter.name, retries + 1, job.operation_id, deadlines, wire_ids)
+            self.calls[job.request_id] = call
+            self.outbox.bus("llm.call_started", attempt_id=call.attempt_id, attempt=call.attempt, **common)
+            try:
+                if job.stream:
+                    skeleton = await adapter.stream(call, emitter.emit)
+                    emitter.warnings.extend(w for w in call.warnings if w not in emitter.warnings)
+                    emitter.rate_limit = call.rate_limit
+                    emitter.finish(skeleton)
+                else:
+                    response = await adapter.complete(call)
+                    emitter.warnings.extend(w for w in call.warnings if w not in emitter.warnings)
+                    emitter.rate_limit = call.rate_limit
+                    emitter.complete(response)
+                self.outbox.bus("llm.call_completed", attempt_id=call.attempt_id, attempt=call.attempt,
+                                retry_count=retries, latency_ms=emitter.acc.finished.latency_ms
+                                if emitter.acc.finished else None,
+                                usage=emitter.acc.finished.usage if emitter.acc.finished else None, **common)
+                return
+            except ProviderError as err:
+                error = err
+            except trio.Cancelled:
+                raise
+            except Exception as exc:  # a response the translator could not read
+                log.exception("provider %s: unexpected failure", adapter.name)
+                error = ProviderError("invalid_response", f"could not read the provider's response: {exc!r}")
+            emitter.warnings.extend(w for w in call.warnings if w not in emitter.warnings)
+            emitter.rate_limit = call.rate_limit or emitter.rate_limit
+            self.outbox.bus("llm.call_failed", attempt_id=call.attempt_id, attempt=call.attempt,
+                            error_class=error.error_class, retry_count=retries,
+                            detail=redact(error.message, adapter.secrets), **common)
+            if emitter.started:
+                emitter.fail(self._info(error, "the stream had already begun, so it was not retried"
+                                        if error.retryable else ""))
+                return
+            decision = decide(error, retries, policy, max_retries=job.request.max_retries,
+                              time_left_s=deadline - trio.current_time(), rng=self.rng)
+            if not decision.retry:
+                note = decision.reason if error.retryable else ""
+                emitter.fail(self._info(error, note))
+                return
+            if decision.from_retry_after:
+                self.outbox.bus("llm.rate_limited", wait_s=decision.wait_s, error_class=error.error_class,
+                                attempt=call.attempt, **common)
+            self.outbox.bus("llm.retrying", wait_s=decision.wait_s, error_class=error.error_class,
+                            attempt=call.attempt + 1, retry_count=retries + 1, **common)
+            await trio.sleep(decision.wait_s)
+            retries += 1
+
+
+def load_adapter(settings: WorkerSettings) -> Adapter:
+    kind = settings.provider.type
+    if kind == "mock":
+        from .mock.adapter import MockAdapter
+
+        return MockAdapter(settings.name, settings.provider, settings.retry, settings.timeouts)
+    raise ValueError(f"no worker for provider type {kind!r}")
+
+
+async def serve(settings: WorkerSettings) -> None:
+    """The worker's main loop, until `shutdown` or the supervisor goes away."""
+    adapter = load_adapter(settings)
+    toolids = ToolIdMap(Path(settings.state_dir) / f"toolids-{settings.name}.sqlite3")
+    outbox = Outbox()
+    runner = JobRunner(adapter, outbox, toolids)
+    sock = nng.pair(settings.link, listen=False)
+    parent = os.getppid()
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(outbox.run, sock)
+            outbox.push(WorkerUp(provider=settings.name, pid=os.getpid(), generation=settings.generation))
+
+            async def heartbeat() -> None:
+                while True:
+                    await trio.sleep(settings.heartbeat_interval_s)
+                    if os.getppid() != parent:
+                        log.warning("supervisor is gone; worker %s exits", settings.name)
+                        os._exit(0)
+                    outbox.push(Heartbeat(in_flight=len(runner.scopes)))
+
+            nursery.start_soon(heartbeat)
+            jobs_nursery = nursery
+            while True:
+                msg = codec.decode_to_worker(await nng.recv(sock))
+                if type(msg) is Job:
+                    if msg.generation != settings.generation:
+                        continue  # queued for a worker that died before taking it
+                    jobs_nursery.start_soon(runner.run, msg)
+                elif type(msg) is StopJob:
+                    runner.cancel(msg.request_id)
+                elif type(msg) is CheckReady:
+                    nursery.start_soon(_answer_ready, adapter, outbox, msg)
+                elif type(msg) is EstimateTokens:
+                    try:
+                        count = adapter.count_tokens(msg.request, msg.model)
+                        outbox.push(CallResult(call_id=msg.call_id, input_tokens=count))
+                    except Exception as exc:  # noqa: BLE001 - answer, never die on one request
+                        outbox.push(CallResult(call_id=msg.call_id, ok=False,
+                                               error=ErrorInfo(error_class="other", message=repr(exc))))
+                elif type(msg) is Shutdown:
+                    await _drain(runner, msg.grace_s)
+                    await outbox.flush(sock)
+                    nursery.cancel_scope.cancel()
+    finally:
+        await adapter.aclose()
+        toolids.close()
+        sock.close()
+
+
+async def _drain(runner: JobRunner, grace_s: float) -> None:
+    with trio.move_on_after(grace_s):
+        while runner.scopes:
+            await trio.sleep(0.01)
+    for request_id in list(runner.scopes):
+        runner.cancel(request_id)
+    with trio.move_on_after(2.0):
+        while runner.scopes:
+            await trio.sleep(0.01)
+
+
+async def _answer_ready(adapter: Adapter, outbox: Outbox, msg: CheckReady) -> None:
+    try:
+        await adapter.ready(msg.model)
+        outbox.push(CallResult(call_id=msg.call_id))
+    except ProviderError as err:
+        outbox.push(CallResult(call_id=msg.call_id, ok=False, error=err.to_info(adapter.name, adapter.secrets)))
+    except Exception as exc:  # noqa: BLE001
+        outbox.push(CallResult(call_id=msg.call_id, ok=False, error=ErrorInfo(error_class="other", message=repr(exc))))
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to kill this process when the supervisor dies (PR_SET_PDEATHSIG)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the heartbeat's parent check still applies
+        pass
+
+
+def main() -> None:
+    """Entry point of `python -m trunkline.workers`; settings come in TRUNKLINE_WORKER."""
+    import msgspec
+
+    # The supervisor owns our lifetime: Ctrl-C is its to handle, and if it dies we die with it.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent()
+    raw = os.environ.get("TRUNKLINE_WORKER")
+    if not raw:
+        raise SystemExit("trunkline worker: TRUNKLINE_WORKER is not set (workers are started by `trunkline serve`)")
+    settings = msgspec.json.decode(raw, type=WorkerSettings)
+    logging.basicConfig(level=settings.log_level.upper(), format=f"%(asctime)s worker[{settings.name}] %(levelname)s %(message)s")
+    trio.run(serve, settings)

@@ -1,0 +1,1 @@
+"""The offline, deterministic `mock` provider: an echo by default, scriptable per request."""

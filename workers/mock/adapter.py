@@ -1,0 +1,70 @@
+"""The mock's I/O: it plays its chunks with their delays, stalls and crashes."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from typing import Any
+
+import trio
+
+from ...protocol.messages import ModelInfo, Response
+from .._adapter import Adapter, Call, Emit, idle_guarded
+from ..errors import ProviderError
+from . import errors, request, response
+from .stream import MockStream
+
+
+class MockAdapter(Adapter):
+    provider_type = "mock"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.config.options.get("crash_on_start"):
+            # A worker that dies as it starts: how tests drive the restart-intensity limit.
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    async def _play(self, call: Call) -> AsyncIterator[dict[str, Any]]:
+        chunks = request.build(call.request, self.name, call.model.wire_name)
+        call.upstream_open = True
+        try:
+            for chunk in chunks:
+                kind = chunk["kind"]
+                if kind == "delay":
+                    await trio.sleep(chunk["seconds"])
+                elif kind == "stall":
+                    await trio.sleep_forever()
+                elif kind == "crash":
+                    os.kill(os.getpid(), signal.SIGKILL)
+                elif kind == "error":
+                    if errors.applies(chunk, call.attempt):
+                        raise errors.classify(chunk)
+                else:
+                    yield chunk
+                    await trio.lowlevel.checkpoint()
+        finally:
+            call.upstream_open = False
+
+    async def stream(self, call: Call, emit: Emit) -> Response:
+        translator = MockStream(passthrough=call.request.passthrough)
+        async with aclosing(idle_guarded(self._play(call), call.deadlines.stream_idle_s, "the mock")) as chunks:
+            async for chunk in chunks:
+                for event in translator.feed(chunk):
+                    emit(event)
+        tail, skeleton = translator.finish()
+        for event in tail:
+            emit(event)
+        return skeleton
+
+    async def complete(self, call: Call) -> Response:
+        collected: list[dict[str, Any]] = []
+        async with aclosing(idle_guarded(self._play(call), call.deadlines.stream_idle_s, "the mock")) as chunks:
+            async for chunk in chunks:
+                collected.append(chunk)
+        return response.parse(collected)
+
+    async def ready(self, model: ModelInfo) -> None:
+        if not model.in_catalog:
+            raise ProviderError("not_found", f"the mock has no model {model.wire_name!r}")

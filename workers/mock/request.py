@@ -1,0 +1,173 @@
+"""Canonical request -> the mock's wire plan (a list of chunks to play back).
+
+`provider_options.mock` scripts a reply as a list of steps; without it the
+mock echoes the last user message word by word. Chunks are plain dicts with a
+`kind`, the mock's own "wire format", so the stream and response translators
+work on it the way real providers' translators work on SSE or JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import msgspec
+
+from ...protocol.messages import Request
+from ...protocol.tokens import estimate_request_tokens, estimate_text_tokens
+from ..errors import ProviderError
+
+
+class _Opt(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
+    pass
+
+
+class ToolCallStep(_Opt):
+    name: str
+    arguments: dict[str, Any] | str = msgspec.field(default_factory=dict)
+    id: str | None = None
+    chunks: int = 3  # how many fragments the argument JSON is cut into
+    fragment_delay: float | None = None  # pause before each fragment
+    hold: float | None = None  # pause after the last fragment, before the call ends
+
+
+class ErrorStep(_Opt):
+    error_class: str = "server_error"
+    message: str = "mock failure"
+    status: int | None = None
+    code: str | None = None
+    retry_after: float | None = None
+    attempts: int | None = None  # fail only on the first N attempts; None: on every attempt
+
+
+class UsageStep(_Opt):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+
+class Step(_Opt):
+    """One scripted step; set exactly one of its kinds (a `delay` may go with any)."""
+
+    text: str | None = None
+    reasoning: str | None = None
+    signature: str | None = None
+    redacted: str | None = None
+    tool_call: ToolCallStep | None = None
+    usage: UsageStep | None = None
+    error: ErrorStep | None = None
+    finish: str | None = None
+    event: dict[str, Any] | None = None
+    delay: float | None = None
+    stall: bool = False
+    crash: bool = False
+
+
+class MockOptions(_Opt):
+    steps: list[Step] | None = None
+    delay: float = 0.0  # pause between the chunks of the default echo
+    repeat: int = 1  # play the text steps this many times (long streams for tests and benchmarks)
+    model: str | None = None
+
+
+_WORDS = re.compile(r"\s*\S+\s*|\s+")
+
+
+def options(request: Request, provider: str) -> MockOptions:
+    raw = request.provider_options.get(provider) or request.provider_options.get("mock") or {}
+    try:
+        return msgspec.convert(raw, MockOptions)
+    except msgspec.ValidationError as exc:
+        raise ProviderError("invalid_request", f"provider_options.mock: {exc}") from None
+
+
+def _last_user_text(request: Request) -> str:
+    for message in reversed(request.messages):
+        if message.role == "user":
+            return message.text
+    return ""
+
+
+def _echo(request: Request, opts: MockOptions) -> list[Step]:
+    text = _last_user_text(request) or "(nothing to echo)"
+    words = _WORDS.findall(text)
+    finish = "stop"
+    matched: str | None = None
+    for stop in request.stop_sequences:
+        at = text.find(stop)
+        if stop and at >= 0:
+            text = text[:at]
+            words, matched = _WORDS.findall(text), stop
+    if request.max_tokens is not None:
+        kept, used = [], 0
+        for word in words:
+            used += estimate_text_tokens(word.strip()) or 1
+            if used > request.max_tokens:
+                finish = "length"
+                break
+            kept.append(word)
+        words = kept
+    steps = [Step(text=w, delay=opts.delay or None) for w in words]
+    out_tokens = estimate_text_tokens("".join(words))
+    steps.append(Step(usage=UsageStep(input_tokens=estimate_request_tokens(request), output_tokens=out_tokens)))
+    steps.append(Step(finish=finish if matched is None else f"stop_sequence:{matched}"))
+    return steps
+
+
+def _fragments(arguments: dict[str, Any] | str, n: int) -> list[str]:
+    raw = arguments if isinstance(arguments, str) else json.dumps(arguments, separators=(",", ":"))
+    if not raw:
+        return [""]
+    n = max(1, min(n, len(raw)))
+    size = -(-len(raw) // n)
+    return [raw[i : i + size] for i in range(0, len(raw), size)]
+
+
+def build(request: Request, provider: str, model_wire_name: str) -> list[dict[str, Any]]:
+    """The chunks the mock will play for `request`."""
+    opts = options(request, provider)
+    steps = opts.steps if opts.steps is not None else _echo(request, opts)
+    chunks: list[dict[str, Any]] = [{"kind": "start", "model": opts.model or model_wire_name}]
+    tool_number = 0
+    for _ in range(max(opts.repeat, 1)):
+        for step in steps:
+            if step.delay:
+                chunks.append({"kind": "delay", "seconds": step.delay})
+            if step.text is not None:
+                chunks.append({"kind": "text", "text": step.text})
+            if step.reasoning is not None:
+                chunks.append({"kind": "reasoning", "text": step.reasoning})
+            if step.signature is not None:
+                chunks.append({"kind": "signature", "signature": step.signature})
+            if step.redacted is not None:
+                chunks.append({"kind": "redacted", "data": step.redacted})
+            if step.tool_call is not None:
+                tool_number += 1
+                call = step.tool_call
+                call_id = call.id or f"mockcall_{tool_number}"
+                chunks.append({"kind": "tool_start", "id": call_id, "name": call.name})
+                for fragment in _fragments(call.arguments, call.chunks):
+                    if call.fragment_delay:
+                        chunks.append({"kind": "delay", "seconds": call.fragment_delay})
+                    chunks.append({"kind": "tool_args", "id": call_id, "json": fragment})
+                if call.hold:
+                    chunks.append({"kind": "delay", "seconds": call.hold})
+                chunks.append({"kind": "tool_end", "id": call_id})
+            if step.event is not None:
+                chunks.append({"kind": "event", "data": step.event})
+            if step.usage is not None:
+                chunks.append({"kind": "usage", **msgspec.to_builtins(step.usage)})
+            if step.error is not None:
+                chunks.append({"kind": "error", **msgspec.to_builtins(step.error)})
+            if step.finish is not None:
+                chunks.append({"kind": "finish", "reason": step.finish})
+            if step.stall:
+                chunks.append({"kind": "stall"})
+            if step.crash:
+                chunks.append({"kind": "crash"})
+        if opts.steps is None:
+            break
+    return chunks
