@@ -1,0 +1,299 @@
+"""The supervisor process: sockets, workers, the request table, shutdown.
+
+It binds the control Rep0 and the event Pub0 in a private runtime directory,
+starts one worker slot per configured provider, answers control requests (see
+`router`), relays worker events to the Pub0 and keeps them for `replay`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from ..protocol import __version__
+from ..config.catalog import Catalog
+from ..config.loader import Config
+from ..protocol import nng
+from ..protocol.codec import BUS_TOPIC, frame_event
+from ..protocol.messages import (
+    RETRYABLE,
+    BusEvent,
+    ErrorClass,
+    ErrorEvent,
+    ErrorInfo,
+    Event,
+    Finish,
+    FinishReason,
+    Relay,
+    Response,
+    StopJob,
+)
+from .requests import RequestState, RequestTable
+from .slot import WorkerSlot
+
+log = logging.getLogger("trunkline.supervisor")
+
+
+class StartupError(Exception):
+    """The daemon cannot start (another daemon holds the endpoint, a bad directory...)."""
+
+
+def prepare_runtime_dir(path: Path) -> None:
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    st = path.stat()
+    if st.st_uid != os.getuid():
+        raise StartupError(f"runtime dir {path} belongs to another user")
+    if st.st_mode & 0o077:
+        os.chmod(path, 0o700)
+
+
+class Daemon:
+    def __init__(self, config: Config, runtime_dir: Path | None = None) -> None:
+        self.config = config
+        self.runtime_dir = runtime_dir or config.resolved_runtime_dir()
+        self.state_dir = config.resolved_state_dir()
+        self.control_url = config.endpoint("control", self.runtime_dir)
+        self.events_url = config.endpoint("events", self.runtime_dir)
+        configured = [n for n, p in config.providers.items() if not p.api_key_env or os.environ.get(p.api_key_env)]
+        self.catalog = Catalog.load(config.models, providers=config.providers, configured=configured)
+        self.requests = RequestTable(config.replay.ring_events, config.replay.keep_s, config.replay.max_requests)
+        self.slots: dict[str, WorkerSlot] = {}
+        for name, provider in config.providers.items():
+            slot = WorkerSlot(self, name, provider)
+            if name not in configured:
+                slot.state = "not_configured"
+                slot.last_error = f"environment variable {provider.api_key_env} is not set"
+            self.slots[name] = slot
+        self.accepting = True
+        self.started_wall = time.time()
+        self.started_at = 0.0
+        self.pub: Any = None
+        self.rep: Any = None
+        self.token: trio.lowlevel.TrioToken | None = None
+        self.drained = trio.Event()
+        self.hurry = trio.Event()  # a second signal: skip the grace period
+        from .router import Router
+
+        self.router = Router(self)
+
+    # -- publishing ----------------------------------------------------------------
+
+    def publish(self, frame: bytes) -> None:
+        nng.publish(self.pub, frame)
+
+    def bus(self, name: str, **fields: Any) -> None:
+        self.publish(frame_event(BUS_TOPIC, BusEvent(name=name, **fields)))
+
+    def relay(self, msg: Relay) -> None:
+        """Publish a worker's frames and keep them for replay; drop those of requests
+        the supervisor already ended (cancelled by timeout, or a previous generation)."""
+        if not msg.request_id:
+            for frame in msg.frames:
+                self.publish(frame)
+            return
+        state = self.requests.active.get(msg.request_id)
+        if state is None:
+            return
+        ring = state.ring
+        pub = self.pub
+        for frame in msg.frames:
+            nng.publish(pub, frame)
+            ring.append(frame)
+        state.last_seq = msg.last_seq
+        if msg.terminal:
+            self._ended(state)
+
+    def _ended(self, state: RequestState) -> None:
+        self.requests.end(state, trio.current_time())
+        slot = self.slots.get(state.provider)
+        if slot is not None:
+            slot.in_flight.discard(state.request_id)
+        if not self.requests.active and not self.accepting:
+            self.drained.set()
+
+    def _publish_own(self, state: RequestState, event: Event) -> None:
+        event.request_id = state.request_id
+        event.seq = state.last_seq + 1
+        frame = frame_event(state.client_id, event)
+        self.publish(frame)
+        state.ring.append(frame)
+        state.last_seq = event.seq
+
+    def _end_here(self, state: RequestState, terminal: Callable[[Response | None], Event]) -> None:
+        """End a request with the supervisor's own events, in its sequence: the end of
+        every part the worker left open, then `terminal(partial response)`."""
+        if state.ended:
+            return
+        partial: Response | None = None
+        if state.stream and state.last_seq >= 0:
+            acc = state.accumulator()
+            for ev in acc.closing_events():
+                self._publish_own(state, ev)
+                acc.feed(ev)
+            partial = acc.response()
+            partial.provider = state.provider
+        self._publish_own(state, terminal(partial))
+        self._ended(state)
+
+    def fail_request(self, state: RequestState, error_class: ErrorClass, message: str) -> None:
+        info = ErrorInfo(error_class=error_class, message=message, retryable=RETRYABLE[error_class],
+                         provider=state.provider)
+        self._end_here(state, lambda partial: ErrorEvent(error=info, partial=partial))
+
+    def finish_cancelled(self, state: RequestState, raw: str) -> None:
+        def finish(partial: Response | None) -> Event:
+            response = partial or Response(provider=state.provider)
+            response.finish_reason = FinishReason(reason="cancelled", raw=raw)
+            return Finish(response=response)
+
+        self._end_here(state, finish)
+
+    def cancel_request(self, state: RequestState) -> None:
+        """Ask the worker to stop; end it here if it never reached a worker."""
+        if state.ended:
+            return
+        if state.generation is None:
+            self.finish_cancelled(state, "cancelled before start")
+            return
+        slot = self.slots[state.provider]
+        slot.send(StopJob(request_id=state.request_id))
+        if state.cancel_deadline is None:
+            state.cancel_deadline = trio.current_time() + self.config.supervision.cancel_grace_s
+
+    # -- housekeeping ----------------------------------------------------------------
+
+    async def _housekeeping(self) -> None:
+        while True:
+            await trio.sleep(0.25)
+            now = trio.current_time()
+            self.requests.expire(now)
+            for state in list(self.requests.active.values()):
+                if state.cancel_deadline is not None and now > state.cancel_deadline:
+                    # The worker did not confirm the cancel in time: end it here; its
+                    # late events, if any, are dropped by `relay`.
+                    self.finish_cancelled(state, "worker did not confirm the cancel")
+            for slot in self.slots.values():
+                slot.check_heartbeat(now)
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    def _bind(self) -> None:
+        if self.control_url.startswith("ipc://") or self.events_url.startswith("ipc://"):
+            prepare_runtime_dir(self.runtime_dir)
+        try:
+            self.rep = nng.replier(self.control_url, max_size=self.config.limits.max_message_bytes * 4)
+        except nng.AddressInUse:
+            raise StartupError(f"another trunkline daemon is already serving {self.control_url}") from None
+        except ValueError as exc:
+            raise StartupError(str(exc)) from None
+        try:
+            self.pub = nng.publisher(self.events_url)
+        except nng.AddressInUse:
+            self.rep.close()
+            raise StartupError(f"another trunkline daemon is already serving {self.events_url}") from None
+        token = self.token
+        assert token is not None
+
+        def pipe_gone(pipe: Any) -> None:
+            try:
+                token.run_sync_soon(self.router.pipe_gone, pipe.id)
+            except trio.RunFinishedError:
+                pass
+
+        self.rep.add_post_pipe_remove_cb(pipe_gone)
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        self.token = trio.lowlevel.current_trio_token()
+        self.started_at = trio.current_time()
+        self._bind()
+        log.info("trunkline %s serving %s (events %s)", __version__, self.control_url, self.events_url)
+        try:
+            async with trio.open_nursery() as nursery:
+                workers = await nursery.start(self._run_workers)
+                for _ in range(4):
+                    nursery.start_soon(self.router.serve, nursery)
+                nursery.start_soon(self._housekeeping)
+                with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                    task_status.started()
+                    async for signum in signals:
+                        log.info("received %s: draining", signal.Signals(signum).name)
+                        break
+
+                    async def hurry_on_second_signal() -> None:
+                        async for signum in signals:
+                            log.info("received %s again: cancelling what is left", signal.Signals(signum).name)
+                            self.hurry.set()
+
+                    nursery.start_soon(hurry_on_second_signal)
+                    await self.shutdown(workers)
+                nursery.cancel_scope.cancel()
+        finally:
+            if self.rep is not None:
+                self.rep.close()
+            if self.pub is not None:
+                self.pub.close()
+
+    async def _run_workers(self, *, task_status: trio.TaskStatus[trio.Nursery]) -> None:
+        async with trio.open_nursery() as nursery:
+            for slot in self.slots.values():
+                if slot.state != "not_configured":
+                    nursery.start_soon(slot.run)
+            task_status.started(nursery)
+
+    async def shutdown(self, workers: trio.Nursery) -> None:
+        """Stop accepting; let in-flight requests finish within the grace period;
+        cancel the rest; stop the workers."""
+        cfg = self.config.supervision
+        self.accepting = False
+        if self.requests.active:
+            with trio.move_on_after(cfg.shutdown_grace_s):
+                async with trio.open_nursery() as race:
+                    async def wait_for(event: trio.Event) -> None:
+                        await event.wait()
+                        race.cancel_scope.cancel()
+
+                    race.start_soon(wait_for, self.drained)
+                    race.start_soon(wait_for, self.hurry)
+        for state in list(self.requests.active.values()):
+            self.cancel_request(state)
+        if self.requests.active:
+            with trio.move_on_after(min(cfg.cancel_grace_s, 2.0)):
+                await self.drained.wait()
+        for state in list(self.requests.active.values()):
+            self.finish_cancelled(state, "shutdown")
+        async with trio.open_nursery() as stopping:
+            for slot in self.slots.values():
+                stopping.start_soon(slot.stop, 2.0)
+        workers.cancel_scope.cancel()
+        # nng may drop what is still queued when the socket closes; give the last
+        # terminal events a moment to leave.
+        await trio.sleep(0.05)
+        log.info("stopped")
+
+
+def main_serve(config_path: str | None, runtime_dir: Path | None) -> int:
+    """`trunkline serve`: run until SIGTERM or Ctrl-C. Returns the exit status."""
+    import sys
+
+    from ..config.loader import ConfigError, load_config
+
+    try:
+        config = load_config(config_path)
+    except ConfigError as exc:
+        print(f"trunkline: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    daemon = Daemon(config, runtime_dir)
+    try:
+        trio.run(daemon.run)
+    except StartupError as exc:
+        print(f"trunkline: {exc}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,96 @@
+"""Requests the supervisor knows about: who asked, who serves, what was published.
+
+Each request keeps a ring of its most recent event frames so a client that
+lost some (PUB/SUB drops for slow subscribers) can ask for them again; the
+ring outlives the request for `keep_s`, and outlives its worker: a crashed
+worker's requests still answer `replay`.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Iterator
+
+from ..protocol.accumulate import StreamAccumulator
+from ..protocol.codec import decode_event, split_frame
+
+
+class RequestState:
+    __slots__ = (
+        "request_id", "client_id", "provider", "model", "stream", "operation_id",
+        "generation", "ring", "last_seq", "ended", "ended_at", "cancel_deadline", "submitted_at",
+    )
+
+    def __init__(self, request_id: str, client_id: str, provider: str, model: str, stream: bool,
+                 operation_id: str, ring_events: int, now: float) -> None:
+        self.request_id = request_id
+        self.client_id = client_id
+        self.provider = provider
+        self.model = model
+        self.stream = stream
+        self.operation_id = operation_id
+        self.generation: int | None = None  # the worker incarnation it was sent to
+        self.ring: deque[bytes] = deque(maxlen=ring_events)
+        self.last_seq = -1
+        self.ended = False
+        self.ended_at = 0.0
+        self.cancel_deadline: float | None = None
+        self.submitted_at = now
+
+    @property
+    def first_seq(self) -> int:
+        return self.last_seq - len(self.ring) + 1
+
+    def frames_from(self, from_seq: int, limit: int) -> list[bytes]:
+        start = max(from_seq - self.first_seq, 0)
+        end = min(start + limit, len(self.ring))
+        if start == 0 and end == len(self.ring):
+            return list(self.ring)
+        return [self.ring[i] for i in range(start, end)]
+
+    def accumulator(self) -> StreamAccumulator:
+        """What its published events tell (for a request the supervisor must end itself)."""
+        acc = StreamAccumulator(self.provider)
+        for frame in self.ring:
+            _, body = split_frame(frame)
+            acc.feed(decode_event(body))
+        return acc
+
+
+class RequestTable:
+    def __init__(self, ring_events: int, keep_s: float, max_ended: int) -> None:
+        self.ring_events = ring_events
+        self.keep_s = keep_s
+        self.max_ended = max_ended
+        self.active: dict[str, RequestState] = {}
+        self.ended: OrderedDict[str, RequestState] = OrderedDict()
+
+    def get(self, request_id: str) -> RequestState | None:
+        return self.active.get(request_id) or self.ended.get(request_id)
+
+    def add(self, state: RequestState) -> None:
+        self.active[state.request_id] = state
+
+    def end(self, state: RequestState, now: float) -> None:
+        state.ended = True
+        state.ended_at = now
+        self.active.pop(state.request_id, None)
+        self.ended[state.request_id] = state
+        while len(self.ended) > self.max_ended:
+            self.ended.popitem(last=False)
+
+    def expire(self, now: float) -> int:
+        dropped = 0
+        while self.ended:
+            request_id, state = next(iter(self.ended.items()))
+            if now - state.ended_at < self.keep_s:
+                break
+            del self.ended[request_id]
+            dropped += 1
+        return dropped
+
+    def of_client(self, client_id: str) -> Iterator[RequestState]:
+        return (s for s in list(self.active.values()) if s.client_id == client_id)
+
+    def of_provider(self, provider: str) -> Iterator[RequestState]:
+        return (s for s in list(self.active.values()) if s.provider == provider)

@@ -1,0 +1,261 @@
+"""One provider's worker: its process, its link, its restarts.
+
+The slot outlives every process it starts. It listens on the link (the worker
+dials), relays what the worker sends, and when the process dies it ends every
+request that process held before deciding, by restart intensity, whether to
+start another.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from typing import TYPE_CHECKING, Literal
+
+import trio
+
+from ..config.loader import ProviderConfig, WorkerSettings
+from ..protocol import codec, nng
+from ..protocol.messages import (
+    CallResult,
+    ErrorInfo,
+    Heartbeat,
+    Job,
+    Msg,
+    Relay,
+    Shutdown,
+    WorkerStatus,
+    WorkerUp,
+)
+from . import spawn
+from .tree import Intensity
+
+if TYPE_CHECKING:
+    from .daemon import Daemon
+
+log = logging.getLogger("trunkline.supervisor")
+
+State = Literal["starting", "running", "restarting", "unavailable", "not_configured", "stopped"]
+
+
+class WorkerSlot:
+    def __init__(self, daemon: Daemon, name: str, config: ProviderConfig) -> None:
+        self.daemon = daemon
+        self.name = name
+        self.config = config
+        self.state: State = "starting"
+        self.pid: int | None = None
+        self.restarts = 0
+        self.generation = 0
+        self.last_error: str | None = None
+        self.last_heartbeat: float | None = None
+        self.in_flight: set[str] = set()
+        self.retry_at: float | None = None
+        self.link_url = f"ipc://{daemon.runtime_dir}/w-{name}.ipc"
+        self.sock = None  # type: ignore[var-annotated]
+        self._up = trio.Event()
+        self._outbound_send, self._outbound_recv = trio.open_memory_channel[Msg](10_000)
+        self._calls: dict[int, tuple[trio.Event, list[CallResult]]] = {}
+        self._call_ids = itertools.count(1)
+        self._proc: trio.Process | None = None
+        self._stopping = False
+        cfg = daemon.config.supervision
+        self.intensity = Intensity(cfg.max_restarts, cfg.restart_window_s)
+
+    # -- status ----------------------------------------------------------------
+
+    def status(self) -> WorkerStatus:
+        now = trio.current_time()
+        return WorkerStatus(
+            provider=self.name,
+            provider_type=self.config.type,
+            state=self.state,
+            pid=self.pid,
+            restarts=self.restarts,
+            in_flight=len(self.in_flight),
+            last_error=self.last_error,
+            last_heartbeat_s=round(now - self.last_heartbeat, 3) if self.last_heartbeat is not None else None,
+        )
+
+    @property
+    def accepting(self) -> bool:
+        return self.state in ("starting", "running", "restarting")
+
+    # -- sending to the worker -----------------------------------------------
+
+    def send(self, msg: Msg) -> None:
+        """Queue a message for the worker; jobs wait until a worker is up to take them."""
+        try:
+            self._outbound_send.send_nowait(msg)
+        except trio.WouldBlock:
+            raise RuntimeError(f"worker {self.name}: outbound queue full") from None
+
+    async def call(self, msg: Msg, timeout_s: float) -> CallResult:
+        """Ask the worker something and wait for its answer."""
+        call_id = next(self._call_ids)
+        msg.call_id = call_id  # type: ignore[attr-defined]
+        done = trio.Event()
+        box: list[CallResult] = []
+        self._calls[call_id] = (done, box)
+        try:
+            self.send(msg)
+            with trio.move_on_after(timeout_s):
+                await done.wait()
+        finally:
+            self._calls.pop(call_id, None)
+        if not box:
+            return CallResult(call_id=call_id, ok=False, error=ErrorInfo(
+                error_class="timeout", message=f"worker {self.name} did not answer within {timeout_s:g}s",
+                retryable=True, provider=self.name))
+        return box[0]
+
+    async def _sender(self) -> None:
+        async for msg in self._outbound_recv:
+            if type(msg) is Job:
+                while self.state != "running":
+                    if self.state in ("unavailable", "stopped"):
+                        break
+                    await self._up.wait()
+                state = self.daemon.requests.get(msg.request_id)
+                if state is None or state.ended:
+                    continue
+                if self.state != "running":
+                    self.daemon.fail_request(state, "unavailable", f"provider {self.name} is unavailable: "
+                                             f"{self.last_error or 'its worker keeps failing'}")
+                    continue
+                msg.generation = self.generation
+                state.generation = self.generation
+            await nng.send(self.sock, codec.encode(msg))
+
+    # -- receiving from the worker ---------------------------------------------
+
+    async def _reader(self) -> None:
+        daemon = self.daemon
+        while True:
+            data = await nng.recv(self.sock)
+            try:
+                msg = codec.decode_from_worker(data)
+            except codec.DecodeError as exc:
+                log.error("worker %s sent an unreadable message: %s", self.name, exc)
+                continue
+            t = type(msg)
+            if t is Relay:
+                daemon.relay(msg)  # type: ignore[arg-type]
+            elif t is Heartbeat:
+                self.last_heartbeat = trio.current_time()
+            elif t is CallResult:
+                pending = self._calls.get(msg.call_id)  # type: ignore[union-attr]
+                if pending is not None:
+                    pending[1].append(msg)  # type: ignore[arg-type]
+                    pending[0].set()
+            elif t is WorkerUp:
+                if msg.generation != self.generation:  # type: ignore[union-attr]
+                    continue
+                self.state = "running"
+                self.last_heartbeat = trio.current_time()
+                self._up.set()
+                daemon.bus("worker.up", provider=self.name, detail=f"pid {msg.pid}")  # type: ignore[union-attr]
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    def settings(self) -> WorkerSettings:
+        d = self.daemon
+        return WorkerSettings(
+            name=self.name,
+            provider=self.config,
+            retry=d.config.provider_retry(self.name),
+            timeouts=d.config.provider_timeouts(self.name),
+            link=self.link_url,
+            generation=self.generation,
+            state_dir=str(d.state_dir),
+            heartbeat_interval_s=d.config.supervision.heartbeat_interval_s,
+            log_level=d.config.log_level,
+        )
+
+    async def run(self) -> None:
+        """Keep a worker alive until the daemon stops."""
+        self.sock = nng.pair(self.link_url, listen=True)
+        cfg = self.daemon.config.supervision
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._reader)
+                nursery.start_soon(self._sender)
+                while not self._stopping:
+                    self.generation += 1
+                    self.state = "starting" if self.generation == 1 else "restarting"
+                    try:
+                        self._proc = await spawn.start(self.settings())
+                    except OSError as exc:
+                        self.last_error = f"cannot start worker: {exc}"
+                        code = None
+                    else:
+                        self.pid = self._proc.pid
+                        code = await self._proc.wait()
+                    if self._stopping:
+                        break
+                    self._died(code)
+                    if self.intensity.allow(trio.current_time()):
+                        self.restarts += 1
+                        await trio.sleep(cfg.restart_backoff_s)
+                        continue
+                    self._give_up()
+                    await trio.sleep(cfg.unavailable_retry_s)
+                    self.intensity.reset()
+                self.state = "stopped"
+                nursery.cancel_scope.cancel()
+        finally:
+            self.sock.close()
+
+    def _died(self, code: int | None) -> None:
+        if code is not None:
+            how = f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
+            self.last_error = f"worker process {self.pid} {how}"
+        log.warning("provider %s: %s", self.name, self.last_error)
+        self.state = "restarting"
+        self._up.set()  # wake a sender waiting for the old generation; it waits again
+        self._up = trio.Event()
+        self.pid = None
+        dead = self.generation
+        for request_id in list(self.in_flight):
+            state = self.daemon.requests.get(request_id)
+            if state is None or state.ended:
+                self.in_flight.discard(request_id)
+            elif state.generation == dead:
+                self.daemon.fail_request(state, "unavailable", f"the {self.name} worker died mid-request "
+                                         f"({self.last_error}); retry the request")
+        for pending in self._calls.values():
+            pending[0].set()
+        self.daemon.bus("worker.exited", provider=self.name, detail=self.last_error)
+
+    def _give_up(self) -> None:
+        self.state = "unavailable"
+        self.retry_at = trio.current_time() + self.daemon.config.supervision.unavailable_retry_s
+        self._up.set()  # queued jobs fail at once
+        self._up = trio.Event()
+        for request_id in list(self.in_flight):
+            state = self.daemon.requests.get(request_id)
+            if state is not None and not state.ended:
+                self.daemon.fail_request(state, "unavailable", f"provider {self.name} is unavailable: "
+                                         f"{self.last_error}")
+        log.error("provider %s: %d restarts within %gs; marked unavailable", self.name,
+                  self.intensity.max_restarts, self.intensity.window_s)
+        self.daemon.bus("worker.unavailable", provider=self.name, detail=self.last_error)
+
+    def check_heartbeat(self, now: float) -> None:
+        timeout = self.daemon.config.supervision.heartbeat_timeout_s
+        if self.state == "running" and self.last_heartbeat is not None and now - self.last_heartbeat > timeout:
+            self.last_error = f"no heartbeat for {timeout:g}s"
+            if self._proc is not None and self._proc.returncode is None:
+                log.error("provider %s: worker hung (%s); killing it", self.name, self.last_error)
+                self._proc.kill()
+
+    async def stop(self, grace_s: float) -> None:
+        self._stopping = True
+        proc = self._proc
+        if proc is None or proc.returncode is not None:
+            self.state = "stopped"
+            return
+        if self.state == "running":
+            nng.try_send(self.sock, codec.encode(Shutdown(grace_s=grace_s)))
+        await spawn.stop(proc, grace_s + 2.0)
+        self.state = "stopped"
