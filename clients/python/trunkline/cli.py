@@ -1,0 +1,242 @@
+"""The `trunkline` command: start the daemon, or talk to a running one.
+
+Exit status: 0 success; 1 the request failed (the error class is printed);
+2 bad usage or configuration; 3 no daemon is running; 130 interrupted (Ctrl-C
+cancels the request first).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import trio
+
+from .client import Client
+from .errors import DaemonNotRunning, DaemonUnavailable, TrunklineError, error_from_info
+from .protocol import __version__
+from .protocol.messages import (
+    ErrorEvent,
+    Finish,
+    Message,
+    ReasoningDelta,
+    Request,
+    Response,
+    TextDelta,
+    ToolCallEnd,
+)
+
+EXIT_FAILED, EXIT_USAGE, EXIT_NO_DAEMON, EXIT_INTERRUPTED = 1, 2, 3, 130
+
+
+def _runtime_dir(args: argparse.Namespace) -> Path | None:
+    return Path(args.runtime_dir).expanduser() if args.runtime_dir else None
+
+
+def _json(obj: Any) -> str:
+    return json.dumps(msgspec.to_builtins(obj), indent=2, ensure_ascii=False)
+
+
+def summary(response: Response) -> str:
+    u = response.usage
+    parts = [f"{u.input_tokens} in", f"{u.output_tokens} out"]
+    if u.cache_read_tokens or u.cache_write_tokens:
+        parts.append(f"{u.cache_read_tokens} cache read, {u.cache_write_tokens} cache write")
+    if u.reasoning_tokens:
+        parts.append(f"{u.reasoning_tokens} reasoning")
+    cost = f"${response.cost_usd:.6f}" if response.cost_usd is not None else "cost unknown"
+    estimated = " (estimated)" if u.estimated else ""
+    reason = response.finish_reason.reason
+    return (f"[{response.provider}:{response.model}] {', '.join(parts)} tokens{estimated} · {cost} · "
+            f"{response.latency_ms:.0f} ms · {reason}")
+
+
+async def _ask(args: argparse.Namespace) -> int:
+    messages = ([Message.system(args.system)] if args.system else []) + [Message.user(args.prompt)]
+    fields: dict[str, Any] = {}
+    if args.max_tokens is not None:
+        fields["max_tokens"] = args.max_tokens
+    if args.temperature is not None:
+        fields["temperature"] = args.temperature
+    request = Request(model=args.model, messages=messages, **fields)
+    out = sys.stdout
+    async with Client(_runtime_dir(args), client_name="trunkline-cli") as client:
+        if args.no_stream:
+            response = await client.complete(request)
+            if args.json:
+                print(_json(response))
+            else:
+                print(response.text)
+            print(summary(response), file=sys.stderr)
+            return 0
+        interrupted = False
+        async with trio.open_nursery() as nursery:
+            stream = client.stream(request)
+            await stream.start()
+
+            async def on_interrupt() -> None:
+                nonlocal interrupted
+                with trio.open_signal_receiver(signal.SIGINT) as signals:
+                    async for _ in signals:
+                        if interrupted:
+                            raise SystemExit(EXIT_INTERRUPTED)  # a second Ctrl-C: stop waiting
+                        interrupted = True
+                        await stream.cancel()
+
+            nursery.start_soon(on_interrupt)
+            async for ev in stream:
+                t = type(ev)
+                if args.json:
+                    continue
+                if t is TextDelta:
+                    out.write(ev.text)
+                    out.flush()
+                elif t is ReasoningDelta and args.reasoning:
+                    sys.stderr.write(ev.text)
+                    sys.stderr.flush()
+                elif t is ToolCallEnd:
+                    print(f"\n[tool call {ev.name}({json.dumps(ev.arguments)})]", file=sys.stderr)
+                elif t is Finish or t is ErrorEvent:
+                    break
+            nursery.cancel_scope.cancel()
+        acc = stream.accumulator
+        if acc.error is not None:
+            if not args.json:
+                out.write("\n")
+            raise error_from_info(acc.error, acc.partial)
+        response = acc.response()
+        if args.json:
+            print(_json(response))
+        else:
+            out.write("\n")
+        print(summary(response), file=sys.stderr)
+        return EXIT_INTERRUPTED if interrupted else 0
+
+
+async def _models(args: argparse.Namespace) -> int:
+    async with Client(_runtime_dir(args), client_name="trunkline-cli") as client:
+        models = await client.list_models(args.provider)
+    if args.json:
+        print(_json(models))
+        return 0
+    rows = [("MODEL", "ALIASES", "CONTEXT", "MAX OUT", "$/M IN", "$/M OUT", "READY")]
+    for m in models:
+        rows.append((m.id, ",".join(m.aliases), str(m.context_window or "?"), str(m.max_output or "?"),
+                     f"{m.price.input:g}" if m.price.input is not None else "?",
+                     f"{m.price.output:g}" if m.price.output is not None else "?",
+                     "yes" if m.configured else "no key"))
+    _table(rows)
+    return 0
+
+
+async def _status(args: argparse.Namespace) -> int:
+    async with Client(_runtime_dir(args), client_name="trunkline-cli") as client:
+        report = await client.status()
+    if args.json:
+        print(_json(report))
+        return 0
+    print(f"trunkline {report.server_version} · pid {report.pid} · up {report.uptime_s:.0f}s · "
+          f"{report.in_flight} in flight")
+    rows = [("PROVIDER", "TYPE", "STATE", "PID", "RESTARTS", "IN FLIGHT", "LAST ERROR")]
+    for w in report.workers:
+        rows.append((w.provider, w.provider_type, w.state, str(w.pid or "-"), str(w.restarts), str(w.in_flight),
+                     w.last_error or ""))
+    _table(rows)
+    return 0
+
+
+async def _ready(args: argparse.Namespace) -> int:
+    async with Client(_runtime_dir(args), client_name="trunkline-cli") as client:
+        result = await client.ready(args.model)
+    if args.json:
+        print(_json(result))
+    elif result.ok:
+        print(f"{result.model}: ready")
+    else:
+        assert result.error is not None
+        print(f"{result.model or args.model}: not ready: {result.error.error_class}: {result.error.message}")
+    return 0 if result.ok else EXIT_FAILED
+
+
+def _table(rows: Sequence[Sequence[str]]) -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from .supervisor.daemon import main_serve  # the daemon's code loads only for `serve`
+
+    return main_serve(args.config, _runtime_dir(args))
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="trunkline", description="One daemon for every LLM provider.")
+    p.add_argument("--version", action="version", version=f"trunkline {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def common(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--runtime-dir", help="the daemon's runtime directory (default: $TRUNKLINE_RUNTIME_DIR, "
+                        "else $XDG_RUNTIME_DIR/trunkline, else /tmp/trunkline-$UID)")
+
+    sp = sub.add_parser("serve", help="run the daemon in the foreground")
+    sp.add_argument("--config", help="YAML file merged over the defaults (default: ~/.config/trunkline/config.yaml)")
+    common(sp)
+
+    sp = sub.add_parser("ask", help="ask a model; the answer streams to stdout")
+    sp.add_argument("model", help="a catalog id such as mock:echo, an alias, or provider:name")
+    sp.add_argument("prompt")
+    sp.add_argument("--system", help="a system prompt")
+    sp.add_argument("--no-stream", action="store_true", help="wait for the whole answer")
+    sp.add_argument("--json", action="store_true", help="print the final response as JSON")
+    sp.add_argument("--reasoning", action="store_true", help="show reasoning text on stderr")
+    sp.add_argument("--max-tokens", type=int)
+    sp.add_argument("--temperature", type=float)
+    common(sp)
+
+    sp = sub.add_parser("models", help="list the model catalog")
+    sp.add_argument("--provider")
+    sp.add_argument("--json", action="store_true")
+    common(sp)
+
+    sp = sub.add_parser("status", help="show the daemon and its workers")
+    sp.add_argument("--json", action="store_true")
+    common(sp)
+
+    sp = sub.add_parser("ready", help="check that a model can be called now")
+    sp.add_argument("model")
+    sp.add_argument("--json", action="store_true")
+    common(sp)
+    return p
+
+
+COMMANDS = {"ask": _ask, "models": _models, "status": _status, "ready": _ready}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.command == "serve":
+        return _serve(args)
+    try:
+        return trio.run(COMMANDS[args.command], args)
+    except DaemonNotRunning as exc:
+        print(f"trunkline: {exc}", file=sys.stderr)
+        return EXIT_NO_DAEMON
+    except DaemonUnavailable as exc:
+        print(f"trunkline: {exc}", file=sys.stderr)
+        return EXIT_NO_DAEMON
+    except TrunklineError as exc:
+        print(f"trunkline: {exc.info.error_class}: {exc.message}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,497 @@
+"""The Python client: the trunkline protocol, for trio and asyncio programs alike.
+
+    async with Client() as client:
+        response = await client.complete("mock:echo", "hello")
+        async with client.stream("mock:echo", "hello") as stream:
+            async for text in stream.text_stream:
+                print(text, end="")
+
+One background task drains the event socket and hands each event to the
+request waiting for it, in `seq` order. A gap in `seq` (PUB/SUB dropped
+events for a slow reader) or a long silence makes the client ask `replay`,
+so a response is never silently incomplete.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import anyio
+import msgspec
+from anyio.streams.memory import MemoryObjectReceiveStream
+
+from .errors import DaemonNotRunning, DaemonUnavailable, error_from_info
+from .protocol import codec, nng
+from .protocol.accumulate import StreamAccumulator
+from .protocol.ids import request_id as new_request_id
+from .protocol.messages import (
+    Accepted,
+    BusEvent,
+    Cancel,
+    CancelResult,
+    CountTokens,
+    ErrorEvent,
+    ErrorInfo,
+    Finish,
+    Goodbye,
+    Hello,
+    ListModels,
+    Message,
+    ModelInfo,
+    Models,
+    Probe,
+    ProbeEvent,
+    ProtocolError,
+    Ready,
+    ReadyResult,
+    Rejected,
+    Replay,
+    ReplayResult,
+    Request,
+    Response,
+    StatusQuery,
+    StatusReport,
+    StreamEvent,
+    Submit,
+    TextDelta,
+    TokenCount,
+    Welcome,
+)
+
+PROBE_INTERVAL_S = 0.05
+
+
+def default_runtime_dir() -> Path:
+    env = os.environ.get("TRUNKLINE_RUNTIME_DIR")
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg and Path(xdg).is_dir():
+        return Path(xdg) / "trunkline"
+    return Path(f"/tmp/trunkline-{os.getuid()}")
+
+
+def build_request(
+    model: str | Request, messages: str | Message | Sequence[Message] | None = None, **fields: Any
+) -> Request:
+    """A `Request` from a model and a prompt (or messages), with any other fields."""
+    if isinstance(model, Request):
+        if messages is None and not fields:
+            return model
+        base = msgspec.structs.asdict(model)
+        if messages is not None:
+            base["messages"] = _messages(messages)
+        base.update(fields)
+    else:
+        if messages is None:
+            raise TypeError("give the messages (or a prompt string) with the model")
+        base = {"model": model, "messages": _messages(messages), **fields}
+    try:
+        # Plain dicts are welcome anywhere (tools, parts, options): convert checks them.
+        return msgspec.convert(msgspec.to_builtins(base), Request)
+    except msgspec.ValidationError as exc:
+        raise TypeError(f"invalid request: {exc}") from None
+
+
+def _messages(messages: str | Message | Sequence[Message]) -> list[Message]:
+    if isinstance(messages, str):
+        return [Message.user(messages)]
+    if isinstance(messages, Message):
+        return [messages]
+    return list(messages)
+
+
+class _Route:
+    """Where one request's events go, in order, whatever order they arrive in."""
+
+    def __init__(self, client: Client, request_id: str) -> None:
+        self.client = client
+        self.request_id = request_id
+        self.next_seq = 0
+        self.pending: dict[int, Any] = {}
+        self.send, self.receive = anyio.create_memory_object_stream[Any](math.inf)
+        self.done = False
+        self.recovering = False
+        self.lost = 0  # events that could not be recovered (deltas only; the terminal is complete)
+        self.recovered = 0  # events that came by replay because the subscription missed them
+
+    def deliver(self, ev: Any) -> None:
+        seq = ev.seq
+        if self.done or seq < self.next_seq:
+            return
+        if seq > self.next_seq:
+            self.pending[seq] = ev
+            self.client._recover(self)
+            return
+        self._push(ev)
+        while self.next_seq in self.pending:
+            self._push(self.pending.pop(self.next_seq))
+
+    def _push(self, ev: Any) -> None:
+        self.next_seq = ev.seq + 1
+        self.send.send_nowait(ev)
+        if type(ev) is Finish or type(ev) is ErrorEvent:
+            self.done = True
+            self.pending.clear()
+            self.send.close()
+
+    def skip_to(self, seq: int) -> None:
+        """Events before `seq` are gone for good (the replay ring moved on)."""
+        if seq > self.next_seq:
+            self.lost += seq - self.next_seq
+            self.next_seq = seq
+            while self.next_seq in self.pending:
+                self._push(self.pending.pop(self.next_seq))
+
+    def fail(self, info: ErrorInfo) -> None:
+        if not self.done:
+            self._push(ErrorEvent(request_id=self.request_id, seq=self.next_seq, error=info))
+
+
+class Client:
+    """A connection to the trunkline daemon. Use as `async with Client() as client:`."""
+
+    def __init__(
+        self,
+        runtime_dir: str | Path | None = None,
+        *,
+        control_endpoint: str | None = None,
+        client_name: str = "trunkline-python",
+        token: str | None = None,
+        timeout_s: float = 30.0,
+        silence_check_s: float = 5.0,
+        watch_bus: bool = False,
+    ) -> None:
+        self.runtime_dir = Path(runtime_dir).expanduser() if runtime_dir else default_runtime_dir()
+        self.control_endpoint = control_endpoint or f"ipc://{self.runtime_dir / 'control.ipc'}"
+        self.client_name = client_name
+        self.token = token or os.environ.get("TRUNKLINE_TOKEN")
+        self.timeout_s = timeout_s
+        self.silence_check_s = silence_check_s
+        self.client_id = ""
+        self.welcome: Welcome | None = None
+        self._req: Any = None
+        self._sub: Any = None
+        self._routes: dict[str, _Route] = {}
+        self._tg: Any = None
+        self._probe_seen: anyio.Event | None = None
+        self._closed = False
+        #: Tests set this to an unset event to hold the event reader (to make it fall behind).
+        self.reader_gate: anyio.Event | None = None
+        self.watch_bus = watch_bus
+        #: With `watch_bus=True`: the daemon's observability events (`llm.*`, `worker.*`).
+        self.bus_events: MemoryObjectReceiveStream[BusEvent]
+        self._bus_send, self.bus_events = anyio.create_memory_object_stream[BusEvent](math.inf)
+
+    # -- connection ---------------------------------------------------------------------
+
+    async def __aenter__(self) -> Client:
+        await self._connect()
+        return self
+
+    async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        await self.aclose()
+
+    async def _connect(self) -> None:
+        path = nng.ipc_path(self.control_endpoint)
+        if path is not None and not path.exists():
+            raise DaemonNotRunning(f"no trunkline daemon is running (no socket at {path}); start one with "
+                                   "`trunkline serve`, or point TRUNKLINE_RUNTIME_DIR at its runtime directory")
+        try:
+            self._req = nng.requester(self.control_endpoint)
+        except (nng.ConnectionRefused, nng.NNGException) as exc:
+            raise DaemonNotRunning(f"no trunkline daemon answers at {self.control_endpoint} ({exc}); start one "
+                                   "with `trunkline serve`") from None
+        try:
+            welcome = await self._call(Hello(client_name=self.client_name, token=self.token), timeout_s=10.0)
+            assert type(welcome) is Welcome
+            self.welcome = welcome
+            self.client_id = welcome.client_id
+            self._sub = nng.subscriber(welcome.event_endpoint, codec.topic_prefix(self.client_id))
+            if self.watch_bus:
+                self._sub.subscribe(codec.topic_prefix(codec.BUS_TOPIC))
+            self._probe_seen = anyio.Event()
+            self._tg = anyio.create_task_group()
+            await self._tg.__aenter__()
+            self._tg.start_soon(self._read_events)
+            await self._probe()
+        except BaseException:
+            await self._teardown()
+            raise
+
+    async def _probe(self) -> None:
+        """Publish-subscribe loses what is sent before the subscription is live; ask the
+        daemon to publish a probe until one arrives, then the subscription works."""
+        assert self._probe_seen is not None
+        with anyio.fail_after(10.0):
+            while not self._probe_seen.is_set():
+                await self._call(Probe(client_id=self.client_id))
+                with anyio.move_on_after(PROBE_INTERVAL_S):
+                    await self._probe_seen.wait()
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._req is not None and self.client_id and any(not r.done for r in self._routes.values()):
+            try:
+                await self._call(Goodbye(client_id=self.client_id), timeout_s=2.0)
+            except (DaemonUnavailable, OSError):
+                pass
+        await self._teardown()
+
+    async def _teardown(self) -> None:
+        if self._tg is not None:
+            self._tg.cancel_scope.cancel()
+            await self._tg.__aexit__(None, None, None)
+            self._tg = None
+        for route in self._routes.values():
+            route.fail(ErrorInfo(error_class="cancelled", message="the client was closed"))
+        if self._sub is not None:
+            self._sub.close()
+        if self._req is not None:
+            self._req.close()
+
+    async def _call(self, msg: Any, timeout_s: float | None = None) -> Any:
+        """One control round trip."""
+        data = codec.encode(msg)
+        with self._req.new_context() as ctx:
+            try:
+                with anyio.fail_after(timeout_s or self.timeout_s):
+                    await ctx.asend(data)
+                    raw = await ctx.arecv()
+            except TimeoutError:
+                raise DaemonUnavailable(f"the trunkline daemon did not answer within {timeout_s or self.timeout_s:g}s") from None
+        reply = codec.decode_control_reply(raw)
+        if type(reply) is ProtocolError:
+            raise error_from_info(reply.error)
+        return reply
+
+    async def _read_events(self) -> None:
+        sub = self._sub
+        mine = codec.topic_prefix(self.client_id)
+        cut = len(mine)
+        bus = codec.topic_prefix(codec.BUS_TOPIC)
+        decode = codec.decode_event
+        routes = self._routes
+        while True:
+            if self.reader_gate is not None:
+                await self.reader_gate.wait()
+            data = nng.recv_ready(sub)
+            if data is None:
+                data = await sub.arecv()
+            try:
+                if data.startswith(mine):
+                    ev = decode(memoryview(data)[cut:])
+                elif data.startswith(bus):
+                    self._bus_send.send_nowait(decode(memoryview(data)[len(bus):]))
+                    continue
+                else:
+                    continue
+            except codec.DecodeError:
+                continue
+            route = routes.get(ev.request_id)
+            if route is not None:
+                route.deliver(ev)
+            elif type(ev) is ProbeEvent and self._probe_seen is not None:
+                self._probe_seen.set()
+
+    def _recover(self, route: _Route) -> None:
+        if route.recovering or self._tg is None:
+            return
+        route.recovering = True
+        self._tg.start_soon(self._replay, route)
+
+    async def _replay(self, route: _Route) -> None:
+        """Fetch what this request's subscription missed, until nothing is missing."""
+        try:
+            while not route.done:
+                result: ReplayResult = await self._call(Replay(request_id=route.request_id, from_seq=route.next_seq))
+                if result.state == "unknown":
+                    route.fail(ErrorInfo(error_class="unavailable", retryable=True, message=(
+                        "the daemon no longer knows this request (it restarted, or the request expired)")))
+                    return
+                if result.first_seq > route.next_seq:
+                    route.skip_to(result.first_seq)
+                before = route.next_seq
+                for raw in result.events:
+                    route.deliver(codec.decode_event(raw))
+                route.recovered += route.next_seq - before
+                if not route.pending and (result.state == "running" or route.done):
+                    return  # caught up; anything newer arrives as usual
+                if not result.events:
+                    return
+        except (DaemonUnavailable, OSError) as exc:
+            route.fail(ErrorInfo(error_class="unavailable", retryable=True, message=str(exc)))
+        finally:
+            route.recovering = False
+
+    # -- requests -------------------------------------------------------------------------
+
+    async def submit(self, request: Request, *, stream: bool = True, request_id: str | None = None,
+                     operation_id: str | None = None) -> tuple[Accepted, _Route]:
+        """Start a request; its events arrive on the returned route."""
+        rid = request_id or new_request_id()
+        route = self._routes.get(rid) or _Route(self, rid)
+        self._routes[rid] = route
+        try:
+            reply = await self._call(Submit(request_id=rid, client_id=self.client_id, request=request,
+                                            stream=stream, operation_id=operation_id))
+        except BaseException:
+            self._routes.pop(rid, None)
+            raise
+        if type(reply) is Rejected:
+            self._routes.pop(rid, None)
+            raise error_from_info(reply.error, request_id=rid)
+        return reply, route
+
+    async def _events(self, route: _Route) -> AsyncIterator[Any]:
+        receive: MemoryObjectReceiveStream[Any] = route.receive
+        try:
+            while True:
+                with anyio.move_on_after(self.silence_check_s) as scope:
+                    try:
+                        ev = await receive.receive()
+                    except anyio.EndOfStream:
+                        return
+                if scope.cancelled_caught:
+                    self._recover(route)  # silence: make sure nothing (the terminal event) was lost
+                    continue
+                yield ev
+        finally:
+            if route.done:
+                self._routes.pop(route.request_id, None)
+
+    async def complete(self, model: str | Request, messages: str | Message | Sequence[Message] | None = None,
+                       *, request_id: str | None = None, **fields: Any) -> Response:
+        """Run a request to the end and return its response (or raise its error)."""
+        request = build_request(model, messages, **fields)
+        _, route = await self.submit(request, stream=False, request_id=request_id)
+        async for ev in self._events(route):
+            if type(ev) is Finish:
+                return ev.response
+            if type(ev) is ErrorEvent:
+                raise error_from_info(ev.error, ev.partial, route.request_id)
+        raise DaemonUnavailable("the request ended without a terminal event")  # pragma: no cover
+
+    def stream(self, model: str | Request, messages: str | Message | Sequence[Message] | None = None,
+               *, request_id: str | None = None, **fields: Any) -> ResponseStream:
+        """A streaming request: iterate it for events, `.text_stream` for text, `.response()` at the end."""
+        return ResponseStream(self, build_request(model, messages, **fields), request_id)
+
+    async def cancel(self, request_id: str) -> bool:
+        result: CancelResult = await self._call(Cancel(request_id=request_id))
+        return result.cancelled
+
+    async def list_models(self, provider: str | None = None) -> list[ModelInfo]:
+        result: Models = await self._call(ListModels(provider=provider))
+        return result.models
+
+    async def status(self) -> StatusReport:
+        return await self._call(StatusQuery())  # type: ignore[no-any-return]
+
+    async def ready(self, model: str, provider: str | None = None) -> ReadyResult:
+        return await self._call(Ready(model=model, provider=provider), timeout_s=max(self.timeout_s, 35.0))  # type: ignore[no-any-return]
+
+    async def count_tokens(self, model: str | Request, messages: str | Message | Sequence[Message] | None = None,
+                           **fields: Any) -> TokenCount:
+        reply = await self._call(CountTokens(request=build_request(model, messages, **fields)))
+        if type(reply) is Rejected:
+            raise error_from_info(reply.error)
+        return reply  # type: ignore[no-any-return]
+
+    async def replay(self, request_id: str, from_seq: int = 0) -> ReplayResult:
+        return await self._call(Replay(request_id=request_id, from_seq=from_seq))  # type: ignore[no-any-return]
+
+
+class ResponseStream:
+    """One streaming request. Submitted when entered (or first iterated); leaving the
+    `async with` block before the end cancels the request."""
+
+    def __init__(self, client: Client, request: Request, request_id: str | None) -> None:
+        self.client = client
+        self.request = request
+        self.request_id = request_id or new_request_id()
+        self.accepted: Accepted | None = None
+        self.accumulator = StreamAccumulator()
+        self._route: _Route | None = None
+        self._iter: AsyncIterator[Any] | None = None
+        self._started = False
+
+    async def start(self) -> ResponseStream:
+        if not self._started:
+            self._started = True
+            self.accepted, self._route = await self.client.submit(self.request, stream=True,
+                                                                  request_id=self.request_id)
+            self.accumulator = StreamAccumulator(self.accepted.provider)
+            self._iter = self.client._events(self._route)
+        return self
+
+    async def __aenter__(self) -> ResponseStream:
+        return await self.start()
+
+    async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        if self._route is not None and not self.accumulator.done:
+            with anyio.CancelScope(shield=True):
+                try:
+                    await self.client.cancel(self.request_id)
+                except (DaemonUnavailable, OSError):
+                    pass
+
+    def __aiter__(self) -> ResponseStream:
+        return self
+
+    async def __anext__(self) -> StreamEvent:
+        await self.start()
+        if self.accumulator.done:
+            raise StopAsyncIteration
+        assert self._iter is not None
+        ev = await self._iter.__anext__()
+        self.accumulator.feed(ev)
+        return ev  # type: ignore[no-any-return]
+
+    @property
+    def done(self) -> bool:
+        return self.accumulator.done
+
+    @property
+    def lost_events(self) -> int:
+        """Events neither the subscription nor `replay` could deliver (the ring had moved on)."""
+        return self._route.lost if self._route else 0
+
+    @property
+    def recovered_events(self) -> int:
+        """Events the subscription missed and `replay` brought back."""
+        return self._route.recovered if self._route else 0
+
+    async def response(self) -> Response:
+        """Drain the stream and return the final response (raise its error)."""
+        async for _ in self:
+            pass
+        acc = self.accumulator
+        if acc.error is not None:
+            raise error_from_info(acc.error, acc.partial, self.request_id)
+        return acc.response()
+
+    @property
+    def text_stream(self) -> AsyncIterator[str]:
+        return self._text()
+
+    async def _text(self) -> AsyncIterator[str]:
+        async for ev in self:
+            if type(ev) is TextDelta:
+                yield ev.text
+        if self.accumulator.error is not None:
+            acc = self.accumulator
+            raise error_from_info(acc.error, acc.partial, self.request_id)
+
+    async def cancel(self) -> bool:
+        return await self.client.cancel(self.request_id)
+
+
+__all__ = ["Client", "ResponseStream", "build_request"]
