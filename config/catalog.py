@@ -17,7 +17,7 @@ import yaml
 from ..protocol.messages import ModelInfo, Price, Usage
 from .loader import ConfigError, ModelEntry
 
-MODELS_PATH = Path(__file__).with_name("models.yaml")
+MODELS_PATH = Path(__file__).resolve().with_name("models.yaml")
 
 
 class CatalogFile(msgspec.Struct, forbid_unknown_fields=True):

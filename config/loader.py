@@ -15,7 +15,7 @@ from typing import Any, Literal
 import msgspec
 import yaml
 
-DEFAULTS_PATH = Path(__file__).with_name("defaults.yaml")
+DEFAULTS_PATH = Path(__file__).resolve().with_name("defaults.yaml")
 USER_CONFIG_PATH = Path("~/.config/trunkline/config.yaml")
 
 #: Provider implementations this version ships (one worker package each).
@@ -220,10 +220,14 @@ def _has_path(data: Any, path: str) -> bool:
     return True
 
 
-def _explain(exc: msgspec.ValidationError, user: dict[str, Any], user_path: Path | None) -> ConfigError:
+def _explain(
+    exc: msgspec.ValidationError, user: dict[str, Any], user_path: Path | None, prefix: str = ""
+) -> ConfigError:
     match = _AT.match(str(exc))
     what = match.group("what") if match else str(exc)
     path = _key_path(match.group("path") or "") if match else ""
+    if prefix:
+        path = f"{prefix}.{path}" if path else prefix
     unknown = _UNKNOWN.match(what)
     if unknown:
         path = f"{path}.{unknown.group('field')}" if path else unknown.group("field")
@@ -248,6 +252,16 @@ def load_config(path: str | Path | None = None, *, use_user_default: bool = True
     if "source" in user:
         raise ConfigError(f"config error in {user_path} at `source`: unknown key")
     merged = _merge(defaults, user)
+    # msgspec names a bad dict entry `[...]`; check the named sections entry by entry
+    # so the message can say which provider or model is wrong.
+    for section, entry_type in (("providers", ProviderConfig), ("models", ModelEntry)):
+        entries = merged.get(section)
+        if isinstance(entries, dict):
+            for key, value in entries.items():
+                try:
+                    msgspec.convert(value, entry_type)
+                except msgspec.ValidationError as exc:
+                    raise _explain(exc, user, user_path, prefix=f"{section}.{key}") from None
     try:
         config = msgspec.convert(merged, Config)
     except msgspec.ValidationError as exc:

@@ -14,7 +14,7 @@ import msgspec
 
 from .messages import PROTOCOL_VERSION, AnyEvent, ControlReply, ControlRequest
 
-SCHEMA_PATH = Path(__file__).with_name("schema.json")
+SCHEMA_PATH = Path(__file__).resolve().with_name("schema.json")
 
 
 def generate() -> dict[str, Any]:

@@ -208,6 +208,9 @@ class Daemon:
                 pass
 
         self.rep.add_post_pipe_remove_cb(pipe_gone)
+        for slot in self.slots.values():
+            if slot.state != "not_configured":
+                slot.bind()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self.token = trio.lowlevel.current_trio_token()
@@ -286,11 +289,11 @@ def main_serve(config_path: str | None, runtime_dir: Path | None) -> int:
 
     try:
         config = load_config(config_path)
+        daemon = Daemon(config, runtime_dir)
     except ConfigError as exc:
         print(f"trunkline: {exc}", file=sys.stderr)
         return 2
     logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    daemon = Daemon(config, runtime_dir)
     try:
         trio.run(daemon.run)
     except StartupError as exc:

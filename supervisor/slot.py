@@ -172,9 +172,12 @@ class WorkerSlot:
             log_level=d.config.log_level,
         )
 
+    def bind(self) -> None:
+        """Listen for the worker's link (before the daemon announces itself ready)."""
+        self.sock = nng.pair(self.link_url, listen=True)
+
     async def run(self) -> None:
         """Keep a worker alive until the daemon stops."""
-        self.sock = nng.pair(self.link_url, listen=True)
         cfg = self.daemon.config.supervision
         try:
             async with trio.open_nursery() as nursery:
@@ -255,7 +258,8 @@ class WorkerSlot:
         if proc is None or proc.returncode is not None:
             self.state = "stopped"
             return
-        if self.state == "running":
-            nng.try_send(self.sock, codec.encode(Shutdown(grace_s=grace_s)))
-        await spawn.stop(proc, grace_s + 2.0)
+        if self.state == "running" and nng.try_send(self.sock, codec.encode(Shutdown(grace_s=grace_s))):
+            await spawn.stop(proc, grace_s + 2.0)
+        else:
+            await spawn.stop(proc, 0.0)  # not up yet (or not listening): nothing to drain
         self.state = "stopped"

@@ -31,9 +31,10 @@ async def start(settings: WorkerSettings) -> trio.Process:
 
 async def stop(proc: trio.Process, grace_s: float) -> None:
     """Wait `grace_s` for a worker asked to shut down, then TERM, then KILL."""
-    with trio.move_on_after(grace_s):
-        await proc.wait()
-        return
+    if grace_s > 0:
+        with trio.move_on_after(grace_s):
+            await proc.wait()
+            return
     if proc.returncode is None:
         proc.send_signal(signal.SIGTERM)
         with trio.move_on_after(1.0):

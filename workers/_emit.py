@@ -62,6 +62,7 @@ class Emitter:
         self.rate_limit: RateLimit | None = None
         self.started_at = time.monotonic() if started_at is None else started_at
         self.terminal = False
+        self._start: StreamStart | None = None
 
     @property
     def started(self) -> bool:
@@ -74,18 +75,18 @@ class Emitter:
         if self.terminal:
             return
         t = type(ev)
-        if not self.started and t is not StreamStart:
-            self._send(StreamStart(model=self.job.model.wire_name, provider=self.provider))
         if t is StreamStart:
-            if self.started:
-                return  # a provider that announces itself twice (a retry's first event)
-            ev.provider = self.provider  # type: ignore[attr-defined]
-            ev.model = ev.model or self.job.model.wire_name  # type: ignore[attr-defined]
-            ev.warnings = self.warnings + list(ev.warnings)  # type: ignore[attr-defined]
-        elif t is ToolCallStart:
+            # Held back until content follows: an error between a provider's "message
+            # start" and its first content can still be retried, as nothing went out.
+            if not self.started:
+                self._start = ev  # type: ignore[assignment]
+            return
+        if not self.started:
+            self._send_start()
+        if t is ToolCallStart:
             provider_id = ev.provider_id or ev.id or ""  # type: ignore[attr-defined]
             canonical = self._canonical_id(provider_id)
-            self._ids[ev.index] = (canonical, provider_id or None)
+            self._ids[ev.index] = (canonical, provider_id or None)  # type: ignore[attr-defined]
             ev.id = canonical  # type: ignore[attr-defined]
             ev.provider_id = provider_id or None  # type: ignore[attr-defined]
         elif t is ToolCallDelta or t is ToolCallEnd:
@@ -95,6 +96,13 @@ class Emitter:
                 if t is ToolCallEnd:
                     ev.provider_id = known[1]  # type: ignore[attr-defined]
         self._send(ev)
+
+    def _send_start(self) -> None:
+        start = self._start or StreamStart()
+        start.provider = self.provider
+        start.model = start.model or self.job.model.wire_name
+        start.warnings = self.warnings + [w for w in start.warnings if w not in self.warnings]
+        self._send(start)
 
     def _send(self, ev: Event) -> None:
         ev.request_id = self.job.request_id
@@ -142,7 +150,9 @@ class Emitter:
         if self.terminal:
             return
         if not self.started:
-            self.emit(StreamStart(model=skeleton.model))
+            if self._start is None:
+                self._start = StreamStart(model=skeleton.model)
+            self._send_start()
         self._close_open_parts()
         skeleton.message = Message(role="assistant", content=self.acc.content())
         self._send(Finish(response=self.finalize(skeleton)))
@@ -173,7 +183,7 @@ class Emitter:
             self._send(Finish(response=self.finalize(resp)))
             return
         if not self.started:
-            self.emit(StreamStart())
+            self._send_start()
         self._close_open_parts()
         resp = self.partial("cancelled")
         if usage:

@@ -76,9 +76,9 @@ async def _ask(args: argparse.Namespace) -> int:
             print(summary(response), file=sys.stderr)
             return 0
         interrupted = False
+        stream = client.stream(request)
+        await stream.start()
         async with trio.open_nursery() as nursery:
-            stream = client.stream(request)
-            await stream.start()
 
             async def on_interrupt() -> None:
                 nonlocal interrupted
@@ -225,17 +225,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _serve(args)
     try:
         return trio.run(COMMANDS[args.command], args)
-    except DaemonNotRunning as exc:
+    except BaseException as exc:  # noqa: BLE001 - every ending gets its exit status
+        return _exit_status(exc)
+
+
+def _exit_status(exc: BaseException) -> int:
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]  # a task group wrapped the one failure
+    if isinstance(exc, (DaemonNotRunning, DaemonUnavailable)):
         print(f"trunkline: {exc}", file=sys.stderr)
         return EXIT_NO_DAEMON
-    except DaemonUnavailable as exc:
-        print(f"trunkline: {exc}", file=sys.stderr)
-        return EXIT_NO_DAEMON
-    except TrunklineError as exc:
+    if isinstance(exc, TrunklineError):
         print(f"trunkline: {exc.info.error_class}: {exc.message}", file=sys.stderr)
         return EXIT_FAILED
-    except KeyboardInterrupt:
+    if isinstance(exc, KeyboardInterrupt):
         return EXIT_INTERRUPTED
+    if isinstance(exc, SystemExit):
+        return int(exc.code or 0)
+    raise exc
 
 
 if __name__ == "__main__":

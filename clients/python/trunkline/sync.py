@@ -23,15 +23,20 @@ class SyncClient:
         self._portal_cm: AbstractContextManager[BlockingPortal] | None = None
         self._portal: BlockingPortal | None = None
         self._client: Client | None = None
+        self._client_cm: AbstractContextManager[Client] | None = None
 
     def __enter__(self) -> SyncClient:
         self._portal_cm = start_blocking_portal(backend="trio")
         self._portal = self._portal_cm.__enter__()
-        self._client = Client(self._runtime_dir, **self._options)
+        client = Client(self._runtime_dir, **self._options)
+        # The client's task group must be entered and left by one task: the portal
+        # keeps the whole `async with` inside a task of its own.
+        self._client_cm = self._portal.wrap_async_context_manager(client)
         try:
-            self._portal.call(self._client.__aenter__)
+            self._client = self._client_cm.__enter__()
         except BaseException:
             self._portal_cm.__exit__(None, None, None)
+            self._portal = self._portal_cm = None
             raise
         return self
 
@@ -39,8 +44,9 @@ class SyncClient:
         self.close()
 
     def close(self) -> None:
-        if self._portal is not None and self._client is not None:
-            self._portal.call(self._client.aclose)
+        if self._client_cm is not None:
+            self._client_cm.__exit__(None, None, None)
+            self._client_cm = None
         if self._portal_cm is not None:
             self._portal_cm.__exit__(None, None, None)
         self._portal = self._portal_cm = self._client = None

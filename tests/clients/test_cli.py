@@ -1,0 +1,99 @@
+"""The `trunkline` command against a real daemon."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+
+import pytest
+import trio
+
+pytestmark = pytest.mark.e2e
+
+
+async def cli(*args: str, runtime_dir=None, check: bool = False) -> subprocess.CompletedProcess:
+    extra = ["--runtime-dir", str(runtime_dir)] if runtime_dir is not None else []
+    return await trio.run_process([sys.executable, "-m", "trunkline.cli", *args, *extra], capture_stdout=True,
+                                  capture_stderr=True, check=check)
+
+
+async def test_ask_streams_the_answer_and_summarises_usage_on_stderr(daemon):
+    result = await cli("ask", "mock:echo", "hello from the cli", runtime_dir=daemon.runtime_dir)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.decode() == "hello from the cli\n"
+    summary = result.stderr.decode()
+    assert "[mock:echo]" in summary and "4 out" in summary and "$0.0000" in summary and "stop" in summary
+
+
+async def test_ask_no_stream_and_json(daemon):
+    result = await cli("ask", "echo", "x y", "--no-stream", "--json", "--system", "be brief",
+                       runtime_dir=daemon.runtime_dir)
+    assert result.returncode == 0, result.stderr
+    body = json.loads(result.stdout)
+    assert body["message"]["content"] == [{"type": "text", "text": "x y"}]
+    assert body["finish_reason"]["reason"] == "stop" and body["provider"] == "mock"
+
+
+async def test_ask_failure_prints_the_error_class(daemon):
+    result = await cli("ask", "no-such-model", "x", runtime_dir=daemon.runtime_dir)
+    assert result.returncode == 1
+    assert result.stderr.decode().startswith("trunkline: not_found: unknown model 'no-such-model'")
+
+
+async def test_ctrl_c_cancels_the_request_and_exits_130(daemon):
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, "-c", (
+            "import sys, trunkline.cli as c, trunkline.client as k\n"
+            "orig = k.build_request\n"
+            "def slow(*a, **f):\n"
+            "    r = orig(*a, **f)\n"
+            "    r.provider_options = {'mock': {'steps': [{'text': f'w{i} ', 'delay': 0.05} for i in range(400)]}}\n"
+            "    return r\n"
+            "k.build_request = slow\n"
+            "sys.exit(c.main(sys.argv[1:]))\n"),
+         "ask", "mock:echo", "x", "--runtime-dir", str(daemon.runtime_dir)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    with trio.fail_after(20):
+        seen = b""
+        while b"w2" not in seen:
+            seen += await proc.stdout.receive_some()
+        proc.send_signal(signal.SIGINT)
+        rest = b""
+        async for chunk in proc.stderr:
+            rest += chunk
+        code = await proc.wait()
+    assert code == 130
+    assert b"cancelled" in rest  # the summary of the partial response
+
+
+async def test_models_status_and_ready(daemon):
+    models = await cli("models", runtime_dir=daemon.runtime_dir)
+    assert models.returncode == 0 and "mock:echo" in models.stdout.decode()
+    listed = json.loads((await cli("models", "--json", "--provider", "mock", runtime_dir=daemon.runtime_dir)).stdout)
+    assert {m["id"] for m in listed} == {"mock:echo", "mock:basic"}
+    status = await cli("status", runtime_dir=daemon.runtime_dir)
+    assert status.returncode == 0 and "mock" in status.stdout.decode()
+    report = json.loads((await cli("status", "--json", runtime_dir=daemon.runtime_dir)).stdout)
+    assert report["workers"][0]["provider"] == "mock"
+    ready = await cli("ready", "mock:echo", runtime_dir=daemon.runtime_dir)
+    assert ready.returncode == 0 and ready.stdout.decode().strip() == "mock:echo: ready"
+    not_ready = await cli("ready", "mock:nonexistent", runtime_dir=daemon.runtime_dir)
+    assert not_ready.returncode == 1 and "not_found" in not_ready.stdout.decode()
+
+
+async def test_every_client_command_says_when_no_daemon_runs(tmp_path):
+    for args in (["ask", "mock:echo", "x"], ["models"], ["status"], ["ready", "mock:echo"]):
+        result = await cli(*args, runtime_dir=tmp_path / "nothing-here")
+        assert result.returncode == 3
+        assert "no trunkline daemon is running" in result.stderr.decode()
+
+
+async def test_runtime_dir_from_the_environment(daemon):
+    import os
+
+    env = {**os.environ, "TRUNKLINE_RUNTIME_DIR": str(daemon.runtime_dir)}
+    result = await trio.run_process([sys.executable, "-m", "trunkline.cli", "status"], capture_stdout=True,
+                                    capture_stderr=True, env=env, check=False)
+    assert result.returncode == 0 and "mock" in result.stdout.decode()

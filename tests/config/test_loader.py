@@ -1,0 +1,84 @@
+"""Configuration: defaults, merging, and errors that name the file, the key and what was expected."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import trio
+
+from trunkline.config.loader import DEFAULTS_PATH, ConfigError, load_config
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults_alone():
+    config = load_config(None, use_user_default=False)
+    assert config.retry.max_retries == 2 and config.retry.base_delay_s == 1.0 and config.retry.multiplier == 2.0
+    assert config.retry.max_delay_s == 60.0 and config.retry.jitter == 0.5 and config.retry.retry_after_cap_s == 60
+    assert (config.timeouts.connect_s, config.timeouts.request_s, config.timeouts.stream_idle_s) == (10, 600, 60)
+    assert "mock" in config.providers and config.source == str(DEFAULTS_PATH)
+
+
+def test_user_file_merges_over_defaults(tmp_path):
+    path = write(tmp_path, "retry:\n  max_retries: 5\nproviders:\n  other:\n    type: mock\n")
+    config = load_config(path)
+    assert config.retry.max_retries == 5 and config.retry.base_delay_s == 1.0  # untouched keys stay
+    assert set(config.providers) == {"mock", "other"}
+    assert config.source == str(path)
+
+
+def test_provider_overrides_fall_back_to_globals(tmp_path):
+    path = write(tmp_path, "providers:\n  slow:\n    type: mock\n    retry: {max_retries: 0}\n")
+    config = load_config(path)
+    assert config.provider_retry("slow").max_retries == 0
+    assert config.provider_retry("mock").max_retries == 2
+
+
+@pytest.mark.parametrize(("text", "path_words", "what"), [
+    ("retry:\n  max_retries: lots\n", "`retry.max_retries`", "expected `int`, got `str`"),
+    ("retry:\n  max_retrys: 3\n", "`retry.max_retrys`", "unknown key"),
+    ("nonsense: 1\n", "`nonsense`", "unknown key"),
+    ("providers:\n  x:\n    type: warp\n", "`providers.x.type`", "invalid enum value 'warp'"),
+    ("providers:\n  x: {}\n", "`providers.x`", "missing required field `type`"),
+    ("timeouts: 5\n", "`timeouts`", "expected `object`, got `int`"),
+    ("providers:\n  Bad Name:\n    type: mock\n", "`providers.Bad Name`", "provider names must match"),
+    ("retry:\n  jitter: 3\n", "`retry`", "jitter within [0, 1]"),
+])
+def test_errors_name_file_key_and_expectation(tmp_path, text, path_words, what):
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    message = str(info.value)
+    assert str(path) in message and path_words in message and what in message.lower(), message
+
+
+def test_bad_yaml_names_the_line(tmp_path):
+    path = write(tmp_path, "retry:\n  max_retries: [1, 2\n")
+    with pytest.raises(ConfigError, match=rf"{path}: invalid YAML at line 3"):
+        load_config(path)
+
+
+def test_top_level_must_be_a_mapping(tmp_path):
+    with pytest.raises(ConfigError, match="expected a mapping"):
+        load_config(write(tmp_path, "- a\n- b\n"))
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ConfigError, match="file not found"):
+        load_config(tmp_path / "nope.yaml")
+
+
+async def test_the_daemon_refuses_to_start_on_a_config_error(tmp_path):
+    path = write(tmp_path, "supervision:\n  max_restarts: many\n")
+    result = await trio.run_process([sys.executable, "-m", "trunkline.cli", "serve", "--config", str(path),
+                                     "--runtime-dir", str(tmp_path / "rt")],
+                                    capture_stdout=True, capture_stderr=True, check=False)
+    assert result.returncode == 2
+    assert f"config error in {path} at `supervision.max_restarts`" in result.stderr.decode()
+    assert not (tmp_path / "rt").exists()

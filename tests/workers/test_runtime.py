@@ -1,0 +1,252 @@
+"""The worker runtime in-process with the mock adapter: retries, deadlines, cancellation, under a mock clock."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import trio
+
+from helpers import check_invariants
+from trunkline.config.loader import ProviderConfig, RetryPolicy, TimeoutPolicy
+from trunkline.protocol.codec import split_frame, decode_event
+from trunkline.protocol.messages import (
+    BusEvent,
+    ErrorEvent,
+    Finish,
+    Job,
+    Message,
+    ModelInfo,
+    Price,
+    Request,
+    TextDelta,
+    Timeouts,
+)
+from trunkline.workers._retry import backoff_delay, decide
+from trunkline.workers._runtime import JobRunner, Outbox
+from trunkline.workers._toolids import ToolIdMap
+from trunkline.workers.errors import ProviderError
+from trunkline.workers.mock.adapter import MockAdapter
+
+MODEL = ModelInfo(id="mock:echo", provider="mock", wire_name="echo", price=Price(input=1.0, output=2.0))
+POLICY = RetryPolicy(max_retries=2, base_delay_s=1.0, multiplier=2.0, max_delay_s=60.0, jitter=0.0,
+                     retry_after_cap_s=60.0)
+TIMEOUTS = TimeoutPolicy(connect_s=10, request_s=600, stream_idle_s=60)
+
+
+def make_runner(policy: RetryPolicy = POLICY, timeouts: TimeoutPolicy = TIMEOUTS) -> JobRunner:
+    adapter = MockAdapter("mock", ProviderConfig(type="mock"), policy, timeouts)
+    return JobRunner(adapter, Outbox(), ToolIdMap(None), rng=random.Random(1))
+
+
+def job(*steps: dict, stream: bool = True, rid: str = "r1", **fields) -> Job:
+    request = Request(model="mock:echo", messages=[Message.user("hello world")],
+                      provider_options={"mock": {"steps": list(steps)}} if steps else {}, **fields)
+    return Job(request_id=rid, client_id="c1", request=request, model=MODEL, operation_id=f"op-{rid}",
+               stream=stream)
+
+
+def drain(runner: JobRunner) -> tuple[list, list[BusEvent]]:
+    events, bus = [], []
+    for item in runner.outbox._queue:
+        for frame in getattr(item, "frames", []):
+            topic, body = split_frame(frame)
+            (bus if topic == "bus" else events).append(decode_event(body))
+    runner.outbox._queue.clear()
+    return events, bus
+
+
+async def test_retryable_errors_back_off_exponentially(autojump_clock):
+    runner = make_runner()
+    await runner.run(job({"error": {"error_class": "server_error", "status": 503, "attempts": 2}}, {"text": "ok"}))
+    events, bus = drain(runner)
+    check_invariants(events)
+    assert events[-1].response.text == "ok"
+    assert trio.current_time() == pytest.approx(1.0 + 2.0)  # base 1 s, then x2
+    names = [b.name for b in bus]
+    assert names.count("llm.call_started") == 3 and names.count("llm.call_failed") == 2
+    assert [b.wait_s for b in bus if b.name == "llm.retrying"] == [1.0, 2.0]
+    started = [b for b in bus if b.name == "llm.call_started"]
+    assert [b.attempt_id for b in started] == [f"op-r1:attempt_{n}" for n in (1, 2, 3)]
+    assert {b.operation_id for b in started} == {"op-r1"}
+    failed = [b for b in bus if b.name == "llm.call_failed"]
+    assert [(b.error_class, b.retry_count) for b in failed] == [("server_error", 0), ("server_error", 1)]
+
+
+async def test_retry_after_is_honoured_instead_of_backoff(autojump_clock):
+    runner = make_runner()
+    await runner.run(job({"error": {"error_class": "rate_limit", "retry_after": 7, "attempts": 1}}, {"text": "ok"}))
+    events, bus = drain(runner)
+    assert type(events[-1]) is Finish
+    assert trio.current_time() == pytest.approx(7.0)
+    limited = [b for b in bus if b.name == "llm.rate_limited"]
+    assert len(limited) == 1 and limited[0].wait_s == 7
+
+
+async def test_retry_after_past_the_cap_is_not_waited(autojump_clock):
+    runner = make_runner()
+    await runner.run(job({"error": {"error_class": "rate_limit", "retry_after": 61, "attempts": 1}}, {"text": "ok"}))
+    events, _ = drain(runner)
+    assert trio.current_time() == 0
+    assert type(events[-1]) is ErrorEvent and "exceeds the cap of 60s" in events[-1].error.message
+    assert events[-1].error.retry_after_s == 61
+
+
+async def test_gives_up_after_max_retries(autojump_clock):
+    runner = make_runner()
+    await runner.run(job({"error": {"error_class": "network"}}))
+    events, bus = drain(runner)
+    assert [type(e) for e in events] == [ErrorEvent]  # failed before anything streamed
+    assert events[0].error.error_class == "network" and events[0].error.retryable
+    assert "gave up after 3 attempts" in events[0].error.message
+    assert sum(b.name == "llm.call_started" for b in bus) == 3
+    assert trio.current_time() == pytest.approx(3.0)
+
+
+async def test_request_max_retries_overrides_the_policy(autojump_clock):
+    runner = make_runner()
+    await runner.run(job({"error": {"error_class": "network"}}, max_retries=0))
+    _, bus = drain(runner)
+    assert sum(b.name == "llm.call_started" for b in bus) == 1
+
+
+@pytest.mark.parametrize("error_class", ["authentication", "invalid_request", "context_length", "content_filter",
+                                         "quota_exceeded", "not_found"])
+async def test_non_retryable_classes_are_not_retried(autojump_clock, error_class):
+    runner = make_runner()
+    await runner.run(job({"error": {"error_class": error_class}}))
+    events, bus = drain(runner)
+    assert events[-1].error.error_class == error_class and not events[-1].error.retryable
+    assert sum(b.name == "llm.call_started" for b in bus) == 1
+
+
+async def test_a_stream_is_not_retried_once_events_went_out(autojump_clock):
+    runner = make_runner()
+    await runner.run(job({"text": "half"}, {"error": {"error_class": "server_error"}}))
+    events, bus = drain(runner)
+    check_invariants(events)
+    assert events[-1].partial.text == "half" and "not retried" in events[-1].error.message
+    assert sum(b.name == "llm.call_started" for b in bus) == 1
+
+
+async def test_stream_idle_timeout(autojump_clock):
+    runner = make_runner(policy=RetryPolicy(max_retries=0), timeouts=TimeoutPolicy(stream_idle_s=5))
+    await runner.run(job({"text": "a"}, {"stall": True}))
+    events, _ = drain(runner)
+    check_invariants(events)
+    assert events[-1].error.error_class == "timeout" and "5s" in events[-1].error.message
+    assert trio.current_time() == pytest.approx(5.0)
+
+
+async def test_request_deadline_covers_all_attempts(autojump_clock):
+    runner = make_runner()
+    await runner.run(job({"delay": 100}, {"text": "late"}, timeouts=Timeouts(request_s=30, stream_idle_s=1000)))
+    events, _ = drain(runner)
+    assert events[-1].error.error_class == "timeout" and "30s deadline" in events[-1].error.message
+    assert trio.current_time() == pytest.approx(30.0)
+
+
+async def test_cancel_closes_open_parts_and_the_upstream(autojump_clock):
+    runner = make_runner()
+    steps = [{"text": f"w{i} ", "delay": 1} for i in range(10)]
+    steps.insert(3, {"tool_call": {"name": "f", "arguments": '{"a": 1, "b": 2}', "chunks": 6, "fragment_delay": 1}})
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(runner.run, job(*steps))
+        await trio.sleep(5.5)  # three words, then inside the tool call's fragments
+        assert runner.cancel("r1")
+    events, bus = drain(runner)
+    check_invariants(events)
+    last = events[-1]
+    assert type(last) is Finish and last.response.finish_reason.reason == "cancelled"
+    assert last.response.text == "w0 w1 w2 " and last.response.tool_calls[0].arguments == {}
+    cancelled = [b for b in bus if b.name == "llm.call_cancelled"]
+    assert len(cancelled) == 1 and cancelled[0].detail == "upstream closed"
+    assert not runner.cancel("r1")
+
+
+async def test_stream_complete_and_accumulator_agree():
+    """The mock's conformance: the same script streamed, completed and re-accumulated."""
+    from trunkline.protocol.accumulate import StreamAccumulator
+
+    script = ({"reasoning": "hmm "}, {"reasoning": "ok"}, {"signature": "s"}, {"redacted": "xyz"},
+              {"text": "Hi "}, {"text": "there"},
+              {"tool_call": {"name": "f", "arguments": {"x": [1, 2]}, "id": "call_1"}},
+              {"tool_call": {"name": "g", "arguments": "", "id": "call_2"}},
+              {"usage": {"input_tokens": 5, "output_tokens": 9, "reasoning_tokens": 3}}, {"finish": "tool_calls"})
+    runner = make_runner()
+    await runner.run(job(*script, rid="s"))
+    await runner.run(job(*script, rid="c", stream=False))
+    events, _ = drain(runner)
+    streamed = [e for e in events if e.request_id == "s"]
+    completed = [e for e in events if e.request_id == "c"]
+    check_invariants(streamed)
+    assert len(completed) == 1 and type(completed[0]) is Finish
+    acc = StreamAccumulator("mock")
+    for ev in streamed[:-1]:
+        acc.feed(ev)
+    a, b, c = streamed[-1].response, completed[0].response, acc.response()
+
+    def shape(response):
+        return [(type(p).__name__, getattr(p, "text", None), getattr(p, "signature", None),
+                 getattr(p, "data", None), getattr(p, "name", None), getattr(p, "arguments", None),
+                 getattr(p, "provider_id", None), getattr(p, "provider", None)) for p in response.message.content]
+
+    assert shape(a) == shape(b) == shape(c)
+    assert a.tool_calls[1].arguments == {}
+    assert a.usage == b.usage and a.finish_reason == b.finish_reason
+    assert a.cost_usd == b.cost_usd == pytest.approx((5 * 1.0 + 9 * 2.0) / 1e6)
+
+
+async def test_echo_honours_max_tokens_and_stop_sequences():
+    runner = make_runner()
+    await runner.run(job(rid="len", max_tokens=1))
+    request = Request(model="mock:echo", messages=[Message.user("alpha beta STOP gamma")], stop_sequences=["STOP"])
+    await runner.run(Job(request_id="stop", client_id="c", request=request, model=MODEL, operation_id="o"))
+    events, _ = drain(runner)
+    length = [e for e in events if e.request_id == "len"][-1].response
+    stop = [e for e in events if e.request_id == "stop"][-1].response
+    assert length.text == "hello " and length.finish_reason.reason == "length"
+    assert stop.text == "alpha beta " and stop.finish_reason.stop_sequence == "STOP"
+
+
+def test_backoff_is_capped_and_jittered():
+    policy = RetryPolicy(base_delay_s=1, multiplier=2, max_delay_s=10, jitter=0.5)
+    rng = random.Random(7)
+    for n in range(1, 12):
+        delay = backoff_delay(policy, n, rng)
+        base = min(2 ** (n - 1), 10)
+        assert base * 0.5 <= delay <= min(base * 1.5, 10)
+    assert backoff_delay(RetryPolicy(jitter=0), 20) == 60
+
+
+def test_decide_respects_the_deadline():
+    err = ProviderError("server_error", "x")
+    assert decide(err, 0, POLICY, time_left_s=0.5).retry is False
+    assert decide(err, 0, POLICY, time_left_s=5).wait_s == 1.0
+
+
+def test_tool_id_map_survives_a_restart_and_stays_bounded(tmp_path):
+    path = tmp_path / "ids.sqlite3"
+    first = ToolIdMap(path)
+    canonical = first.canonical_for("toolu_abc", "s1")
+    assert canonical.startswith("tu_") and first.canonical_for("toolu_abc", "s1") == canonical
+    minted = first.provider_id_for("tu_foreign", "s1", lambda c: "call_" + c[-6:])
+    first.close()
+    again = ToolIdMap(path)
+    assert again.provider_id_for(canonical, "s1", lambda c: "never") == "toolu_abc"
+    assert again.provider_id_for("tu_foreign", "s1", lambda c: "never") == minted
+    again.close()
+    small = ToolIdMap(None, capacity=10)
+    ids = [small.canonical_for(f"p{i}", None) for i in range(25)]
+    assert len(small) <= 10
+    assert small.provider_id_for(ids[-1], None, lambda c: "gone") == "p24"  # the newest is kept
+    assert small.provider_id_for(ids[0], None, lambda c: "gone") == "gone"  # the oldest was evicted
+
+
+async def test_event_deltas_are_stamped_in_order():
+    runner = make_runner()
+    await runner.run(job())
+    events, _ = drain(runner)
+    assert [e.seq for e in events] == list(range(len(events)))
+    assert {e.request_id for e in events} == {"r1"}
+    assert "".join(e.text for e in events if type(e) is TextDelta) == "hello world"
