@@ -1,0 +1,148 @@
+"""The HTTP runtime against a real fake server on 127.0.0.1: headers, errors, silence, cancellation."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+import trio
+
+from fakes.upstream import FakeUpstream, Reply
+from trunkline.config.loader import ProviderConfig, RetryPolicy, TimeoutPolicy
+from trunkline.protocol.messages import Job, Message, ModelInfo, Request
+from trunkline.workers._adapter import Call, Deadlines
+from trunkline.workers._http import USER_AGENT, HttpAdapter
+from trunkline.workers.errors import HTTPX_EXC_MAP, ProviderError, from_transport, parse_retry_after, status_class
+
+
+class PlainAdapter(HttpAdapter):
+    provider_type = "plain"
+
+    def auth_headers(self) -> dict[str, str]:
+        return {"authorization": f"Bearer {self.api_key}"}
+
+    def classify(self, status, headers, body):
+        return ProviderError(status_class(status), body.decode(), status=status,
+                             retry_after=parse_retry_after(headers))
+
+
+def make(base_url: str, **timeouts) -> PlainAdapter:
+    config = ProviderConfig(type="mock", base_url=base_url, headers={"x-team": "blue"})
+    adapter = PlainAdapter("plain", config, RetryPolicy(), TimeoutPolicy(**timeouts))
+    adapter.api_key = "sk-test-secret-value-123456"
+    return adapter
+
+
+def call(attempt: int = 1) -> Call:
+    job = Job(request_id="r", client_id="c", operation_id="op-1",
+              request=Request(model="x", messages=[Message.user("hi")]),
+              model=ModelInfo(id="plain:x", provider="plain", wire_name="x"))
+    return Call(job, "plain", attempt, "op-1", Deadlines(connect_s=5, request_s=60, stream_idle_s=2))
+
+
+@pytest.fixture
+async def upstream(nursery) -> FakeUpstream:
+    return await FakeUpstream().start(nursery)
+
+
+async def test_json_call_sends_auth_idempotency_and_configured_headers(upstream):
+    upstream.route("POST", "/v1/chat", Reply.json({"ok": True}))
+    adapter = make(upstream.base_url)
+    first, _ = await adapter.post_json(call(1), "/v1/chat", {"a": 1})
+    await adapter.post_json(call(2), "/v1/chat", {"a": 1})
+    await adapter.aclose()
+    assert first == {"ok": True}
+    a, b = upstream.requests
+    assert a.headers["authorization"] == "Bearer sk-test-secret-value-123456"
+    assert a.headers["idempotency-key"] == b.headers["idempotency-key"] == "op-1"  # stable across attempts
+    assert a.headers["x-team"] == "blue" and a.headers["user-agent"] == USER_AGENT
+    assert a.json() == {"a": 1}
+    assert upstream.open_connections <= 1  # keep-alive: both calls on one connection
+
+
+async def test_error_status_is_classified_with_retry_after(upstream):
+    upstream.route("POST", "/v1/chat", Reply(429, {"retry-after": "3"}, [b"slow down"]))
+    adapter = make(upstream.base_url)
+    with pytest.raises(ProviderError) as info:
+        await adapter.post_json(call(), "/v1/chat", {})
+    await adapter.aclose()
+    assert (info.value.error_class, info.value.status, info.value.retry_after) == ("rate_limit", 429, 3.0)
+
+
+async def test_malformed_json_is_invalid_response(upstream):
+    upstream.route("POST", "/v1/chat", Reply(200, {"content-type": "application/json"}, [b"{not json"]))
+    adapter = make(upstream.base_url)
+    with pytest.raises(ProviderError, match="not JSON") as info:
+        await adapter.post_json(call(), "/v1/chat", {})
+    await adapter.aclose()
+    assert info.value.error_class == "invalid_response" and not info.value.retryable
+
+
+async def test_stream_feeds_chunks_as_they_arrive(upstream):
+    upstream.route("POST", "/v1/s", Reply.sse("data: 1\n\ndata: 2\n\n", chunk_size=5, delay_s=0.01))
+    adapter = make(upstream.base_url)
+    got: list[bytes] = []
+    await adapter.post_stream(call(), "/v1/s", {}, got.append)
+    await adapter.aclose()
+    assert b"".join(got) == b"data: 1\n\ndata: 2\n\n" and len(got) >= 2
+
+
+async def test_a_silent_stream_times_out_and_its_connection_closes(upstream):
+    upstream.route("POST", "/v1/s", Reply.sse("data: 1\n\ndata: 2\n\n", chunk_size=9, stall_after=1))
+    adapter = make(upstream.base_url)
+    c = call()
+    with trio.fail_after(10):
+        with pytest.raises(ProviderError, match="stream idle timeout") as info:
+            await adapter.post_stream(c, "/v1/s", {}, lambda chunk: None)
+        await upstream.client_closed.wait()
+    await adapter.aclose()
+    assert info.value.error_class == "timeout" and not c.upstream_open
+
+
+async def test_cancelling_a_stream_closes_the_connection_at_once(upstream):
+    upstream.route("POST", "/v1/s", Reply.sse("data: 1\n\n" * 3, chunk_size=9, stall_after=1))
+    adapter = make(upstream.base_url)
+    c = call()
+    first_chunk = trio.Event()
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(adapter.post_stream, c, "/v1/s", {}, lambda chunk: first_chunk.set())
+            await first_chunk.wait()
+            assert c.upstream_open
+            nursery.cancel_scope.cancel()
+        await upstream.client_closed.wait()
+    assert not c.upstream_open
+    # the pool is still usable afterwards
+    upstream.route("POST", "/v1/chat", Reply.json({"ok": 1}))
+    assert (await adapter.post_json(call(), "/v1/chat", {}))[0] == {"ok": 1}
+    await adapter.aclose()
+
+
+async def test_connection_refused_is_a_network_error():
+    adapter = make("http://127.0.0.1:9")  # the discard port: nothing listens
+    with pytest.raises(ProviderError, match="cannot connect to plain") as info:
+        await adapter.post_json(call(), "/v1/chat", {})
+    await adapter.aclose()
+    assert info.value.error_class == "network" and info.value.retryable
+
+
+def test_every_httpx_transport_error_is_mapped():
+    missing = [e for e in vars(httpx).values()
+               if isinstance(e, type) and issubclass(e, httpx.TransportError) and e not in HTTPX_EXC_MAP]
+    assert not missing, missing
+
+
+@pytest.mark.parametrize(("exc", "error_class"), [
+    (httpx.ConnectTimeout("x"), "timeout"), (httpx.ReadTimeout("x"), "timeout"),
+    (httpx.RemoteProtocolError("x"), "network"), (httpx.ConnectError("x"), "network"),
+    (httpx.UnsupportedProtocol("x"), "not_configured"),
+])
+def test_transport_errors_map_to_the_most_specific_class(exc, error_class):
+    assert from_transport(exc).error_class == error_class
+
+
+@pytest.mark.parametrize(("headers", "seconds"), [
+    ({"retry-after": "12"}, 12.0), ({"retry-after-ms": "1500"}, 1.5), ({"retry-after": "soon"}, None),
+    ({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}, 0.0), ({}, None),
+])
+def test_retry_after_parsing(headers, seconds):
+    assert parse_retry_after(headers, now=1445412480.0 + 1) == seconds

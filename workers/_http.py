@@ -1,0 +1,137 @@
+"""The HTTP half of the runtime: one pooled httpx client per worker, and the two
+ways of calling a provider (a JSON reply, or a stream of chunks).
+
+Every provider that speaks HTTP subclasses `HttpAdapter` and supplies its pure
+parts; this module turns status codes, transport failures, silence and
+cancellation into the same `ProviderError`s and guarantees that a cancelled or
+failed stream closes its connection at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import msgspec
+import trio
+
+from ..protocol import __version__
+from ..protocol.messages import RateLimit
+from ._adapter import Adapter, Call
+from .errors import ProviderError, from_transport, invalid_response
+
+USER_AGENT = f"trunkline/{__version__}"
+
+
+class HttpAdapter(Adapter):
+    """Base of the adapters that call an HTTP API."""
+
+    default_base_url = ""
+    #: Header carrying the operation id, stable across retries (None: the provider has none).
+    idempotency_header: str | None = "Idempotency-Key"
+
+    def __init__(self, *args: Any, transport: httpx.AsyncBaseTransport | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.base_url = (self.config.base_url or self.default_base_url).rstrip("/")
+        t = self.timeouts
+        self.client = httpx.AsyncClient(
+            transport=transport,
+            limits=httpx.Limits(max_connections=self.config.max_connections,
+                                max_keepalive_connections=self.config.max_connections, keepalive_expiry=60.0),
+            # Reads are bounded by the stream idle timeout; the whole request by the runtime's deadline.
+            timeout=httpx.Timeout(connect=t.connect_s, read=t.stream_idle_s, write=t.connect_s, pool=t.connect_s),
+            headers={"user-agent": USER_AGENT, **self.config.headers},
+            follow_redirects=False,
+        )
+
+    # -- what a provider supplies ----------------------------------------------------
+
+    def auth_headers(self) -> dict[str, str]:
+        """Credentials for every request (never logged)."""
+        return {}
+
+    def classify(self, status: int, headers: httpx.Headers, body: bytes) -> ProviderError:
+        """An error response as a ProviderError (each provider's `errors.classify`)."""
+        raise NotImplementedError
+
+    def rate_limit(self, headers: httpx.Headers) -> RateLimit | None:
+        return None
+
+    # -- calling -----------------------------------------------------------------------
+
+    def headers_for(self, call: Call, extra: dict[str, str] | None = None) -> dict[str, str]:
+        headers = {"content-type": "application/json", **self.auth_headers()}
+        if self.idempotency_header:
+            headers[self.idempotency_header] = call.operation_id
+        if extra:
+            headers.update(extra)
+        return headers
+
+    def url(self, path: str) -> str:
+        return f"{self.base_url}{path}"
+
+    async def post_json(self, call: Call, path: str, body: dict[str, Any],
+                        headers: dict[str, str] | None = None) -> tuple[Any, httpx.Headers]:
+        """POST and return the decoded JSON reply, or raise the classified error."""
+        try:
+            call.upstream_open = True
+            response = await self.client.post(self.url(path), content=msgspec.json.encode(body),
+                                              headers=self.headers_for(call, headers))
+        except httpx.TransportError as exc:
+            raise from_transport(exc, self.name) from None
+        finally:
+            call.upstream_open = False
+        call.rate_limit = self.rate_limit(response.headers)
+        if response.status_code >= 400:
+            raise self.classify(response.status_code, response.headers, response.content)
+        try:
+            return msgspec.json.decode(response.content), response.headers
+        except msgspec.DecodeError as exc:
+            raise invalid_response(f"{self.name} sent a body that is not JSON ({exc}): "
+                                   f"{response.content[:200]!r}") from None
+
+    async def get_json(self, path: str, headers: dict[str, str] | None = None) -> Any:
+        try:
+            response = await self.client.get(self.url(path), headers={**self.auth_headers(), **(headers or {})})
+        except httpx.TransportError as exc:
+            raise from_transport(exc, self.name) from None
+        if response.status_code >= 400:
+            raise self.classify(response.status_code, response.headers, response.content)
+        try:
+            return msgspec.json.decode(response.content)
+        except msgspec.DecodeError:
+            raise invalid_response(f"{self.name} sent a body that is not JSON: {response.content[:200]!r}") from None
+
+    async def post_stream(self, call: Call, path: str, body: dict[str, Any], feed: Callable[[bytes], None],
+                          headers: dict[str, str] | None = None) -> httpx.Headers:
+        """POST and hand each chunk of the streamed reply to `feed` as it arrives.
+
+        Silence longer than the stream idle timeout is a `timeout`; a cancel or an
+        error leaves the `async with` and so closes the connection at once."""
+        idle = call.deadlines.stream_idle_s
+        try:
+            async with self.client.stream("POST", self.url(path), content=msgspec.json.encode(body),
+                                          headers=self.headers_for(call, headers)) as response:
+                call.upstream_open = True
+                call.rate_limit = self.rate_limit(response.headers)
+                if response.status_code >= 400:
+                    raise self.classify(response.status_code, response.headers, await response.aread())
+                chunks = response.aiter_bytes()
+                while True:
+                    with trio.move_on_after(idle) as scope:
+                        chunk = await anext(chunks, None)
+                    if scope.cancelled_caught:
+                        raise ProviderError("timeout", f"{self.name} sent nothing for {idle:g}s (stream idle timeout)")
+                    if chunk is None:
+                        return response.headers
+                    feed(chunk)
+        except httpx.TransportError as exc:
+            raise from_transport(exc, self.name) from None
+        except httpx.DecodingError as exc:
+            raise invalid_response(f"{self.name} sent a body that could not be decoded: {exc}") from None
+        finally:
+            call.upstream_open = False
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
