@@ -27,6 +27,7 @@ test: install
 
 schema: install
 	$(BIN)/python -m trunkline.protocol.schema
+	$(BIN)/python -m trunkline.protocol.reference
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -193,6 +193,13 @@ def test_schema_file_is_current():
     assert committed == schema.render(), "protocol/schema.json is stale: run `make schema`"
 
 
+def test_protocol_md_reference_is_current():
+    from trunkline.protocol import reference
+
+    text = reference.protocol_md().read_text()
+    assert reference.splice(text) == text, "PROTOCOL.md's message reference is stale: run `make schema`"
+
+
 def test_schema_names_every_client_message():
     doc = json.loads(schema.render())
     names = set(doc["$defs"])
