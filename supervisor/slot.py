@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import trio
 
@@ -52,7 +52,7 @@ class WorkerSlot:
         self.in_flight: set[str] = set()
         self.retry_at: float | None = None
         self.link_url = f"ipc://{daemon.runtime_dir}/w-{name}.ipc"
-        self.sock = None  # type: ignore[var-annotated]
+        self.sock: Any = None
         self._up = trio.Event()
         self._outbound_send, self._outbound_recv = trio.open_memory_channel[Msg](10_000)
         self._calls: dict[int, tuple[trio.Event, list[CallResult]]] = {}

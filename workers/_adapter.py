@@ -9,7 +9,7 @@ cancellation, the emitter and the link to the supervisor.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -116,7 +116,7 @@ class Adapter:
         pass
 
 
-async def idle_guarded(source: AsyncIterator[T], idle_s: float, what: str) -> AsyncIterator[T]:
+async def idle_guarded(source: AsyncIterator[T], idle_s: float, what: str) -> AsyncGenerator[T, None]:
     """`source`, failing with a `timeout` error when it is silent for `idle_s`."""
     iterator = source.__aiter__()
     try:

@@ -91,18 +91,17 @@ async def _ask(args: argparse.Namespace) -> int:
 
             nursery.start_soon(on_interrupt)
             async for ev in stream:
-                t = type(ev)
                 if args.json:
                     continue
-                if t is TextDelta:
+                if isinstance(ev, TextDelta):
                     out.write(ev.text)
                     out.flush()
-                elif t is ReasoningDelta and args.reasoning:
+                elif isinstance(ev, ReasoningDelta) and args.reasoning:
                     sys.stderr.write(ev.text)
                     sys.stderr.flush()
-                elif t is ToolCallEnd:
+                elif isinstance(ev, ToolCallEnd):
                     print(f"\n[tool call {ev.name}({json.dumps(ev.arguments)})]", file=sys.stderr)
-                elif t is Finish or t is ErrorEvent:
+                elif isinstance(ev, (Finish, ErrorEvent)):
                     break
             nursery.cancel_scope.cancel()
         acc = stream.accumulator

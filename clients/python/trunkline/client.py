@@ -486,8 +486,8 @@ class ResponseStream:
         async for ev in self:
             if type(ev) is TextDelta:
                 yield ev.text
-        if self.accumulator.error is not None:
-            acc = self.accumulator
+        acc = self.accumulator
+        if acc.error is not None:
             raise error_from_info(acc.error, acc.partial, self.request_id)
 
     async def cancel(self) -> bool:
