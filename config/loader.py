@@ -19,7 +19,7 @@ DEFAULTS_PATH = Path(__file__).resolve().with_name("defaults.yaml")
 USER_CONFIG_PATH = Path("~/.config/trunkline/config.yaml")
 
 #: Provider implementations this version ships (one worker package each).
-ProviderType = Literal["mock"]
+ProviderType = Literal["mock", "anthropic"]
 
 
 class ConfigError(Exception):

@@ -189,18 +189,19 @@ class JobRunner:
         common = {"request_id": job.request_id, "provider": adapter.name, "model": job.model.id,
                   "operation_id": job.operation_id}
         while True:
-            call = Call(job, adapter.name, retries + 1, job.operation_id, deadlines, wire_ids)
+            # The call shares the emitter's warning list, so what the request translator
+            # notes is in `stream_start` and in the final response.
+            call = Call(job, adapter.name, retries + 1, job.operation_id, deadlines, wire_ids,
+                        warnings=emitter.warnings)
             self.calls[job.request_id] = call
             self.outbox.bus("llm.call_started", attempt_id=call.attempt_id, attempt=call.attempt, **common)
             try:
                 if job.stream:
                     skeleton = await adapter.stream(call, emitter.emit)
-                    emitter.warnings.extend(w for w in call.warnings if w not in emitter.warnings)
                     emitter.rate_limit = call.rate_limit
                     emitter.finish(skeleton)
                 else:
                     response = await adapter.complete(call)
-                    emitter.warnings.extend(w for w in call.warnings if w not in emitter.warnings)
                     emitter.rate_limit = call.rate_limit
                     emitter.complete(response)
                 self.outbox.bus("llm.call_completed", attempt_id=call.attempt_id, attempt=call.attempt,
@@ -215,7 +216,6 @@ class JobRunner:
             except Exception as exc:  # a response the translator could not read
                 log.exception("provider %s: unexpected failure", adapter.name)
                 error = ProviderError("invalid_response", f"could not read the provider's response: {exc!r}")
-            emitter.warnings.extend(w for w in call.warnings if w not in emitter.warnings)
             emitter.rate_limit = call.rate_limit or emitter.rate_limit
             self.outbox.bus("llm.call_failed", attempt_id=call.attempt_id, attempt=call.attempt,
                             error_class=error.error_class, retry_count=retries,
@@ -239,13 +239,22 @@ class JobRunner:
             retries += 1
 
 
-def load_adapter(settings: WorkerSettings) -> Adapter:
-    kind = settings.provider.type
-    if kind == "mock":
-        from .mock.adapter import MockAdapter
+#: Provider type -> "module:class" of its adapter (imported only by the worker that needs it).
+ADAPTERS = {
+    "mock": "mock.adapter:MockAdapter",
+    "anthropic": "anthropic.adapter:AnthropicAdapter",
+}
 
-        return MockAdapter(settings.name, settings.provider, settings.retry, settings.timeouts)
-    raise ValueError(f"no worker for provider type {kind!r}")
+
+def load_adapter(settings: WorkerSettings) -> Adapter:
+    import importlib
+
+    kind = settings.provider.type
+    if kind not in ADAPTERS:
+        raise ValueError(f"no worker for provider type {kind!r}")
+    module, _, cls = ADAPTERS[kind].partition(":")
+    adapter_class = getattr(importlib.import_module(f"{__package__}.{module}"), cls)
+    return adapter_class(settings.name, settings.provider, settings.retry, settings.timeouts)  # type: ignore[no-any-return]
 
 
 async def serve(settings: WorkerSettings) -> None:

@@ -1,0 +1,1 @@
+"""Anthropic's native Messages API (`POST /v1/messages`)."""

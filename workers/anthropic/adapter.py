@@ -1,0 +1,104 @@
+"""Anthropic's I/O: the Messages endpoint, the models endpoint, rate-limit headers."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+import httpx
+
+from ...protocol.messages import ModelInfo, RateLimit, Request, Response
+from ...protocol.tokens import estimate_request_tokens
+from .._adapter import Call, Emit
+from .._http import HttpAdapter
+from .._media import inline_files
+from .._sse import SseDecoder
+from ..errors import ProviderError, parse_retry_after
+from . import errors, request, response
+from .stream import AnthropicStream
+
+#: Anthropic prepends a tool-use system prompt of about this many tokens when tools are sent.
+TOOL_PROMPT_TOKENS = 346
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _until(value: str | None) -> float | None:
+    """Seconds from now until an RFC 3339 time."""
+    if not value:
+        return None
+    try:
+        when = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return max((when - datetime.now(timezone.utc)).total_seconds(), 0.0)
+
+
+class AnthropicAdapter(HttpAdapter):
+    provider_type = "anthropic"
+    default_base_url = "https://api.anthropic.com"
+
+    def auth_headers(self) -> dict[str, str]:
+        return {"x-api-key": self.api_key} if self.api_key else {}
+
+    def classify(self, status: int, headers: httpx.Headers, body: bytes) -> ProviderError:
+        return errors.classify(status, headers, body)
+
+    def rate_limit(self, headers: httpx.Headers) -> RateLimit | None:
+        prefix = "anthropic-ratelimit-"
+        if not any(k.startswith(prefix) for k in headers) and "retry-after" not in headers:
+            return None
+        return RateLimit(
+            requests_limit=_int(headers.get(prefix + "requests-limit")),
+            requests_remaining=_int(headers.get(prefix + "requests-remaining")),
+            requests_reset_s=_until(headers.get(prefix + "requests-reset")),
+            tokens_limit=_int(headers.get(prefix + "tokens-limit")),
+            tokens_remaining=_int(headers.get(prefix + "tokens-remaining")),
+            tokens_reset_s=_until(headers.get(prefix + "tokens-reset")),
+            retry_after_s=parse_retry_after(headers),
+        )
+
+    def _build(self, call: Call, stream: bool) -> request.Built:
+        built = request.build(inline_files(call.request), call.model, provider=self.name,
+                              wire_ids=call.wire_ids, stream=stream)
+        call.warnings.extend(w for w in built.warnings if w not in call.warnings)
+        return built
+
+    async def stream(self, call: Call, emit: Emit) -> Response:
+        built = self._build(call, stream=True)
+        decoder = SseDecoder()
+        translator = AnthropicStream(passthrough=call.request.passthrough)
+        raw: list[Any] | None = [] if call.request.include_raw else None
+
+        def feed(chunk: bytes) -> None:
+            for sse in decoder.feed(chunk):
+                if raw is not None:
+                    raw.append({"event": sse.event, "data": sse.data})
+                for event in translator.feed(sse.event, sse.data):
+                    emit(event)
+
+        await self.post_stream(call, "/v1/messages", built.body, feed, built.headers)
+        for sse in decoder.flush():
+            for event in translator.feed(sse.event, sse.data):
+                emit(event)
+        skeleton = translator.finish()
+        skeleton.raw = raw
+        return skeleton
+
+    async def complete(self, call: Call) -> Response:
+        built = self._build(call, stream=False)
+        body, _ = await self.post_json(call, "/v1/messages", built.body, built.headers)
+        return response.parse(body, include_raw=call.request.include_raw)
+
+    async def ready(self, model: ModelInfo) -> None:
+        if not self.api_key:
+            raise ProviderError("not_configured", f"no API key: set {self.config.api_key_env}")
+        await self.get_json(f"/v1/models/{model.wire_name}", {"anthropic-version": request.API_VERSION})
+
+    def count_tokens(self, req: Request, model: ModelInfo) -> int:
+        return estimate_request_tokens(req) + (TOOL_PROMPT_TOKENS if req.tools else 0)
