@@ -17,8 +17,10 @@ from ..errors import ProviderError, parse_retry_after
 from . import errors, request, response
 from .stream import AnthropicStream
 
-#: Anthropic prepends a tool-use system prompt of about this many tokens when tools are sent.
+#: Anthropic prepends a tool-use system prompt of about this many tokens when tools are sent,
+#: and a shorter one when extended thinking is on (both read off recorded usage).
 TOOL_PROMPT_TOKENS = 346
+THINKING_PROMPT_TOKENS = 32
 
 
 def _int(value: str | None) -> int | None:
@@ -101,4 +103,8 @@ class AnthropicAdapter(HttpAdapter):
         await self.get_json(f"/v1/models/{model.wire_name}", {"anthropic-version": request.API_VERSION})
 
     def count_tokens(self, req: Request, model: ModelInfo) -> int:
-        return estimate_request_tokens(req) + (TOOL_PROMPT_TOKENS if req.tools else 0)
+        options = req.provider_options.get(self.name) or req.provider_options.get("anthropic") or {}
+        thinking = (req.reasoning_effort not in (None, "none") and model.reasoning) or (
+            (options.get("thinking") or {}).get("type") in ("enabled", "adaptive"))
+        return (estimate_request_tokens(req) + (TOOL_PROMPT_TOKENS if req.tools else 0)
+                + (THINKING_PROMPT_TOKENS if thinking else 0))
