@@ -19,7 +19,7 @@ DEFAULTS_PATH = Path(__file__).resolve().with_name("defaults.yaml")
 USER_CONFIG_PATH = Path("~/.config/trunkline/config.yaml")
 
 #: Provider implementations this version ships (one worker package each).
-ProviderType = Literal["mock", "anthropic"]
+ProviderType = Literal["mock", "anthropic", "openai_compat", "ollama"]
 
 
 class ConfigError(Exception):
@@ -158,6 +158,7 @@ class WorkerSettings(msgspec.Struct, kw_only=True):
     state_dir: str
     heartbeat_interval_s: float = 1.0
     log_level: str = "info"
+    supervisor_pid: int = 0
 
 
 def default_runtime_dir() -> Path:

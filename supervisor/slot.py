@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 from typing import TYPE_CHECKING, Any, Literal
 
 import trio
@@ -49,6 +50,7 @@ class WorkerSlot:
         self.generation = 0
         self.last_error: str | None = None
         self.last_heartbeat: float | None = None
+        self.unreachable: str | None = None
         self.in_flight: set[str] = set()
         self.retry_at: float | None = None
         self.link_url = f"ipc://{daemon.runtime_dir}/w-{name}.ipc"
@@ -75,6 +77,7 @@ class WorkerSlot:
             in_flight=len(self.in_flight),
             last_error=self.last_error,
             last_heartbeat_s=round(now - self.last_heartbeat, 3) if self.last_heartbeat is not None else None,
+            unreachable=self.unreachable if self.state == "running" else None,
         )
 
     @property
@@ -143,6 +146,7 @@ class WorkerSlot:
                 daemon.relay(msg)  # type: ignore[arg-type]
             elif t is Heartbeat:
                 self.last_heartbeat = trio.current_time()
+                self.unreachable = msg.unreachable  # type: ignore[union-attr]
             elif t is CallResult:
                 pending = self._calls.get(msg.call_id)  # type: ignore[union-attr]
                 if pending is not None:
@@ -170,6 +174,7 @@ class WorkerSlot:
             state_dir=str(d.state_dir),
             heartbeat_interval_s=d.config.supervision.heartbeat_interval_s,
             log_level=d.config.log_level,
+            supervisor_pid=os.getpid(),
         )
 
     def bind(self) -> None:
@@ -207,6 +212,9 @@ class WorkerSlot:
                 self.state = "stopped"
                 nursery.cancel_scope.cancel()
         finally:
+            # A worker whose start raced the shutdown (or a cancelled wait) must not outlive us.
+            if self._proc is not None and self._proc.returncode is None:
+                self._proc.kill()
             self.sock.close()
 
     def _died(self, code: int | None) -> None:

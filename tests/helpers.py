@@ -117,8 +117,11 @@ class DaemonProcess:
         assert self.proc is not None
         if self.proc.returncode is None:
             self.proc.send_signal(signal.SIGTERM)
-        with trio.fail_after(timeout_s):
+        with trio.move_on_after(timeout_s):
             await self.exited.wait()
+        if not self.exited.is_set():
+            self.proc.kill()
+            raise AssertionError(f"the daemon did not stop within {timeout_s}s:\n{self.output()}")
         return self.proc.returncode  # type: ignore[return-value]
 
     def cleanup(self) -> None:

@@ -44,6 +44,9 @@ from .errors import ProviderError, redact
 
 log = logging.getLogger("trunkline.worker")
 
+#: How often a worker checks that its provider's server answers (local servers only).
+PROBE_INTERVAL_S = 15.0
+
 
 @dataclass(slots=True)
 class _Batch:
@@ -243,6 +246,8 @@ class JobRunner:
 ADAPTERS = {
     "mock": "mock.adapter:MockAdapter",
     "anthropic": "anthropic.adapter:AnthropicAdapter",
+    "openai_compat": "openai_compat.adapter:OpenAICompatAdapter",
+    "ollama": "ollama.adapter:OllamaAdapter",
 }
 
 
@@ -264,11 +269,19 @@ async def serve(settings: WorkerSettings) -> None:
     outbox = Outbox()
     runner = JobRunner(adapter, outbox, toolids)
     sock = nng.pair(settings.link, listen=False)
-    parent = os.getppid()
+    parent = settings.supervisor_pid or os.getppid()
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(outbox.run, sock)
             outbox.push(WorkerUp(provider=settings.name, pid=os.getpid(), generation=settings.generation))
+
+            unreachable: list[str | None] = [None]
+
+            async def probe() -> None:
+                while True:
+                    unreachable[0] = await adapter.probe()
+                    outbox.push(Heartbeat(in_flight=len(runner.scopes), unreachable=unreachable[0]))
+                    await trio.sleep(PROBE_INTERVAL_S)
 
             async def heartbeat() -> None:
                 while True:
@@ -276,7 +289,9 @@ async def serve(settings: WorkerSettings) -> None:
                     if os.getppid() != parent:
                         log.warning("supervisor is gone; worker %s exits", settings.name)
                         os._exit(0)
-                    outbox.push(Heartbeat(in_flight=len(runner.scopes)))
+                    outbox.push(Heartbeat(in_flight=len(runner.scopes), unreachable=unreachable[0]))
+
+            nursery.start_soon(probe)
 
             nursery.start_soon(heartbeat)
             jobs_nursery = nursery
@@ -328,27 +343,17 @@ async def _answer_ready(adapter: Adapter, outbox: Outbox, msg: CheckReady) -> No
         outbox.push(CallResult(call_id=msg.call_id, ok=False, error=ErrorInfo(error_class="other", message=repr(exc))))
 
 
-def _die_with_parent() -> None:
-    """Ask Linux to kill this process when the supervisor dies (PR_SET_PDEATHSIG)."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux: the heartbeat's parent check still applies
-        pass
-
-
 def main() -> None:
     """Entry point of `python -m trunkline.workers`; settings come in TRUNKLINE_WORKER."""
     import msgspec
 
     # The supervisor owns our lifetime: Ctrl-C is its to handle, and if it dies we die with it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _die_with_parent()
     raw = os.environ.get("TRUNKLINE_WORKER")
     if not raw:
         raise SystemExit("trunkline worker: TRUNKLINE_WORKER is not set (workers are started by `trunkline serve`)")
     settings = msgspec.json.decode(raw, type=WorkerSettings)
+    if settings.supervisor_pid and os.getppid() != settings.supervisor_pid:
+        raise SystemExit("trunkline worker: the supervisor that started this worker is gone")
     logging.basicConfig(level=settings.log_level.upper(), format=f"%(asctime)s worker[{settings.name}] %(levelname)s %(message)s")
     trio.run(serve, settings)

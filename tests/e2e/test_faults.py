@@ -122,13 +122,12 @@ async def test_killed_worker_ends_its_streams_and_comes_back(start_daemon):
     request = Request(model="mock:echo", messages=[Message.user("x")], provider_options=slow_text(500, 0.01))
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir, watch_bus=True) as client:
-            status = await client.status()
-            pid = status.workers[0].pid
             events = []
             async with client.stream(request) as stream:
                 async for ev in stream:
                     events.append(ev)
                     if type(ev) is TextDelta and len(events) == 10:
+                        pid = {w.provider: w.pid for w in (await client.status()).workers}["mock"]
                         killed_at = time.monotonic()
                         os.kill(pid, signal.SIGKILL)
             error_after = time.monotonic() - killed_at
@@ -145,7 +144,8 @@ async def test_killed_worker_ends_its_streams_and_comes_back(start_daemon):
     assert last.partial is not None and last.partial.text.startswith("w0 w1 ")
     assert error_after < 1.0, f"terminal error took {error_after:.3f}s"
     assert response.text == "are you back?"
-    assert status.workers[0].restarts == 1 and status.workers[0].pid != pid
+    mock = {w.provider: w for w in status.workers}["mock"]
+    assert mock.restarts == 1 and mock.pid != pid
     print(f"\nkill -9 -> terminal error {error_after * 1000:.1f} ms, -> worker up {restart_after * 1000:.0f} ms")
 
 
