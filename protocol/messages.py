@@ -407,7 +407,8 @@ class ModelInfo(Data, kw_only=True):
 
 
 class WorkerStatus(Data, kw_only=True):
-    """The state of one provider's worker process."""
+    """The state of one provider's worker process. `unreachable` says why a running
+    worker cannot reach its server (a local server that is not running)."""
 
     provider: str
     provider_type: str
@@ -417,6 +418,7 @@ class WorkerStatus(Data, kw_only=True):
     in_flight: int = 0
     last_error: str | None = None
     last_heartbeat_s: float | None = None
+    unreachable: str | None = None
 
 
 class Limits(Data, kw_only=True):
@@ -794,7 +796,11 @@ class WorkerUp(Msg, tag="worker_up", kw_only=True):
 
 
 class Heartbeat(Msg, tag="heartbeat", kw_only=True):
+    """Every second or so. `unreachable` is set when the provider's server cannot be
+    reached (probed for local servers), with the reason."""
+
     in_flight: int = 0
+    unreachable: str | None = None
 
 
 class Relay(Msg, tag="relay", kw_only=True):

@@ -112,6 +112,11 @@ class Adapter:
     def count_tokens(self, request: Request, model: ModelInfo) -> int:
         return estimate_request_tokens(request)
 
+    async def probe(self) -> str | None:
+        """None when the provider's server answers; otherwise why not. Only local
+        servers are probed: a hosted API is not worth a request every few seconds."""
+        return None
+
     async def aclose(self) -> None:
         pass
 

@@ -133,5 +133,16 @@ class HttpAdapter(Adapter):
         finally:
             call.upstream_open = False
 
+    def is_local(self) -> bool:
+        host = httpx.URL(self.base_url).host if self.base_url else ""
+        return host in ("localhost", "127.0.0.1", "::1") or host.startswith(("10.", "192.168.", "172."))
+
+    async def probe_path(self, path: str) -> str | None:
+        try:
+            response = await self.client.get(self.url(path), headers=self.auth_headers(), timeout=2.0)
+        except httpx.TransportError as exc:
+            return from_transport(exc, self.name).message
+        return None if response.status_code < 500 else f"{self.name} answered HTTP {response.status_code}"
+
     async def aclose(self) -> None:
         await self.client.aclose()

@@ -144,8 +144,9 @@ async def _status(args: argparse.Namespace) -> int:
           f"{report.in_flight} in flight")
     rows = [("PROVIDER", "TYPE", "STATE", "PID", "RESTARTS", "IN FLIGHT", "LAST ERROR")]
     for w in report.workers:
-        rows.append((w.provider, w.provider_type, w.state, str(w.pid or "-"), str(w.restarts), str(w.in_flight),
-                     w.last_error or ""))
+        state = f"{w.state} (unreachable)" if w.unreachable else w.state
+        rows.append((w.provider, w.provider_type, state, str(w.pid or "-"), str(w.restarts), str(w.in_flight),
+                     w.unreachable or w.last_error or ""))
     _table(rows)
     return 0
 

@@ -1,0 +1,1 @@
+"""Ollama's native API (`POST {base_url}/api/chat`, NDJSON streams)."""

@@ -1,0 +1,132 @@
+"""Canonical request -> Ollama /api/chat body. Pure.
+
+Tool calls carry their arguments as an object and tool results name their
+tool (`tool_name`), not an id; images travel as bare base64. What Ollama
+cannot do is said in a warning, never faked: it cannot force a tool
+(`required` or a named tool) and cannot fetch images by URL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...protocol.messages import (
+    AudioPart,
+    DocumentPart,
+    ImagePart,
+    Message,
+    ModelInfo,
+    RedactedThinkingPart,
+    Request,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolResultPart,
+    WarningInfo,
+)
+from ..openai_compat.request import error_text
+
+
+@dataclass(slots=True)
+class Built:
+    body: dict[str, Any]
+    warnings: list[WarningInfo] = field(default_factory=list)
+
+
+def _warn(warnings: list[WarningInfo], code: str, message: str) -> None:
+    if not any(w.code == code and w.message == message for w in warnings):
+        warnings.append(WarningInfo(code=code, message=message))
+
+
+def _names_of_calls(messages: list[Message]) -> dict[str, str]:
+    return {p.id: p.name for m in messages for p in m.content if isinstance(p, ToolCallPart)} | {
+        p.provider_id: p.name for m in messages for p in m.content if isinstance(p, ToolCallPart) and p.provider_id}
+
+
+def _images(parts: list[Any], warnings: list[WarningInfo]) -> list[str]:
+    images = []
+    for part in parts:
+        if isinstance(part, ImagePart):
+            if part.data is not None:
+                images.append(part.data)
+            else:
+                _warn(warnings, "unsupported_content", "Ollama takes images as base64 data only; an image URL "
+                      "was dropped (send `data`, or a local `path`)")
+    return images
+
+
+def build(request: Request, model: ModelInfo, *, provider: str, stream: bool) -> Built:
+    warnings: list[WarningInfo] = []
+    names = _names_of_calls(request.messages)
+    messages: list[dict[str, Any]] = []
+    system = "\n\n".join(m.text for m in request.messages if m.role in ("system", "developer") and m.text)
+    if system:
+        messages.append({"role": "system", "content": system})
+    for message in request.messages:
+        if message.role == "user":
+            entry: dict[str, Any] = {"role": "user", "content": message.text}
+            images = _images(message.content, warnings)
+            if images:
+                entry["images"] = images
+            if any(isinstance(p, (AudioPart, DocumentPart)) for p in message.content):
+                _warn(warnings, "unsupported_content", "Ollama takes text and images; audio and documents were dropped")
+            messages.append(entry)
+        elif message.role == "assistant":
+            entry = {"role": "assistant", "content": message.text}
+            calls = [{"function": {"name": p.name, "arguments": p.arguments or {}}}
+                     for p in message.content if isinstance(p, ToolCallPart)]
+            if calls:
+                entry["tool_calls"] = calls
+            if any(isinstance(p, (ThinkingPart, RedactedThinkingPart)) for p in message.content):
+                _warn(warnings, "thinking_dropped", "earlier reasoning is not sent to Ollama; it was dropped")
+            messages.append(entry)
+        elif message.role == "tool":
+            results = [p for p in message.content if isinstance(p, ToolResultPart)]
+            if not results and message.tool_call_id:
+                messages.append({"role": "tool", "content": message.text,
+                                 "tool_name": names.get(message.tool_call_id, "")})
+            for result in results:
+                entry = {"role": "tool", "content": error_text(result),
+                         "tool_name": result.name or names.get(result.tool_call_id, "")}
+                if not isinstance(result.content, str):
+                    images = _images(list(result.content), warnings)
+                    if images:
+                        entry["images"] = images
+                messages.append(entry)
+    body: dict[str, Any] = {"model": model.wire_name, "messages": messages, "stream": stream}
+    choice = request.tool_choice
+    if request.tools and not (choice is not None and choice.mode == "none"):
+        body["tools"] = [{"type": "function", "function": {"name": t.name, "description": t.description,
+                                                           "parameters": t.parameters}} for t in request.tools]
+        if choice is not None and choice.mode in ("required", "tool"):
+            what = "a tool call" if choice.mode == "required" else f"the tool {choice.name!r}"
+            _warn(warnings, "tool_choice_unsupported",
+                  f"Ollama cannot force {what}; the model may answer without it")
+    fmt = request.response_format
+    if fmt is not None and fmt.kind == "json_schema":
+        body["format"] = fmt.schema
+    elif fmt is not None and fmt.kind == "json_object":
+        body["format"] = "json"
+    options: dict[str, Any] = {}
+    if request.temperature is not None:
+        options["temperature"] = request.temperature
+    if request.top_p is not None:
+        options["top_p"] = request.top_p
+    if request.seed is not None:
+        options["seed"] = request.seed
+    if request.max_tokens is not None:
+        options["num_predict"] = request.max_tokens
+    if request.stop_sequences:
+        options["stop"] = list(request.stop_sequences)
+    extra = dict(request.provider_options.get(provider) or request.provider_options.get("ollama") or {})
+    if request.reasoning_effort is not None and "think" not in extra:
+        body["think"] = request.reasoning_effort not in ("none",)
+    for key in ("keep_alive", "think"):
+        if key in extra:
+            body[key] = extra.pop(key)
+    options.update(extra.pop("options", {}) or {})
+    if options:
+        body["options"] = options
+    body.update(extra)
+    return Built(body, warnings)

@@ -1,0 +1,149 @@
+"""Chat Completions I/O: one instance per configured server, each its own worker."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import httpx
+
+from ...protocol.messages import (
+    ModelInfo,
+    RateLimit,
+    Request,
+    Response,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    Usage,
+    WarningInfo,
+)
+from ...protocol.tokens import estimate_request_tokens, estimate_text_tokens
+from .._adapter import Call, Emit
+from .._http import HttpAdapter
+from .._media import inline_files
+from .._sse import SseDecoder
+from ..errors import ProviderError, parse_retry_after
+from . import errors, request, response
+from .stream import ChatStream
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def duration_s(value: str | None) -> float | None:
+    """OpenAI's reset durations: `1s`, `6m0s`, `20ms`."""
+    if not value:
+        return None
+    parts = _DURATION.findall(value)
+    if not parts:
+        return None
+    return sum(float(n) * _UNITS[u] for n, u in parts)
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+NOT_LOADED = {"not-loaded", "not_loaded", "unloaded", "loading", "unloading"}
+
+
+class OpenAICompatAdapter(HttpAdapter):
+    provider_type = "openai_compat"
+
+    def auth_headers(self) -> dict[str, str]:
+        return {"authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def classify(self, status: int, headers: httpx.Headers, body: bytes) -> ProviderError:
+        return errors.classify(status, headers, body)
+
+    def rate_limit(self, headers: httpx.Headers) -> RateLimit | None:
+        if not any(k.startswith("x-ratelimit-") for k in headers) and "retry-after" not in headers:
+            return None
+        return RateLimit(
+            requests_limit=_int(headers.get("x-ratelimit-limit-requests")),
+            requests_remaining=_int(headers.get("x-ratelimit-remaining-requests")),
+            requests_reset_s=duration_s(headers.get("x-ratelimit-reset-requests")),
+            tokens_limit=_int(headers.get("x-ratelimit-limit-tokens")),
+            tokens_remaining=_int(headers.get("x-ratelimit-remaining-tokens")),
+            tokens_reset_s=duration_s(headers.get("x-ratelimit-reset-tokens")),
+            retry_after_s=parse_retry_after(headers),
+        )
+
+    def _build(self, call: Call, stream: bool) -> request.Built:
+        if not self.base_url:
+            raise ProviderError("not_configured", f"provider {self.name} has no base_url")
+        built = request.build(inline_files(call.request), call.model, provider=self.name, wire_ids=call.wire_ids,
+                              stream=stream, instance=self.config.options)
+        call.warnings.extend(w for w in built.warnings if w not in call.warnings)
+        return built
+
+    def _estimate(self, call: Call, generated: str) -> Usage:
+        """Usage the server did not report, estimated and flagged as such."""
+        out = estimate_text_tokens(generated)
+        prompt = estimate_request_tokens(call.request)
+        warning = WarningInfo(code="usage_estimated", message=f"{self.name} reported no usage; tokens are estimated")
+        if warning not in call.warnings:
+            call.warnings.append(warning)
+        return Usage(input_tokens=prompt, output_tokens=out, total_tokens=prompt + out, estimated=True)
+
+    async def stream(self, call: Call, emit: Emit) -> Response:
+        built = self._build(call, stream=True)
+        decoder = SseDecoder()
+        translator = ChatStream(passthrough=call.request.passthrough, provider=self.name)
+        raw: list[Any] | None = [] if call.request.include_raw else None
+
+        def feed(chunk: bytes) -> None:
+            for sse in decoder.feed(chunk):
+                if raw is not None:
+                    raw.append(sse.data)
+                for event in translator.feed(sse.data):
+                    emit(event)
+
+        await self.post_stream(call, "/chat/completions", built.body, feed)
+        for sse in decoder.flush():
+            for event in translator.feed(sse.data):
+                emit(event)
+        tail, skeleton, reported = translator.finish()
+        for event in tail:
+            emit(event)
+        if not reported:
+            skeleton.usage = self._estimate(call, translator.generated())
+        skeleton.raw = raw
+        return skeleton
+
+    async def complete(self, call: Call) -> Response:
+        built = self._build(call, stream=False)
+        body, _ = await self.post_json(call, "/chat/completions", built.body)
+        result, reported = response.parse(body, include_raw=call.request.include_raw)
+        if not reported:
+            result.usage = self._estimate(call, "".join(
+                p.text if isinstance(p, (TextPart, ThinkingPart)) else p.name + (p.raw_arguments or "")
+                for p in result.message.content if isinstance(p, (TextPart, ThinkingPart, ToolCallPart))))
+        return result
+
+    async def probe(self) -> str | None:
+        return await self.probe_path("/models") if self.base_url and self.is_local() else None
+
+    async def ready(self, model: ModelInfo) -> None:
+        listing = await self.get_json("/models")
+        entries = listing.get("data") if isinstance(listing, dict) else listing
+        if not isinstance(entries, list):
+            raise ProviderError("invalid_response", f"{self.name}: /models did not list models")
+        for entry in entries:
+            if isinstance(entry, dict) and entry.get("id") == model.wire_name:
+                # LM Studio says `state`, llama.cpp's router `status.value`; vLLM lists only what it serves.
+                status = entry.get("status")
+                state = entry.get("state") or (status.get("value") if isinstance(status, dict) else None)
+                if isinstance(state, str) and state.lower() in NOT_LOADED:
+                    raise ProviderError("model_not_loaded", f"{self.name} knows {model.wire_name} but it is {state}")
+                return
+        known = ", ".join(str(e.get("id")) for e in entries[:10] if isinstance(e, dict))
+        raise ProviderError("not_found", f"{self.name} does not serve {model.wire_name!r} (it lists: {known})")
+
+    def count_tokens(self, req: Request, model: ModelInfo) -> int:
+        return estimate_request_tokens(req)
+

@@ -1,0 +1,176 @@
+"""Canonical request -> Chat Completions body. Pure.
+
+System and developer messages become one leading `system` message; tool
+results become `role: tool` messages (an error result is prefixed `ERROR: `,
+as the format has no error flag); reasoning from any provider is dropped with
+a warning, as Chat Completions has no way to send it back.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...protocol.messages import (
+    AudioPart,
+    DocumentPart,
+    ImagePart,
+    Message,
+    ModelInfo,
+    RedactedThinkingPart,
+    Request,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolResultPart,
+    WarningInfo,
+)
+
+#: Instance options (the `options:` of a provider in the config) this module reads.
+#:   legacy_max_tokens: send `max_tokens` instead of `max_completion_tokens`
+#:   stream_usage: ask for usage on streams (`stream_options.include_usage`; default true)
+#:   reasoning_effort: send `reasoning_effort` for reasoning models (default true)
+
+
+@dataclass(slots=True)
+class Built:
+    body: dict[str, Any]
+    warnings: list[WarningInfo] = field(default_factory=list)
+    usage_requested: bool = True
+
+
+def _warn(warnings: list[WarningInfo], code: str, message: str) -> None:
+    if not any(w.code == code and w.message == message for w in warnings):
+        warnings.append(WarningInfo(code=code, message=message))
+
+
+def image_url(part: ImagePart) -> dict[str, Any]:
+    url = part.url if part.data is None else f"data:{part.media_type};base64,{part.data}"
+    inner: dict[str, Any] = {"url": url}
+    if part.detail:
+        inner["detail"] = part.detail
+    return {"type": "image_url", "image_url": inner}
+
+
+def error_text(part: ToolResultPart) -> str:
+    text = part.content if isinstance(part.content, str) else "".join(
+        p.text for p in part.content if isinstance(p, TextPart))
+    return f"ERROR: {text}" if part.is_error else text
+
+
+class _Translator:
+    def __init__(self, wire_ids: dict[str, str], warnings: list[WarningInfo]) -> None:
+        self.wire_ids = wire_ids
+        self.warnings = warnings
+
+    def user(self, message: Message) -> dict[str, Any]:
+        parts: list[dict[str, Any]] = []
+        for part in message.content:
+            if isinstance(part, TextPart):
+                parts.append({"type": "text", "text": part.text})
+            elif isinstance(part, ImagePart):
+                parts.append(image_url(part))
+            elif isinstance(part, (AudioPart, DocumentPart)):
+                kind = "audio" if isinstance(part, AudioPart) else "document"
+                _warn(self.warnings, "unsupported_content",
+                      f"this OpenAI-compatible provider is sent text and images only; a {kind} part was dropped")
+        if all(p["type"] == "text" for p in parts):
+            return {"role": "user", "content": "".join(p["text"] for p in parts)}
+        return {"role": "user", "content": parts}
+
+    def assistant(self, message: Message) -> dict[str, Any]:
+        text: list[str] = []
+        calls: list[dict[str, Any]] = []
+        for part in message.content:
+            if isinstance(part, TextPart):
+                text.append(part.text)
+            elif isinstance(part, ToolCallPart):
+                arguments = part.raw_arguments if part.arguments is None and part.raw_arguments else json.dumps(
+                    part.arguments or {}, ensure_ascii=False)
+                calls.append({"id": self.wire_ids.get(part.id, part.id), "type": "function",
+                              "function": {"name": part.name, "arguments": arguments}})
+            elif isinstance(part, (ThinkingPart, RedactedThinkingPart)):
+                _warn(self.warnings, "thinking_dropped",
+                      "Chat Completions cannot carry earlier reasoning; it was dropped")
+        out: dict[str, Any] = {"role": "assistant", "content": "".join(text) if text else None}
+        if calls:
+            out["tool_calls"] = calls
+        return out
+
+    def tool(self, message: Message) -> list[dict[str, Any]]:
+        results = [p for p in message.content if isinstance(p, ToolResultPart)]
+        if not results and message.tool_call_id:
+            return [{"role": "tool", "tool_call_id": self.wire_ids.get(message.tool_call_id, message.tool_call_id),
+                     "content": message.text}]
+        out = []
+        for result in results:
+            if not isinstance(result.content, str) and any(isinstance(p, ImagePart) for p in result.content):
+                _warn(self.warnings, "unsupported_content", "tool results are sent as text; an image was dropped")
+            out.append({"role": "tool", "tool_call_id": self.wire_ids.get(result.tool_call_id, result.tool_call_id),
+                        "content": error_text(result)})
+        return out
+
+
+def build(request: Request, model: ModelInfo, *, provider: str, wire_ids: dict[str, str], stream: bool,
+          instance: dict[str, Any]) -> Built:
+    warnings: list[WarningInfo] = []
+    t = _Translator(wire_ids, warnings)
+    messages: list[dict[str, Any]] = []
+    system = "\n\n".join(m.text for m in request.messages if m.role in ("system", "developer") and m.text)
+    if system:
+        messages.append({"role": "system", "content": system})
+    for message in request.messages:
+        if message.role == "user":
+            messages.append(t.user(message))
+        elif message.role == "assistant":
+            messages.append(t.assistant(message))
+        elif message.role == "tool":
+            messages.extend(t.tool(message))
+    body: dict[str, Any] = {"model": model.wire_name, "messages": messages}
+    choice = request.tool_choice
+    if request.tools:
+        body["tools"] = []
+        for tool in request.tools:
+            function: dict[str, Any] = {"name": tool.name, "parameters": tool.parameters}
+            if tool.description:
+                function["description"] = tool.description
+            if tool.strict is not None:
+                function["strict"] = tool.strict
+            body["tools"].append({"type": "function", "function": function})
+        if choice is not None:
+            body["tool_choice"] = ({"type": "function", "function": {"name": choice.name}} if choice.mode == "tool"
+                                   else choice.mode)
+    if request.max_tokens is not None:
+        body["max_tokens" if instance.get("legacy_max_tokens") else "max_completion_tokens"] = request.max_tokens
+    if request.stop_sequences:
+        body["stop"] = list(request.stop_sequences)
+    for key in ("temperature", "top_p", "seed"):
+        value = getattr(request, key)
+        if value is not None:
+            body[key] = value
+    fmt = request.response_format
+    if fmt is not None and fmt.kind == "json_schema":
+        schema: dict[str, Any] = {"name": fmt.name or "response", "schema": fmt.schema}
+        if fmt.strict is not None:
+            schema["strict"] = fmt.strict
+        body["response_format"] = {"type": "json_schema", "json_schema": schema}
+    elif fmt is not None and fmt.kind == "json_object":
+        body["response_format"] = {"type": "json_object"}
+    if request.reasoning_effort is not None and instance.get("reasoning_effort", True):
+        if model.reasoning:
+            body["reasoning_effort"] = request.reasoning_effort
+        else:
+            _warn(warnings, "reasoning_unsupported", f"{model.id} is not a reasoning model; reasoning_effort ignored")
+    usage_requested = True
+    if stream:
+        body["stream"] = True
+        if instance.get("stream_usage", True):
+            body["stream_options"] = {"include_usage": True}
+        else:
+            usage_requested = False
+    if request.metadata.get("user_id"):
+        body["user"] = request.metadata["user_id"]
+    options = request.provider_options.get(provider) or request.provider_options.get("openai_compat") or {}
+    body.update(options)
+    return Built(body, warnings, usage_requested)

@@ -1,0 +1,119 @@
+"""Chat Completions response -> canonical Response. Pure.
+
+Also shared with the stream translator: finish reasons, usage, and the rule
+for tool-call arguments that do not parse. On a normal finish they are an
+`invalid_response` error; under `finish_reason: "error"` (a degraded response,
+as the OpenArmature spec calls it) the response is returned, the call's
+`arguments` is null and its raw string is kept.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ...protocol.accumulate import parse_arguments
+from ...protocol.messages import (
+    ContentPart,
+    FinishReason,
+    FinishReasonName,
+    Message,
+    Response,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    Usage,
+)
+from ..errors import invalid_response
+
+_FINISH: dict[str, FinishReasonName] = {
+    "stop": "stop",
+    "length": "length",
+    "tool_calls": "tool_calls",
+    "function_call": "tool_calls",
+    "content_filter": "content_filter",
+    "error": "error",
+}
+
+
+def finish_reason(raw: str | None) -> FinishReason:
+    return FinishReason(reason=_FINISH.get(raw or "", "other"), raw=raw)
+
+
+def usage(raw: dict[str, Any] | None) -> Usage | None:
+    """None when the server reported nothing."""
+    if not isinstance(raw, dict):
+        return None
+    prompt = int(raw.get("prompt_tokens") or 0)
+    completion = int(raw.get("completion_tokens") or 0)
+    prompt_details = raw.get("prompt_tokens_details") or {}
+    completion_details = raw.get("completion_tokens_details") or {}
+    return Usage(
+        input_tokens=prompt,
+        output_tokens=completion,
+        total_tokens=prompt + completion,
+        reasoning_tokens=int(completion_details.get("reasoning_tokens") or 0),
+        cache_read_tokens=int(prompt_details.get("cached_tokens") or 0),
+    )
+
+
+def tool_arguments(raw: str, name: str, degraded: bool) -> dict[str, Any] | None:
+    arguments = parse_arguments(raw)
+    if arguments is None and not degraded:
+        raise invalid_response(f"the arguments of tool call {name!r} are not a JSON object: {raw[:200]!r}")
+    return arguments
+
+
+def reasoning_text(message: dict[str, Any]) -> str:
+    """Some servers add reasoning beside the content, under one of two names."""
+    value = message.get("reasoning_content") or message.get("reasoning") or ""
+    return value if isinstance(value, str) else ""
+
+
+def parse(body: Any, include_raw: bool = False) -> tuple[Response, bool]:
+    """The response, and whether the server reported usage."""
+    choices = body.get("choices") if isinstance(body, dict) else None
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
+        raise invalid_response(f"not a chat completion (no choices): {str(body)[:200]}")
+    choice = choices[0]
+    message = choice.get("message")
+    if not isinstance(message, dict):
+        raise invalid_response("the chat completion's first choice has no message")
+    reason = finish_reason(choice.get("finish_reason"))
+    degraded = reason.reason == "error"
+    parts: list[ContentPart] = []
+    thinking = reasoning_text(message)
+    if thinking:
+        parts.append(ThinkingPart(text=thinking))
+    content = message.get("content")
+    if isinstance(content, str) and content:
+        parts.append(TextPart(text=content))
+    elif isinstance(content, list):  # a few servers answer with content parts
+        text = "".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
+        if text:
+            parts.append(TextPart(text=text))
+    calls = message.get("tool_calls") or []
+    if not isinstance(calls, list):
+        raise invalid_response("tool_calls is not a list")
+    for call in calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict):
+            if degraded:
+                continue
+            raise invalid_response(f"a tool call without a function: {str(call)[:200]}")
+        raw = function.get("arguments")
+        if isinstance(raw, dict):  # some servers send an object, not a string
+            raw = json.dumps(raw)
+        raw = raw if isinstance(raw, str) else ""
+        name = function.get("name") or ""
+        parts.append(ToolCallPart(id="", name=name, arguments=tool_arguments(raw, name, degraded),
+                                  raw_arguments=raw or None, provider_id=call.get("id") or None))
+    reported = usage(body.get("usage"))
+    return Response(
+        id=body.get("id") or "",
+        model=body.get("model") or "",
+        message=Message(role="assistant", content=parts),
+        finish_reason=reason,
+        usage=reported or Usage(),
+        raw=body if include_raw else None,
+    ), reported is not None
