@@ -75,6 +75,7 @@ class ProviderConfig(_Section):
     """One provider instance; several instances may share a `type`."""
 
     type: ProviderType
+    enabled: bool = True
     api_key_env: str | None = None
     base_url: str | None = None
     headers: dict[str, str] = msgspec.field(default_factory=dict)

@@ -61,11 +61,12 @@ class Daemon:
         self.state_dir = config.resolved_state_dir()
         self.control_url = config.endpoint("control", self.runtime_dir)
         self.events_url = config.endpoint("events", self.runtime_dir)
-        configured = [n for n, p in config.providers.items() if not p.api_key_env or os.environ.get(p.api_key_env)]
-        self.catalog = Catalog.load(config.models, providers=config.providers, configured=configured)
+        providers = {n: p for n, p in config.providers.items() if p.enabled}
+        configured = [n for n, p in providers.items() if not p.api_key_env or os.environ.get(p.api_key_env)]
+        self.catalog = Catalog.load(config.models, providers=providers, configured=configured)
         self.requests = RequestTable(config.replay.ring_events, config.replay.keep_s, config.replay.max_requests)
         self.slots: dict[str, WorkerSlot] = {}
-        for name, provider in config.providers.items():
+        for name, provider in providers.items():
             slot = WorkerSlot(self, name, provider)
             if name not in configured:
                 slot.state = "not_configured"

@@ -146,7 +146,10 @@ class WorkerSlot:
                 daemon.relay(msg)  # type: ignore[arg-type]
             elif t is Heartbeat:
                 self.last_heartbeat = trio.current_time()
-                self.unreachable = msg.unreachable  # type: ignore[union-attr]
+                if msg.unreachable != self.unreachable:  # type: ignore[union-attr]
+                    self.unreachable = msg.unreachable  # type: ignore[union-attr]
+                    daemon.bus("worker.unreachable" if self.unreachable else "worker.reachable", provider=self.name,
+                               detail=self.unreachable)
             elif t is CallResult:
                 pending = self._calls.get(msg.call_id)  # type: ignore[union-attr]
                 if pending is not None:

@@ -33,6 +33,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 #: Fast timings for real-process tests: the daemon's own clock is real.
 FAST_CONFIG: dict[str, Any] = {
+    # Tests that need these providers turn them on; the rest start fewer processes.
+    "providers": {"ollama": {"enabled": False}, "openrouter": {"enabled": False}},
     "retry": {"base_delay_s": 0.01, "max_delay_s": 0.05, "jitter": 0.0},
     "supervision": {
         "restart_backoff_s": 0.01,

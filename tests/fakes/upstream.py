@@ -68,6 +68,10 @@ class FakeUpstream:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    def sent(self, path: str, method: str = "POST") -> list[Recorded]:
+        """The requests made to one route (workers also probe local servers now and then)."""
+        return [r for r in self.requests if r.method == method and r.path.split("?", 1)[0] == path]
+
     def route(self, method: str, path: str, *replies: Reply) -> None:
         self.routes[(method, path)] = list(replies)
 
