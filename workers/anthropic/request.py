@@ -33,6 +33,7 @@ from ...protocol.messages import (
     ToolResultPart,
     WarningInfo,
 )
+from .._warnings import warn
 from ..errors import ProviderError
 
 API_VERSION = "2023-06-01"
@@ -54,11 +55,6 @@ class Built:
     body: dict[str, Any]
     headers: dict[str, str] = field(default_factory=dict)
     warnings: list[WarningInfo] = field(default_factory=list)
-
-
-def _warn(warnings: list[WarningInfo], code: str, message: str) -> None:
-    if not any(w.code == code and w.message == message for w in warnings):
-        warnings.append(WarningInfo(code=code, message=message))
 
 
 def _source(part: ImagePart | DocumentPart) -> dict[str, Any]:
@@ -111,7 +107,7 @@ class _Translator:
             elif isinstance(part, DocumentPart):
                 out.append(_document(part))
             elif isinstance(part, AudioPart):
-                _warn(self.warnings, "unsupported_content", "Anthropic does not accept audio; the audio part was dropped")
+                warn(self.warnings, "unsupported_content", "Anthropic does not accept audio; the audio part was dropped")
             elif isinstance(part, ToolCallPart):
                 out.append({"type": "tool_use", "id": self.wire_id(part.id), "name": part.name,
                             "input": part.arguments if part.arguments is not None else {}})
@@ -125,13 +121,13 @@ class _Translator:
                 if part.provider == self.provider and part.signature:
                     out.append({"type": "thinking", "thinking": part.text, "signature": part.signature})
                 else:
-                    _warn(self.warnings, "thinking_dropped", "reasoning from another provider (or without a "
+                    warn(self.warnings, "thinking_dropped", "reasoning from another provider (or without a "
                           "signature) cannot be sent to Anthropic; it was dropped")
             elif isinstance(part, RedactedThinkingPart):
                 if part.provider == self.provider:
                     out.append({"type": "redacted_thinking", "data": part.data})
                 else:
-                    _warn(self.warnings, "thinking_dropped", "reasoning from another provider (or without a "
+                    warn(self.warnings, "thinking_dropped", "reasoning from another provider (or without a "
                           "signature) cannot be sent to Anthropic; it was dropped")
         if message.role == "tool" and message.tool_call_id and not any(b["type"] == "tool_result" for b in out):
             # The OpenAI-style form: the message's own text is the result.
@@ -203,14 +199,14 @@ def _thinking(request: Request, model: ModelInfo, body: dict[str, Any], warnings
     if effort is None or effort == "none":
         return None
     if not model.reasoning:
-        _warn(warnings, "reasoning_unsupported", f"{model.id} has no extended thinking; reasoning_effort ignored")
+        warn(warnings, "reasoning_unsupported", f"{model.id} has no extended thinking; reasoning_effort ignored")
         return None
     budget = THINKING_BUDGET[effort]
     max_tokens = body["max_tokens"]
     if budget >= max_tokens:
         if user_max is not None:
             if max_tokens <= 1024:
-                _warn(warnings, "reasoning_unsupported",
+                warn(warnings, "reasoning_unsupported",
                       f"max_tokens {max_tokens} leaves no room for thinking (at least 1024); thinking left off")
                 return None
             budget = max(1024, max_tokens // 2)
@@ -248,7 +244,7 @@ def build(request: Request, model: ModelInfo, *, provider: str, wire_ids: dict[s
     if request.top_p is not None:
         body["top_p"] = request.top_p
     if request.seed is not None:
-        _warn(warnings, "unsupported_setting", "Anthropic has no seed; it was ignored")
+        warn(warnings, "unsupported_setting", "Anthropic has no seed; it was ignored")
     user_id = request.metadata.get("user_id")
     if user_id:
         body["metadata"] = {"user_id": user_id}
@@ -263,13 +259,13 @@ def build(request: Request, model: ModelInfo, *, provider: str, wire_ids: dict[s
         if thinking.get("type") in ("enabled", "adaptive"):
             # Extended thinking allows neither a sampling temperature nor a forced tool.
             if body.pop("temperature", None) is not None:
-                _warn(warnings, "unsupported_setting", "temperature cannot be set with extended thinking; ignored")
+                warn(warnings, "unsupported_setting", "temperature cannot be set with extended thinking; ignored")
             if "top_p" in body and body["top_p"] < 0.95:
                 body.pop("top_p")
-                _warn(warnings, "unsupported_setting", "top_p below 0.95 cannot be used with extended thinking; ignored")
+                warn(warnings, "unsupported_setting", "top_p below 0.95 cannot be used with extended thinking; ignored")
             if body.get("tool_choice", {}).get("type") in ("any", "tool"):
                 body.pop("tool_choice")
-                _warn(warnings, "unsupported_setting",
+                warn(warnings, "unsupported_setting",
                       "a forced tool_choice cannot be used with extended thinking; the model chooses (auto)")
     if stream:
         body["stream"] = True

@@ -25,6 +25,7 @@ from ...protocol.messages import (
     ToolResultPart,
     WarningInfo,
 )
+from .._warnings import warn
 from ..openai_compat.request import error_text
 
 
@@ -32,11 +33,6 @@ from ..openai_compat.request import error_text
 class Built:
     body: dict[str, Any]
     warnings: list[WarningInfo] = field(default_factory=list)
-
-
-def _warn(warnings: list[WarningInfo], code: str, message: str) -> None:
-    if not any(w.code == code and w.message == message for w in warnings):
-        warnings.append(WarningInfo(code=code, message=message))
 
 
 def _names_of_calls(messages: list[Message]) -> dict[str, str]:
@@ -51,7 +47,7 @@ def _images(parts: list[Any], warnings: list[WarningInfo]) -> list[str]:
             if part.data is not None:
                 images.append(part.data)
             else:
-                _warn(warnings, "unsupported_content", "Ollama takes images as base64 data only; an image URL "
+                warn(warnings, "unsupported_content", "Ollama takes images as base64 data only; an image URL "
                       "was dropped (send `data`, or a local `path`)")
     return images
 
@@ -70,7 +66,7 @@ def build(request: Request, model: ModelInfo, *, provider: str, stream: bool) ->
             if images:
                 entry["images"] = images
             if any(isinstance(p, (AudioPart, DocumentPart)) for p in message.content):
-                _warn(warnings, "unsupported_content", "Ollama takes text and images; audio and documents were dropped")
+                warn(warnings, "unsupported_content", "Ollama takes text and images; audio and documents were dropped")
             messages.append(entry)
         elif message.role == "assistant":
             entry = {"role": "assistant", "content": message.text}
@@ -79,7 +75,7 @@ def build(request: Request, model: ModelInfo, *, provider: str, stream: bool) ->
             if calls:
                 entry["tool_calls"] = calls
             if any(isinstance(p, (ThinkingPart, RedactedThinkingPart)) for p in message.content):
-                _warn(warnings, "thinking_dropped", "earlier reasoning is not sent to Ollama; it was dropped")
+                warn(warnings, "thinking_dropped", "earlier reasoning is not sent to Ollama; it was dropped")
             messages.append(entry)
         elif message.role == "tool":
             results = [p for p in message.content if isinstance(p, ToolResultPart)]
@@ -101,7 +97,7 @@ def build(request: Request, model: ModelInfo, *, provider: str, stream: bool) ->
                                                            "parameters": t.parameters}} for t in request.tools]
         if choice is not None and choice.mode in ("required", "tool"):
             what = "a tool call" if choice.mode == "required" else f"the tool {choice.name!r}"
-            _warn(warnings, "tool_choice_unsupported",
+            warn(warnings, "tool_choice_unsupported",
                   f"Ollama cannot force {what}; the model may answer without it")
     fmt = request.response_format
     if fmt is not None and fmt.kind == "json_schema":

@@ -26,6 +26,7 @@ from ...protocol.messages import (
     ToolResultPart,
     WarningInfo,
 )
+from .._warnings import warn
 
 #: Instance options (the `options:` of a provider in the config) this module reads.
 #:   legacy_max_tokens: send `max_tokens` instead of `max_completion_tokens`
@@ -38,11 +39,6 @@ class Built:
     body: dict[str, Any]
     warnings: list[WarningInfo] = field(default_factory=list)
     usage_requested: bool = True
-
-
-def _warn(warnings: list[WarningInfo], code: str, message: str) -> None:
-    if not any(w.code == code and w.message == message for w in warnings):
-        warnings.append(WarningInfo(code=code, message=message))
 
 
 def image_url(part: ImagePart) -> dict[str, Any]:
@@ -73,7 +69,7 @@ class _Translator:
                 parts.append(image_url(part))
             elif isinstance(part, (AudioPart, DocumentPart)):
                 kind = "audio" if isinstance(part, AudioPart) else "document"
-                _warn(self.warnings, "unsupported_content",
+                warn(self.warnings, "unsupported_content",
                       f"this OpenAI-compatible provider is sent text and images only; a {kind} part was dropped")
         if all(p["type"] == "text" for p in parts):
             return {"role": "user", "content": "".join(p["text"] for p in parts)}
@@ -91,7 +87,7 @@ class _Translator:
                 calls.append({"id": self.wire_ids.get(part.id, part.id), "type": "function",
                               "function": {"name": part.name, "arguments": arguments}})
             elif isinstance(part, (ThinkingPart, RedactedThinkingPart)):
-                _warn(self.warnings, "thinking_dropped",
+                warn(self.warnings, "thinking_dropped",
                       "Chat Completions cannot carry earlier reasoning; it was dropped")
         out: dict[str, Any] = {"role": "assistant", "content": "".join(text) if text else None}
         if calls:
@@ -106,7 +102,7 @@ class _Translator:
         out = []
         for result in results:
             if not isinstance(result.content, str) and any(isinstance(p, ImagePart) for p in result.content):
-                _warn(self.warnings, "unsupported_content", "tool results are sent as text; an image was dropped")
+                warn(self.warnings, "unsupported_content", "tool results are sent as text; an image was dropped")
             out.append({"role": "tool", "tool_call_id": self.wire_ids.get(result.tool_call_id, result.tool_call_id),
                         "content": error_text(result)})
         return out
@@ -161,7 +157,7 @@ def build(request: Request, model: ModelInfo, *, provider: str, wire_ids: dict[s
         if model.reasoning:
             body["reasoning_effort"] = request.reasoning_effort
         else:
-            _warn(warnings, "reasoning_unsupported", f"{model.id} is not a reasoning model; reasoning_effort ignored")
+            warn(warnings, "reasoning_unsupported", f"{model.id} is not a reasoning model; reasoning_effort ignored")
     usage_requested = True
     if stream:
         body["stream"] = True

@@ -25,6 +25,7 @@ import anyio
 import msgspec
 from anyio.streams.memory import MemoryObjectReceiveStream
 
+from .config.loader import default_runtime_dir
 from .errors import DaemonNotRunning, DaemonUnavailable, error_from_info
 from .protocol import codec, nng
 from .protocol.accumulate import StreamAccumulator
@@ -64,16 +65,6 @@ from .protocol.messages import (
 )
 
 PROBE_INTERVAL_S = 0.05
-
-
-def default_runtime_dir() -> Path:
-    env = os.environ.get("TRUNKLINE_RUNTIME_DIR")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_RUNTIME_DIR")
-    if xdg and Path(xdg).is_dir():
-        return Path(xdg) / "trunkline"
-    return Path(f"/tmp/trunkline-{os.getuid()}")
 
 
 def build_request(
