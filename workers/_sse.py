@@ -2,20 +2,32 @@
 
 Bytes in, events (or lines) out; no I/O, and any chunking of the same bytes
 gives the same result: a chunk may end inside a line, inside a UTF-8
-character, or between the CR and LF of a line ending. Text is decoded only
-once a whole line is buffered, with replacement characters for invalid
-UTF-8, so no input can raise.
+character, or between the CR and LF of a line ending. Bytes are decoded only
+once a whole line is buffered, with replacement characters for invalid UTF-8,
+so no input can raise. Each chunk is scanned once; only the unterminated tail
+is kept, so a line arriving a byte at a time costs linear, not quadratic, time.
 
-SSE follows the WHATWG parsing rules (CRLF, LF or lone CR line endings; `:`
-comments; one optional space after the colon; `data` lines joined by
-newlines; an event without `data` is not dispatched), with one leniency real
-servers need: `flush()` at the end of the body dispatches an event whose
-terminating blank line never came.
+SSE follows the WHATWG parsing rules (CRLF, LF or lone CR line endings; a BOM
+at the start of the stream is dropped; `:` comments; one optional space after
+the colon; `data` lines joined by newlines; `id` with NUL ignored; an event
+without any `data` line is not dispatched), with two departures that suit a
+client reading one response body rather than a reconnecting EventSource:
+
+- `id` and `retry` belong to the event they appear in (`None` when absent)
+  instead of persisting as connection state;
+- `flush()` at the end of the body parses an unterminated last line and
+  dispatches an event whose terminating blank line never came, where the
+  spec would discard it (real servers end streams that way).
+
+NDJSON lines are split on LF only (a CR before it is dropped); blank lines are
+skipped and the JSON is left to the caller.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+_BOM = b"\xef\xbb\xbf"
 
 
 @dataclass(slots=True, frozen=True)
@@ -27,146 +39,132 @@ class SseEvent:
 
 
 class _Lines:
-    """Splits bytes into lines ending in CRLF, LF or CR, across chunk boundaries."""
+    """Splits bytes into lines ending in CRLF, LF or a lone CR, across chunk boundaries."""
 
-    __slots__ = ("_buf", "_pending_cr")
+    __slots__ = ("_buf", "_cr")
 
     def __init__(self) -> None:
-        self._buf = bytearray()
-        self._pending_cr = False  # the last chunk ended in CR: a following LF belongs to it
+        self._buf = bytearray()  # the unterminated tail: never holds a CR or LF between feeds
+        self._cr = False  # the last chunk ended in CR: an LF starting the next one belongs to it
 
     def feed(self, chunk: bytes) -> list[bytes]:
-        if self._pending_cr:
-            self._pending_cr = False
-            if chunk[:1] == b"\n":
+        if self._cr and chunk:
+            self._cr = False
+            if chunk[0] == 0x0A:
                 chunk = chunk[1:]
-        if not chunk:
-            return []
         buf = self._buf
-        start = len(buf)
+        start = len(buf)  # the tail has been scanned already
         buf += chunk
-        if b"\r" not in chunk:
-            # The common case (LF only): split without looking at CRs.
-            end = buf.rfind(b"\n")
-            if end < start:
-                return []
-            lines = bytes(buf[:end]).split(b"\n")
-            del buf[: end + 1]
-            return lines
-        lines = []
-        pos = 0
-        n = len(buf)
-        while pos < n:
-            lf = buf.find(b"\n", pos)
-            cr = buf.find(b"\r", pos)
-            if cr == -1 and lf == -1:
-                break
-            if cr == -1 or (lf != -1 and lf < cr):
-                lines.append(bytes(buf[pos:lf]))
-                pos = lf + 1
-            else:
-                lines.append(bytes(buf[pos:cr]))
-                if cr + 1 < n:
-                    pos = cr + 2 if buf[cr + 1] == 0x0A else cr + 1
-                else:
-                    pos = cr + 1
-                    self._pending_cr = True
-        del buf[:pos]
-        return lines
+        end = max(buf.rfind(b"\n", start), buf.rfind(b"\r", start))
+        if end < 0:
+            return []
+        self._cr = chunk.endswith(b"\r")
+        head = bytes(buf[: end + 1])
+        del buf[: end + 1]
+        # bytes.splitlines breaks on exactly CRLF, LF and CR (unlike str's, not
+        # on NEL or U+2028), and `head` ends in a line ending: no empty last item.
+        return head.splitlines()
 
     def rest(self) -> bytes:
         rest = bytes(self._buf)
         self._buf.clear()
-        self._pending_cr = False
+        self._cr = False
         return rest
 
 
 class SseDecoder:
-    """Split a server-sent-events byte stream into events."""
+    """Bytes in, SseEvent out. No I/O; any chunking gives the same events."""
+
+    __slots__ = ("_lines", "_start", "_data", "_event", "_id", "_retry")
 
     def __init__(self) -> None:
         self._lines = _Lines()
-        self._data: list[str] = []
-        self._has_data = False
-        self._event = ""
-        self._id: str | None = None
-        self._retry: int | None = None
-        self._first = True
+        self._start = True  # no line seen yet: the next may begin with a BOM
+        self._reset()
 
     def feed(self, chunk: bytes) -> list[SseEvent]:
-        out: list[SseEvent] = []
-        for line in self._lines.feed(chunk):
-            self._line(line, out)
-        return out
+        return self._parse(self._lines.feed(chunk))
 
     def flush(self) -> list[SseEvent]:
-        """At the end of the body: the last line and any event left without its blank line."""
-        out: list[SseEvent] = []
+        """End of body: parse the unterminated last line, dispatch a pending event, reset."""
         rest = self._lines.rest()
-        if rest:
-            self._line(rest, out)
-        self._dispatch(out)
+        out = self._parse([rest] if rest else [])
+        if self._data:
+            out.append(self._event_())
+        self._reset()
+        self._start = True
         return out
 
-    def _line(self, raw: bytes, out: list[SseEvent]) -> None:
-        if self._first:
-            self._first = False
-            if raw.startswith(b"\xef\xbb\xbf"):
-                raw = raw[3:]
-        if not raw:
-            self._dispatch(out)
-            return
-        if raw[0] == 0x3A:  # ":" starts a comment
-            return
-        colon = raw.find(b":")
-        if colon == -1:
-            name, value = raw, b""
-        else:
-            name, value = raw[:colon], raw[colon + 1 :]
-            if value[:1] == b" ":
-                value = value[1:]
-        if name == b"data":
-            self._data.append(value.decode("utf-8", "replace"))
-            self._has_data = True
-        elif name == b"event":
-            self._event = value.decode("utf-8", "replace")
-        elif name == b"id":
-            if b"\x00" not in value:
-                self._id = value.decode("utf-8", "replace")
-        elif name == b"retry":
-            if value.isdigit():
-                self._retry = int(value)
+    def _reset(self) -> None:
+        # Raw bytes until dispatch: decoding once per event is cheaper, and the
+        # same as decoding per line since an invalid sequence cannot span an LF.
+        self._data: list[bytes] = []
+        self._event = b""
+        self._id: bytes | None = None
+        self._retry: int | None = None
 
-    def _dispatch(self, out: list[SseEvent]) -> None:
-        if self._has_data:
-            out.append(SseEvent(self._event or "message", "\n".join(self._data), self._id, self._retry))
-        self._data = []
-        self._has_data = False
-        self._event = ""
-        self._retry = None
+    def _event_(self) -> SseEvent:
+        return SseEvent(
+            self._event.decode("utf-8", "replace") or "message",
+            b"\n".join(self._data).decode("utf-8", "replace"),
+            None if self._id is None else self._id.decode("utf-8", "replace"),
+            self._retry,
+        )
+
+    def _parse(self, lines: list[bytes]) -> list[SseEvent]:
+        out: list[SseEvent] = []
+        if lines and self._start:
+            self._start = False
+            if lines[0].startswith(_BOM):
+                lines[0] = lines[0][3:]
+        for line in lines:
+            if not line:
+                if self._data:
+                    out.append(self._event_())
+                self._reset()
+                continue
+            colon = line.find(b":")
+            if colon == 0:
+                continue
+            if colon < 0:
+                name, value = line, b""
+            else:
+                name = line[:colon]
+                value = line[colon + 2 :] if line[colon + 1 : colon + 2] == b" " else line[colon + 1 :]
+            if name == b"data":
+                self._data.append(value)
+            elif name == b"event":
+                self._event = value
+            elif name == b"id":
+                if b"\x00" not in value:
+                    self._id = value
+            elif name == b"retry":
+                if value.isdigit():  # ASCII digits only, for bytes
+                    self._retry = int(value)
+        return out
 
 
 class NdjsonDecoder:
-    """Split newline-delimited JSON into lines (bytes, line ending removed, blank lines skipped).
+    """Newline-delimited JSON split into lines (bytes, without the line ending, whitespace-only lines skipped)."""
 
-    The JSON itself is left to the caller. `flush()` returns a last line that had
-    no newline: how a server that answers with one unterminated object is read."""
+    __slots__ = ("_buf",)
 
     def __init__(self) -> None:
-        self._buf = bytearray()
+        self._buf = bytearray()  # the unterminated tail: never holds an LF between feeds
 
     def feed(self, chunk: bytes) -> list[bytes]:
         buf = self._buf
         start = len(buf)
         buf += chunk
-        end = buf.rfind(b"\n")
-        if end < start:
+        end = buf.rfind(b"\n", start)
+        if end < 0:
             return []
-        lines = bytes(buf[:end]).split(b"\n")
+        head = bytes(buf[:end])
         del buf[: end + 1]
-        return [line.rstrip(b"\r") for line in lines if line.strip()]
+        return [line.removesuffix(b"\r") for line in head.split(b"\n") if line.strip()]
 
     def flush(self) -> list[bytes]:
-        rest = bytes(self._buf).strip()
+        """End of body: the unterminated last line, e.g. a whole reply sent as one object."""
+        rest = bytes(self._buf)
         self._buf.clear()
-        return [rest] if rest else []
+        return [rest.removesuffix(b"\r")] if rest.strip() else []
