@@ -50,6 +50,7 @@ def _info(model_id: str, entry: ModelEntry, pricing_version: str | None) -> Mode
         tools=entry.tools,
         vision=entry.vision,
         reasoning=entry.reasoning,
+        thinking=entry.thinking,
         streaming=entry.streaming,
         structured_output=entry.structured_output,
         price=Price(**msgspec.structs.asdict(entry.price)),

@@ -103,6 +103,9 @@ class ModelEntry(_Section):
     tools: bool = True
     vision: bool = False
     reasoning: bool = False
+    #: How the model's reasoning is steered: `budget` (a thinking-token budget) or
+    #: `adaptive` (the model decides; an effort level steers it). None: no such knob.
+    thinking: Literal["budget", "adaptive"] | None = None
     streaming: bool = True
     structured_output: bool = False
     price: PriceEntry = msgspec.field(default_factory=PriceEntry)

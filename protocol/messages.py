@@ -386,7 +386,9 @@ class Price(Data, kw_only=True):
 
 
 class ModelInfo(Data, kw_only=True):
-    """One catalog entry. `configured` says whether its provider can serve it now."""
+    """One catalog entry. `configured` says whether its provider can serve it now;
+    `thinking` says how reasoning is steered (`budget` of tokens, or `adaptive` with
+    an effort level)."""
 
     id: str
     provider: str
@@ -398,6 +400,7 @@ class ModelInfo(Data, kw_only=True):
     tools: bool = True
     vision: bool = False
     reasoning: bool = False
+    thinking: Literal["budget", "adaptive"] | None = None
     streaming: bool = True
     structured_output: bool = False
     price: Price = msgspec.field(default_factory=Price)

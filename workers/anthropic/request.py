@@ -42,6 +42,8 @@ MAX_BREAKPOINTS = 4
 
 #: Extended-thinking budget per reasoning effort (`none` leaves thinking off).
 THINKING_BUDGET = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 24576}
+#: For adaptive-thinking models (which refuse a budget): the effort level instead.
+THINKING_EFFORT = {"minimal": "low", "low": "low", "medium": "medium", "high": "high"}
 
 #: provider_options.anthropic keys this module reads itself; any other key is merged into the body.
 OWN_OPTIONS = {"beta_headers", "thinking", "auto_cache"}
@@ -201,6 +203,10 @@ def _thinking(request: Request, model: ModelInfo, body: dict[str, Any], warnings
     if not model.reasoning:
         warn(warnings, "reasoning_unsupported", f"{model.id} has no extended thinking; reasoning_effort ignored")
         return None
+    if model.thinking == "adaptive":
+        # Newer models decide how long to think; a token budget is refused, an effort steers.
+        body.setdefault("output_config", {})["effort"] = THINKING_EFFORT[effort]
+        return {"type": "adaptive"}
     budget = THINKING_BUDGET[effort]
     max_tokens = body["max_tokens"]
     if budget >= max_tokens:

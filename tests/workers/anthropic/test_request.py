@@ -260,3 +260,26 @@ def test_empty_text_blocks_are_not_sent():
     built = body(Message.user("x"), Message(role="assistant", content=[TextPart(text=""),
                  ToolCallPart(id="tu_1", name="f")]), Message.tool_result("tu_1", "r"), wire_ids={"tu_1": "a"})
     assert built.body["messages"][1]["content"] == [{"type": "tool_use", "id": "a", "name": "f", "input": {}}]
+
+
+ADAPTIVE = ModelInfo(id="anthropic:claude-opus-5-5", provider="anthropic", wire_name="claude-opus-5-5",
+                     max_output=128000, reasoning=True, thinking="adaptive")
+
+
+@pytest.mark.parametrize(("effort", "level"), [("minimal", "low"), ("low", "low"), ("medium", "medium"),
+                                               ("high", "high")])
+def test_adaptive_models_get_an_effort_not_a_budget(effort, level):
+    schema = {"type": "object"}
+    built = body(Message.user("x"), model=ADAPTIVE, reasoning_effort=effort,
+                 response_format=ResponseFormat(kind="json_schema", schema=schema))
+    assert built.body["thinking"] == {"type": "adaptive"}
+    assert built.body["output_config"] == {"format": {"type": "json_schema", "schema": schema}, "effort": level}
+    assert built.body["max_tokens"] == 128000
+
+
+def test_the_shipped_catalog_says_which_claude_models_think_adaptively():
+    from trunkline.config.catalog import Catalog
+
+    catalog = Catalog.load(providers={"anthropic"})
+    assert catalog.resolve("opus").thinking == "adaptive"
+    assert catalog.resolve("anthropic:claude-sonnet-4-5").thinking == "budget"
