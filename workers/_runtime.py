@@ -111,6 +111,13 @@ class JobRunner:
         self.rng = rng or random.Random()
         self.scopes: dict[str, trio.CancelScope] = {}
         self.calls: dict[str, Call] = {}  # the current attempt of each job
+        self._idle = trio.Event()
+        self._idle.set()
+
+    async def wait_idle(self) -> None:
+        """Until no job is running."""
+        while self.scopes:
+            await self._idle.wait()
 
     def cancel(self, request_id: str) -> bool:
         scope = self.scopes.get(request_id)
@@ -161,6 +168,8 @@ class JobRunner:
         deadlines = Deadlines.resolve(self.adapter.timeouts, job)
         with trio.CancelScope() as scope:
             self.scopes[job.request_id] = scope
+            if self._idle.is_set():
+                self._idle = trio.Event()
             try:
                 with trio.move_on_after(deadlines.request_s) as overall:
                     await self._attempts(job, emitter, deadlines)
@@ -176,6 +185,8 @@ class JobRunner:
             finally:
                 self.scopes.pop(job.request_id, None)
                 call = self.calls.pop(job.request_id, None)
+                if not self.scopes:
+                    self._idle.set()
         if scope.cancelled_caught or not emitter.terminal:
             emitter.cancelled()
             self.outbox.bus("llm.call_cancelled", request_id=job.request_id, provider=self.adapter.name,
@@ -324,13 +335,11 @@ async def serve(settings: WorkerSettings) -> None:
 
 async def _drain(runner: JobRunner, grace_s: float) -> None:
     with trio.move_on_after(grace_s):
-        while runner.scopes:
-            await trio.sleep(0.01)
+        await runner.wait_idle()
     for request_id in list(runner.scopes):
         runner.cancel(request_id)
     with trio.move_on_after(2.0):
-        while runner.scopes:
-            await trio.sleep(0.01)
+        await runner.wait_idle()
 
 
 async def _answer_ready(adapter: Adapter, outbox: Outbox, msg: CheckReady) -> None:

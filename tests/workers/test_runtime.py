@@ -250,3 +250,19 @@ async def test_event_deltas_are_stamped_in_order():
     assert [e.seq for e in events] == list(range(len(events)))
     assert {e.request_id for e in events} == {"r1"}
     assert "".join(e.text for e in events if type(e) is TextDelta) == "hello world"
+
+
+async def test_drain_lets_jobs_finish_then_cancels_the_rest(autojump_clock):
+    from trunkline.workers._runtime import _drain
+
+    runner = make_runner()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(runner.run, job({"text": "quick", "delay": 1}, rid="fast"))
+        nursery.start_soon(runner.run, job({"text": "slow", "delay": 100}, rid="slow"))
+        await trio.sleep(0)
+        await _drain(runner, grace_s=5)
+    events, _ = drain(runner)
+    ends = {e.request_id: e for e in events if type(e) is Finish}
+    assert ends["fast"].response.finish_reason.reason == "stop"
+    assert ends["slow"].response.finish_reason.reason == "cancelled"
+    assert trio.current_time() == pytest.approx(5.0)
