@@ -15,7 +15,7 @@ from trunkline.protocol.messages import TextDelta, ThinkingPart, ToolCallPart
 
 pytestmark = pytest.mark.e2e
 
-KEY = "sk-ant-api03-test-key-never-to-be-seen-0123456789"
+KEY = "fake-anthropic-key-never-to-be-seen-0123456789"
 CASSETTES = REPO / "cassettes" / "anthropic"
 
 
