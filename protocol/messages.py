@@ -816,6 +816,13 @@ class Relay(Msg, tag="relay", kw_only=True):
     terminal: bool = False
 
 
+class RelayBatch(Msg, tag="relay_batch", kw_only=True):
+    """Several relays in one link message: under load a worker sends what queued up
+    since its last send in one go, so the supervisor pays one receive for all of it."""
+
+    relays: list[Relay]
+
+
 class CallResult(Msg, tag="call_result", kw_only=True):
     """The answer to `check_ready` / `estimate_tokens`."""
 
@@ -825,5 +832,5 @@ class CallResult(Msg, tag="call_result", kw_only=True):
     input_tokens: int = 0
 
 
-FromWorker = WorkerUp | Heartbeat | Relay | CallResult
+FromWorker = WorkerUp | Heartbeat | Relay | RelayBatch | CallResult
 

@@ -24,6 +24,7 @@ from ..protocol.messages import (
     Job,
     Msg,
     Relay,
+    RelayBatch,
     Shutdown,
     WorkerStatus,
     WorkerUp,
@@ -144,6 +145,9 @@ class WorkerSlot:
             t = type(msg)
             if t is Relay:
                 daemon.relay(msg)  # type: ignore[arg-type]
+            elif t is RelayBatch:
+                for relay in msg.relays:  # type: ignore[union-attr]
+                    daemon.relay(relay)
             elif t is Heartbeat:
                 self.last_heartbeat = trio.current_time()
                 if msg.unreachable != self.unreachable:  # type: ignore[union-attr]

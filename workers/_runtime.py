@@ -30,6 +30,7 @@ from ..protocol.messages import (
     Job,
     Msg,
     Relay,
+    RelayBatch,
     Shutdown,
     StopJob,
     ToolCallPart,
@@ -92,13 +93,22 @@ class Outbox:
 
     async def flush(self, sock: object) -> None:
         queue, self._queue = self._queue, []
+        relays: list[Relay] = []
         for item in queue:
             if type(item) is _Batch:
-                data = codec.encode(Relay(request_id=item.request_id, frames=item.frames,
-                                          last_seq=item.last_seq, terminal=item.terminal))
-            else:
-                data = item  # type: ignore[assignment]
-            await nng.send(sock, data)  # type: ignore[arg-type]
+                relays.append(Relay(request_id=item.request_id, frames=item.frames, last_seq=item.last_seq,
+                                    terminal=item.terminal))
+                continue
+            if relays:
+                await self._send_relays(sock, relays)
+                relays = []
+            await nng.send(sock, item)  # type: ignore[arg-type]
+        if relays:
+            await self._send_relays(sock, relays)
+
+    async def _send_relays(self, sock: object, relays: list[Relay]) -> None:
+        msg = relays[0] if len(relays) == 1 else RelayBatch(relays=relays)
+        await nng.send(sock, codec.encode(msg))  # type: ignore[arg-type]
 
 
 class JobRunner:

@@ -83,6 +83,8 @@ SAMPLES: list[m.Msg] = [
     m.EstimateTokens(call_id=2, request=REQUEST, model=MODEL), m.Shutdown(grace_s=1.0),
     m.WorkerUp(provider="p", pid=1, generation=2), m.Heartbeat(in_flight=3),
     m.Relay(request_id="r", frames=[b"c\x00abc"], last_seq=4, terminal=True),
+    m.RelayBatch(relays=[m.Relay(request_id="r", frames=[b"c\x00a"], last_seq=0),
+                         m.Relay(request_id="q", frames=[b"d\x00b", b"d\x00c"], last_seq=7, terminal=True)]),
     m.CallResult(call_id=1, ok=False, error=ERROR, input_tokens=4),
     *[part for part in REQUEST.messages[1].content + REQUEST.messages[2].content + REQUEST.messages[3].content],
 ]

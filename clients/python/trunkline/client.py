@@ -270,12 +270,20 @@ class Client:
         bus = codec.topic_prefix(codec.BUS_TOPIC)
         decode = codec.decode_event
         routes = self._routes
+        burst = 0
         while True:
             if self.reader_gate is not None:
                 await self.reader_gate.wait()
+            if burst >= 64:
+                # A long burst: let the consumers run before reading on.
+                burst = 0
+                await anyio.lowlevel.checkpoint()
             data = nng.recv_ready(sub)
             if data is None:
+                burst = 0
                 data = await sub.arecv()
+            else:
+                burst += 1
             try:
                 if data.startswith(mine):
                     ev = decode(memoryview(data)[cut:])
@@ -345,6 +353,14 @@ class Client:
         receive: MemoryObjectReceiveStream[Any] = route.receive
         try:
             while True:
+                try:
+                    # Events already queued are taken without a trip through the scheduler.
+                    yield receive.receive_nowait()
+                    continue
+                except anyio.WouldBlock:
+                    pass
+                except anyio.EndOfStream:
+                    return
                 with anyio.move_on_after(self.silence_check_s) as scope:
                     try:
                         ev = await receive.receive()
