@@ -9,7 +9,7 @@ cancellation, the emitter and the link to the supervisor.
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -121,19 +121,22 @@ class Adapter:
         pass
 
 
-async def idle_guarded(source: AsyncIterator[T], idle_s: float, what: str) -> AsyncGenerator[T, None]:
-    """`source`, failing with a `timeout` error when it is silent for `idle_s`."""
+async def consume(source: AsyncIterator[T], idle_s: float, what: str, handle: Callable[[T], None]) -> None:
+    """Hand every item of `source` to `handle`, failing with a `timeout` error when the
+    source is silent for `idle_s`. One cancel scope for the whole stream, its deadline
+    pushed on per item: a scope per item costs more than the item on a fast stream."""
     iterator = source.__aiter__()
     try:
-        while True:
-            with trio.move_on_after(idle_s) as scope:
+        with trio.CancelScope() as scope:
+            while True:
+                scope.deadline = trio.current_time() + idle_s
                 try:
                     item = await iterator.__anext__()
                 except StopAsyncIteration:
                     return
-            if scope.cancelled_caught:
-                raise ProviderError("timeout", f"{what} sent nothing for {idle_s:g}s (stream idle timeout)")
-            yield item
+                handle(item)
+        if scope.cancelled_caught:
+            raise ProviderError("timeout", f"{what} sent nothing for {idle_s:g}s (stream idle timeout)")
     finally:
         close = getattr(iterator, "aclose", None)
         if close is not None:

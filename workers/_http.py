@@ -18,7 +18,7 @@ import trio
 
 from ..protocol import __version__
 from ..protocol.messages import RateLimit
-from ._adapter import Adapter, Call
+from ._adapter import Adapter, Call, consume
 from .errors import ProviderError, from_transport, invalid_response
 
 USER_AGENT = f"trunkline/{__version__}"
@@ -117,15 +117,8 @@ class HttpAdapter(Adapter):
                 call.rate_limit = self.rate_limit(response.headers)
                 if response.status_code >= 400:
                     raise self.classify(response.status_code, response.headers, await response.aread())
-                chunks = response.aiter_bytes()
-                while True:
-                    with trio.move_on_after(idle) as scope:
-                        chunk = await anext(chunks, None)
-                    if scope.cancelled_caught:
-                        raise ProviderError("timeout", f"{self.name} sent nothing for {idle:g}s (stream idle timeout)")
-                    if chunk is None:
-                        return response.headers
-                    feed(chunk)
+                await consume(response.aiter_bytes(), idle, self.name, feed)
+                return response.headers
         except httpx.TransportError as exc:
             raise from_transport(exc, self.name) from None
         except httpx.DecodingError as exc:

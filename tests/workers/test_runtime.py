@@ -6,6 +6,7 @@ import random
 
 import pytest
 import trio
+import trio.testing
 
 from helpers import check_invariants
 from trunkline.config.loader import ProviderConfig, RetryPolicy, TimeoutPolicy
@@ -259,7 +260,8 @@ async def test_drain_lets_jobs_finish_then_cancels_the_rest(autojump_clock):
     async with trio.open_nursery() as nursery:
         nursery.start_soon(runner.run, job({"text": "quick", "delay": 1}, rid="fast"))
         nursery.start_soon(runner.run, job({"text": "slow", "delay": 100}, rid="slow"))
-        await trio.sleep(0)
+        await trio.testing.wait_all_tasks_blocked()  # both jobs are running
+        assert set(runner.scopes) == {"fast", "slow"}
         await _drain(runner, grace_s=5)
     events, _ = drain(runner)
     ends = {e.request_id: e for e in events if type(e) is Finish}

@@ -5,13 +5,12 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import AsyncIterator
-from contextlib import aclosing
 from typing import Any
 
 import trio
 
 from ...protocol.messages import ModelInfo, Response
-from .._adapter import Adapter, Call, Emit, idle_guarded
+from .._adapter import Adapter, Call, Emit, consume
 from ..errors import ProviderError
 from . import errors, request, response
 from .stream import MockStream
@@ -49,10 +48,12 @@ class MockAdapter(Adapter):
 
     async def stream(self, call: Call, emit: Emit) -> Response:
         translator = MockStream(passthrough=call.request.passthrough)
-        async with aclosing(idle_guarded(self._play(call), call.deadlines.stream_idle_s, "the mock")) as chunks:
-            async for chunk in chunks:
-                for event in translator.feed(chunk):
-                    emit(event)
+
+        def handle(chunk: dict[str, Any]) -> None:
+            for event in translator.feed(chunk):
+                emit(event)
+
+        await consume(self._play(call), call.deadlines.stream_idle_s, "the mock", handle)
         tail, skeleton = translator.finish()
         for event in tail:
             emit(event)
@@ -60,9 +61,7 @@ class MockAdapter(Adapter):
 
     async def complete(self, call: Call) -> Response:
         collected: list[dict[str, Any]] = []
-        async with aclosing(idle_guarded(self._play(call), call.deadlines.stream_idle_s, "the mock")) as chunks:
-            async for chunk in chunks:
-                collected.append(chunk)
+        await consume(self._play(call), call.deadlines.stream_idle_s, "the mock", collected.append)
         return response.parse(collected)
 
     async def ready(self, model: ModelInfo) -> None:
