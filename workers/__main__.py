@@ -1,13 +1,6 @@
-import ctypes
-import signal
+from ._runtime import main
 
-# First, before the imports: if the supervisor dies, so do we (PR_SET_PDEATHSIG).
-# Set later, a supervisor dying during our imports would leave us orphaned.
-try:
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
-except (OSError, AttributeError):  # not Linux: the parent check in the runtime still applies
-    pass
-
-from ._runtime import main  # noqa: E402
-
+# No PR_SET_PDEATHSIG here: it fires when the *thread* that forked us exits, and
+# the supervisor forks from trio's thread cache, whose idle threads exit after a
+# few seconds. The runtime checks its parent on every heartbeat instead.
 main()

@@ -308,3 +308,22 @@ async def test_runtime_dir_and_sockets_are_private(daemon):
     assert (daemon.runtime_dir.stat().st_mode & 0o777) == 0o700
     for name in ("control.ipc", "events.ipc", "w-mock.ipc"):
         assert ((daemon.runtime_dir / name).stat().st_mode & 0o777) == 0o600, name
+
+
+async def test_workers_live_as_long_as_the_supervisor_and_no_longer(start_daemon):
+    """A worker outlives the thread that started it (trio's cached threads exit after
+    ten idle seconds) and dies within seconds of a kill -9 of its supervisor."""
+    daemon = await start_daemon()
+    slow = Request(model="mock:echo", messages=[Message.user("x")], provider_options=steps(
+        {"text": "still here", "delay": 12}))
+    with trio.fail_after(40):
+        async with Client(daemon.runtime_dir) as client:
+            response = await client.complete(slow)
+            mock = {w.provider: w for w in (await client.status()).workers}["mock"]
+        assert response.text == "still here" and mock.restarts == 0
+        pidfd = os.pidfd_open(mock.pid)
+        try:
+            daemon.proc.kill()
+            await trio.lowlevel.wait_readable(pidfd)  # readable once the worker has exited
+        finally:
+            os.close(pidfd)
