@@ -67,20 +67,40 @@ def try_send(sock: Any, data: bytes) -> bool:
         return False
 
 
+class Receiver:
+    """Receives from a socket by waiting on nng's readiness descriptor in the event
+    loop itself. pynng's `arecv` hops through an nng thread and a callback into the
+    loop for every message; waiting on the descriptor halves a round trip (measured
+    289 -> 157 us over ipc) and its CPU. Only for sockets used without contexts."""
+
+    __slots__ = ("sock", "fd")
+
+    def __init__(self, sock: Any) -> None:
+        self.sock = sock
+        self.fd = sock.recv_fd
+
+    async def recv(self) -> bytes:
+        sock = self.sock
+        while True:
+            try:
+                return sock.recv(block=False)  # type: ignore[no-any-return]
+            except pynng.TryAgain:
+                await anyio.wait_readable(self.fd)
+
+    def ready(self) -> bytes | None:
+        """A message if one is queued, else None."""
+        try:
+            return self.sock.recv(block=False)  # type: ignore[no-any-return]
+        except pynng.TryAgain:
+            return None
+
+
 async def recv(sock: Any) -> bytes:
     """Receive the next message, taking the fast path when one is already queued."""
     try:
         return sock.recv(block=False)  # type: ignore[no-any-return]
     except pynng.TryAgain:
         return await sock.arecv()  # type: ignore[no-any-return]
-
-
-def recv_ready(sock: Any) -> bytes | None:
-    """A message if one is queued, else None."""
-    try:
-        return sock.recv(block=False)  # type: ignore[no-any-return]
-    except pynng.TryAgain:
-        return None
 
 
 def pair(url: str, *, listen: bool) -> pynng.Pair1:
@@ -154,5 +174,5 @@ __all__ = [
     "subscriber",
     "send",
     "recv",
-    "recv_ready",
+    "Receiver",
 ]

@@ -135,8 +135,9 @@ class WorkerSlot:
 
     async def _reader(self) -> None:
         daemon = self.daemon
+        link = nng.Receiver(self.sock)
         while True:
-            data = await nng.recv(self.sock)
+            data = await link.recv()
             try:
                 msg = codec.decode_from_worker(data)
             except codec.DecodeError as exc:

@@ -316,8 +316,9 @@ async def serve(settings: WorkerSettings) -> None:
 
             nursery.start_soon(heartbeat)
             jobs_nursery = nursery
+            link = nng.Receiver(sock)
             while True:
-                msg = codec.decode_to_worker(await nng.recv(sock))
+                msg = codec.decode_to_worker(await link.recv())
                 if type(msg) is Job:
                     if msg.generation != settings.generation:
                         continue  # queued for a worker that died before taking it

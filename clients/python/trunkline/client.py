@@ -264,7 +264,7 @@ class Client:
         return reply
 
     async def _read_events(self) -> None:
-        sub = self._sub
+        events = nng.Receiver(self._sub)
         mine = codec.topic_prefix(self.client_id)
         cut = len(mine)
         bus = codec.topic_prefix(codec.BUS_TOPIC)
@@ -278,10 +278,10 @@ class Client:
                 # A long burst: let the consumers run before reading on.
                 burst = 0
                 await anyio.lowlevel.checkpoint()
-            data = nng.recv_ready(sub)
+            data = events.ready()
             if data is None:
                 burst = 0
-                data = await sub.arecv()
+                data = await events.recv()
             else:
                 burst += 1
             try:
