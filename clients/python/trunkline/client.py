@@ -167,6 +167,8 @@ class Client:
         self.client_id = ""
         self.welcome: Welcome | None = None
         self._req: Any = None
+        self._control: nng.Receiver | None = None
+        self._control_lock = anyio.Lock()
         self._sub: Any = None
         self._routes: dict[str, _Route] = {}
         self._tg: Any = None
@@ -195,6 +197,7 @@ class Client:
                                    "`trunkline serve`, or point TRUNKLINE_RUNTIME_DIR at its runtime directory")
         try:
             self._req = nng.requester(self.control_endpoint)
+            self._control = nng.Receiver(self._req)
         except (nng.ConnectionRefused, nng.NNGException) as exc:
             raise DaemonNotRunning(f"no trunkline daemon answers at {self.control_endpoint} ({exc}); start one "
                                    "with `trunkline serve`") from None
@@ -248,16 +251,27 @@ class Client:
         if self._req is not None:
             self._req.close()
 
-    async def _call(self, msg: Any, timeout_s: float | None = None) -> Any:
-        """One control round trip."""
+    async def _call(self, msg: Any, timeout_s: float | None = None, slow: bool = False) -> Any:
+        """One control round trip.
+
+        Quick calls take turns on the socket's own context and wait on its readiness
+        descriptor (no thread hop); calls that may take long (`ready`, `count_tokens`)
+        get an nng context each, so they never hold the others up."""
         data = codec.encode(msg)
-        with self._req.new_context() as ctx:
-            try:
-                with anyio.fail_after(timeout_s or self.timeout_s):
-                    await ctx.asend(data)
-                    raw = await ctx.arecv()
-            except TimeoutError:
-                raise DaemonUnavailable(f"the trunkline daemon did not answer within {timeout_s or self.timeout_s:g}s") from None
+        limit = timeout_s or self.timeout_s
+        try:
+            with anyio.fail_after(limit):
+                if slow or self._control is None:
+                    with self._req.new_context() as ctx:
+                        await ctx.asend(data)
+                        raw = await ctx.arecv()
+                else:
+                    async with self._control_lock:
+                        if not nng.try_send(self._req, data):
+                            await self._req.asend(data)
+                        raw = await self._control.recv()
+        except TimeoutError:
+            raise DaemonUnavailable(f"the trunkline daemon did not answer within {limit:g}s") from None
         reply = codec.decode_control_reply(raw)
         if type(reply) is ProtocolError:
             raise error_from_info(reply.error)
@@ -403,11 +417,12 @@ class Client:
         return await self._call(StatusQuery())  # type: ignore[no-any-return]
 
     async def ready(self, model: str, provider: str | None = None) -> ReadyResult:
-        return await self._call(Ready(model=model, provider=provider), timeout_s=max(self.timeout_s, 35.0))  # type: ignore[no-any-return]
+        return await self._call(Ready(model=model, provider=provider), timeout_s=max(self.timeout_s, 35.0),  # type: ignore[no-any-return]
+                                slow=True)
 
     async def count_tokens(self, model: str | Request, messages: str | Message | Sequence[Message] | None = None,
                            **fields: Any) -> TokenCount:
-        reply = await self._call(CountTokens(request=build_request(model, messages, **fields)))
+        reply = await self._call(CountTokens(request=build_request(model, messages, **fields)), slow=True)
         if type(reply) is Rejected:
             raise error_from_info(reply.error)
         return reply  # type: ignore[no-any-return]
