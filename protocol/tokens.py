@@ -73,6 +73,10 @@ def _part_tokens(part: object) -> int:
     return 0
 
 
+def estimate_content_tokens(parts: list[object]) -> int:
+    return sum(_part_tokens(p) for p in parts)
+
+
 def estimate_message_tokens(message: Message) -> int:
     return PER_MESSAGE + sum(_part_tokens(p) for p in message.content)
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from ..config.catalog import compute_cost
 from ..protocol.accumulate import StreamAccumulator
 from ..protocol.codec import frame_event
+from ..protocol.tokens import estimate_content_tokens, estimate_request_tokens
 from ..protocol.messages import (
     ErrorEvent,
     ErrorInfo,
@@ -164,32 +165,29 @@ class Emitter:
         self._send(Finish(response=self.finalize(response)))
 
     def partial(self, reason: str = "error", raw: str | None = None) -> Response:
+        """The response so far. A stream cut short reports no usage of its own, yet
+        was billed: its usage is estimated from the prompt and what arrived, and
+        flagged `estimated`, so its cost is not silently zero."""
+        content = self.acc.content()
+        prompt = estimate_request_tokens(self.job.request)
+        output = estimate_content_tokens(content)
         resp = Response(
             model=self.acc.model,
-            message=Message(role="assistant", content=self.acc.content()),
+            message=Message(role="assistant", content=content),
             finish_reason=FinishReason(reason=reason, raw=raw),  # type: ignore[arg-type]
-            usage=Usage(),
+            usage=Usage(input_tokens=prompt, output_tokens=output, total_tokens=prompt + output, estimated=True),
         )
         return self.finalize(resp)
 
-    def cancelled(self, usage: Usage | None = None) -> None:
+    def cancelled(self) -> None:
         """End with reason `cancelled` and the content that arrived."""
         if self.terminal:
             return
-        if not self.job.stream:
-            resp = self.partial("cancelled")
-            if usage:
-                resp.usage = usage
-            self._send(Finish(response=self.finalize(resp)))
-            return
-        if not self.started:
-            self._send_start()
-        self._close_open_parts()
-        resp = self.partial("cancelled")
-        if usage:
-            resp.usage = usage
-            self.finalize(resp)
-        self._send(Finish(response=resp))
+        if self.job.stream:
+            if not self.started:
+                self._send_start()
+            self._close_open_parts()
+        self._send(Finish(response=self.partial("cancelled")))
 
     def fail(self, error: ErrorInfo) -> None:
         """End with a terminal error that carries the partial response."""

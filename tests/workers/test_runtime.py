@@ -268,3 +268,16 @@ async def test_drain_lets_jobs_finish_then_cancels_the_rest(autojump_clock):
     assert ends["fast"].response.finish_reason.reason == "stop"
     assert ends["slow"].response.finish_reason.reason == "cancelled"
     assert trio.current_time() == pytest.approx(5.0)
+
+
+async def test_a_cancelled_stream_reports_estimated_usage_and_cost(autojump_clock):
+    runner = make_runner()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(runner.run, job(*[{"text": "word ", "delay": 1} for _ in range(20)]))
+        await trio.sleep(5.5)
+        runner.cancel("r1")
+    events, _ = drain(runner)
+    response = events[-1].response
+    assert response.finish_reason.reason == "cancelled" and response.text == "word " * 5
+    assert response.usage.estimated and response.usage.input_tokens > 0 and response.usage.output_tokens >= 5
+    assert response.cost_usd and response.cost_usd > 0
