@@ -376,4 +376,7 @@ def main() -> None:
     if settings.supervisor_pid and os.getppid() != settings.supervisor_pid:
         raise SystemExit("trunkline worker: the supervisor that started this worker is gone")
     logging.basicConfig(level=settings.log_level.upper(), format=f"%(asctime)s worker[{settings.name}] %(levelname)s %(message)s")
+    if settings.log_level != "debug":
+        # httpx logs every request at INFO: a line per call is noise at this level, and costs CPU.
+        logging.getLogger("httpx").setLevel(logging.WARNING)
     trio.run(serve, settings)
