@@ -14,6 +14,7 @@ from typing import Any
 
 import anyio
 import pynng
+from pynng._nng import ffi, lib
 
 from .codec import DecodeError
 
@@ -138,12 +139,75 @@ def publish(sock: pynng.Pub0, frame: bytes) -> bool:
         return False
 
 
-def replier(url: str, max_size: int) -> pynng.Rep0:
-    check_ipc_url(url)
-    sock = pynng.Rep0(recv_max_size=max_size)
-    sock.listen(url)
-    secure_ipc(url)
-    return sock
+def replier(url: str, max_size: int) -> Replier:
+    return Replier(url, max_size)
+
+
+class Replier:
+    """The daemon's control socket: Rep0 in raw mode.
+
+    A cooked Rep0 needs one nng context per outstanding request, and pynng receives on
+    a context through an nng thread and a callback into the event loop; replying on it
+    allocates an aio and waits on a condition variable. In raw mode the request's
+    routing header comes with the message and goes back with the reply, so one socket
+    serves every request, receives by waiting on its readiness descriptor, and can
+    answer a slow request (`ready`, `count_tokens`) whenever it is done while the
+    others go on. Measured on the control round trip: see docs/ARCHITECTURE.md."""
+
+    def __init__(self, url: str, max_size: int) -> None:
+        check_ipc_url(url)
+        self.sock = pynng.Rep0(opener=lib.nng_rep0_open_raw, recv_max_size=max_size)
+        try:
+            self.sock.listen(url)
+        except BaseException:
+            self.sock.close()
+            raise
+        secure_ipc(url)
+        self.fd = self.sock.recv_fd
+        self._handle = self.sock.socket
+        self._msg_p = ffi.new("nng_msg **")
+
+    def _take(self) -> tuple[bytes, bytes, int] | None:
+        err = lib.nng_recvmsg(self._handle, self._msg_p, lib.NNG_FLAG_NONBLOCK)
+        if err:
+            if err == lib.NNG_EAGAIN:
+                return None
+            pynng.check_err(err)
+        msg = self._msg_p[0]
+        try:
+            body = ffi.unpack(ffi.cast("char *", lib.nng_msg_body(msg)), lib.nng_msg_len(msg))
+            header = ffi.unpack(ffi.cast("char *", lib.nng_msg_header(msg)), lib.nng_msg_header_len(msg))
+            pipe = lib.nng_pipe_id(lib.nng_msg_get_pipe(msg))
+        finally:
+            lib.nng_msg_free(msg)
+        return body, header, pipe
+
+    async def recv(self) -> tuple[bytes, bytes, int]:
+        """(request body, its routing header, the id of the pipe it came on)."""
+        while True:
+            got = self._take()
+            if got is not None:
+                return got
+            await anyio.wait_readable(self.fd)
+
+    def reply(self, header: bytes, body: bytes) -> bool:
+        """Answer the request that came with `header`; False if its client is gone
+        (or cannot take the reply now: a client only ever waits for one reply per
+        request, so nng's queue to it is never full unless it stopped reading)."""
+        msg_p = ffi.new("nng_msg **")
+        pynng.check_err(lib.nng_msg_alloc(msg_p, 0))
+        msg = msg_p[0]
+        if (lib.nng_msg_header_append(msg, header, len(header)) or lib.nng_msg_append(msg, body, len(body))
+                or lib.nng_sendmsg(self._handle, msg, lib.NNG_FLAG_NONBLOCK)):
+            lib.nng_msg_free(msg)
+            return False
+        return True
+
+    def add_post_pipe_remove_cb(self, cb: Any) -> None:
+        self.sock.add_post_pipe_remove_cb(cb)
+
+    def close(self) -> None:
+        self.sock.close()
 
 
 def requester(url: str) -> pynng.Req0:

@@ -221,8 +221,7 @@ class Daemon:
         try:
             async with trio.open_nursery() as nursery:
                 workers = await nursery.start(self._run_workers)
-                for _ in range(4):
-                    nursery.start_soon(self.router.serve, nursery)
+                nursery.start_soon(self.router.serve, nursery)
                 nursery.start_soon(self._housekeeping)
                 with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                     task_status.started()

@@ -84,37 +84,28 @@ class Router:
     async def serve(self, nursery: trio.Nursery) -> None:
         rep = self.d.rep
         while True:
-            ctx = rep.new_context()
+            data, header, pipe_id = await rep.recv()
             try:
-                msg = await ctx.arecv_msg()
-            except BaseException:
-                ctx.close()
-                raise
-            try:
-                reply = self.handle(msg.bytes, msg.pipe.id)
+                reply = self.handle(data, pipe_id)
             except Exception as exc:  # noqa: BLE001 - a bug here must not stop the daemon
                 log.exception("control request failed")
                 reply = ProtocolError(error=_error("other", f"internal error: {exc!r}"))
             if isinstance(reply, _Deferred):
-                nursery.start_soon(self._answer_later, ctx, reply)
+                nursery.start_soon(self._answer_later, header, reply)
             else:
-                self._reply(ctx, reply)
+                self._reply(header, reply)
 
-    def _reply(self, ctx: Any, reply: Any) -> None:
-        try:
-            ctx.send(codec.encode(reply))
-        except nng.NNGException as exc:  # the client has gone; nobody to tell
-            log.debug("reply not delivered: %s", exc)
-        finally:
-            ctx.close()
+    def _reply(self, header: bytes, reply: Any) -> None:
+        if not self.d.rep.reply(header, codec.encode(reply)):
+            log.debug("reply not delivered: the client has gone")
 
-    async def _answer_later(self, ctx: Any, deferred: _Deferred) -> None:
+    async def _answer_later(self, header: bytes, deferred: _Deferred) -> None:
         try:
             reply = await deferred.run()
         except Exception as exc:  # noqa: BLE001
             log.exception("control request failed")
             reply = ProtocolError(error=_error("other", f"internal error: {exc!r}"))
-        self._reply(ctx, reply)
+        self._reply(header, reply)
 
     # -- dispatch --------------------------------------------------------------------
 
