@@ -20,6 +20,7 @@ from .codec import DecodeError
 
 EVENT_BUFFER = 8192  # nng's maximum; with the defaults (16/128) a burst loses most events
 LINK_BUFFER = 8192
+REPLY_BUFFER = 1024  # replies waiting for nng to route them to their clients
 IPC_PATH_MAX = 107  # sun_path is 108 bytes with the terminating NUL
 
 TryAgain = pynng.TryAgain
@@ -152,11 +153,15 @@ class Replier:
     routing header comes with the message and goes back with the reply, so one socket
     serves every request, receives by waiting on its readiness descriptor, and can
     answer a slow request (`ready`, `count_tokens`) whenever it is done while the
-    others go on. Measured on the control round trip: see docs/ARCHITECTURE.md."""
+    others go on. Measured on the control round trip: see docs/ARCHITECTURE.md.
 
-    def __init__(self, url: str, max_size: int) -> None:
+    nng queues up to 64 replies per client connection behind the socket's own
+    buffer and drops beyond that: only a client that sends requests on many
+    contexts and stops reading its replies can lose one (its call then times out)."""
+
+    def __init__(self, url: str, max_size: int, send_buffer: int = REPLY_BUFFER) -> None:
         check_ipc_url(url)
-        self.sock = pynng.Rep0(opener=lib.nng_rep0_open_raw, recv_max_size=max_size)
+        self.sock = pynng.Rep0(opener=lib.nng_rep0_open_raw, recv_max_size=max_size, send_buffer_size=send_buffer)
         try:
             self.sock.listen(url)
         except BaseException:
@@ -191,17 +196,29 @@ class Replier:
             await anyio.wait_readable(self.fd)
 
     def reply(self, header: bytes, body: bytes) -> bool:
-        """Answer the request that came with `header`; False if its client is gone
-        (or cannot take the reply now: a client only ever waits for one reply per
-        request, so nng's queue to it is never full unless it stopped reading)."""
+        """Answer the request that came with `header`, if that can be done now. False
+        when the client's pipe is still busy with an earlier reply: then `areply`.
+        A reply to a client that has gone is dropped by nng (True)."""
         msg_p = ffi.new("nng_msg **")
         pynng.check_err(lib.nng_msg_alloc(msg_p, 0))
         msg = msg_p[0]
-        if (lib.nng_msg_header_append(msg, header, len(header)) or lib.nng_msg_append(msg, body, len(body))
-                or lib.nng_sendmsg(self._handle, msg, lib.NNG_FLAG_NONBLOCK)):
-            lib.nng_msg_free(msg)
+        err = lib.nng_msg_header_append(msg, header, len(header)) or lib.nng_msg_append(msg, body, len(body))
+        if not err:
+            err = lib.nng_sendmsg(self._handle, msg, lib.NNG_FLAG_NONBLOCK)
+            if not err:
+                return True
+        lib.nng_msg_free(msg)
+        if err in (lib.NNG_EAGAIN, lib.NNG_ETIMEDOUT):
             return False
+        pynng.check_err(err)
         return True
+
+    async def areply(self, header: bytes, body: bytes) -> None:
+        """Answer once the client's pipe can take it (never abandoned half-sent)."""
+        msg = pynng.Message(body)
+        pynng.check_err(lib.nng_msg_header_append(msg._nng_msg, header, len(header)))
+        with anyio.CancelScope(shield=True):
+            await self.sock.asend_msg(msg)
 
     def add_post_pipe_remove_cb(self, cb: Any) -> None:
         self.sock.add_post_pipe_remove_cb(cb)

@@ -83,6 +83,7 @@ class Router:
 
     async def serve(self, nursery: trio.Nursery) -> None:
         rep = self.d.rep
+        self._nursery = nursery
         while True:
             data, header, pipe_id = await rep.recv()
             try:
@@ -96,8 +97,20 @@ class Router:
                 self._reply(header, reply)
 
     def _reply(self, header: bytes, reply: Any) -> None:
-        if not self.d.rep.reply(header, codec.encode(reply)):
-            log.debug("reply not delivered: the client has gone")
+        body = codec.encode(reply)
+        try:
+            if not self.d.rep.reply(header, body):
+                # The client's pipe is still sending an earlier reply: wait for it,
+                # without holding up the other clients.
+                self._nursery.start_soon(self._reply_when_possible, header, body)
+        except nng.NNGException as exc:
+            log.debug("reply not delivered: %s", exc)
+
+    async def _reply_when_possible(self, header: bytes, body: bytes) -> None:
+        try:
+            await self.d.rep.areply(header, body)
+        except nng.NNGException as exc:
+            log.debug("reply not delivered: %s", exc)
 
     async def _answer_later(self, header: bytes, deferred: _Deferred) -> None:
         try:
