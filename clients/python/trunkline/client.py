@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -105,7 +106,11 @@ class _Route:
         self.request_id = request_id
         self.next_seq = 0
         self.pending: dict[int, Any] = {}
-        self.send, self.receive = anyio.create_memory_object_stream[Any](math.inf)
+        # A deque and an event rather than a memory channel: a request is short-lived,
+        # and creating and draining a channel per request cost more than the rest of
+        # the client's work for a small one.
+        self.queue: deque[Any] = deque()
+        self.wake: anyio.Event | None = None
         self.done = False
         self.recovering = False
         self.lost = 0  # events that could not be recovered (deltas only; the terminal is complete)
@@ -125,11 +130,16 @@ class _Route:
 
     def _push(self, ev: Any) -> None:
         self.next_seq = ev.seq + 1
-        self.send.send_nowait(ev)
+        self.queue.append(ev)
         if type(ev) is Finish or type(ev) is ErrorEvent:
             self.done = True
             self.pending.clear()
-            self.send.close()
+            # Nothing more can arrive for it: the consumer holds the route itself.
+            routes = self.client._routes
+            if routes.get(self.request_id) is self:
+                del routes[self.request_id]
+        if self.wake is not None:
+            self.wake.set()
 
     def skip_to(self, seq: int) -> None:
         """Events before `seq` are gone for good (the replay ring moved on)."""
@@ -244,7 +254,7 @@ class Client:
             self._tg.cancel_scope.cancel()
             await self._tg.__aexit__(None, None, None)
             self._tg = None
-        for route in self._routes.values():
+        for route in list(self._routes.values()):
             route.fail(ErrorInfo(error_class="cancelled", message="the client was closed"))
         if self._sub is not None:
             self._sub.close()
@@ -363,37 +373,31 @@ class Client:
             raise error_from_info(reply.error, request_id=rid)
         return reply, route
 
-    async def _events(self, route: _Route) -> AsyncIterator[Any]:
-        receive: MemoryObjectReceiveStream[Any] = route.receive
-        try:
-            while True:
-                try:
-                    # Events already queued are taken without a trip through the scheduler.
-                    yield receive.receive_nowait()
-                    continue
-                except anyio.WouldBlock:
-                    pass
-                except anyio.EndOfStream:
-                    return
-                with anyio.move_on_after(self.silence_check_s) as scope:
-                    try:
-                        ev = await receive.receive()
-                    except anyio.EndOfStream:
-                        return
-                if scope.cancelled_caught:
-                    self._recover(route)  # silence: make sure nothing (the terminal event) was lost
-                    continue
-                yield ev
-        finally:
+    async def _next_event(self, route: _Route) -> Any | None:
+        """The request's next event in order; None once its terminal event was taken."""
+        queue = route.queue
+        while True:
+            if queue:
+                return queue.popleft()
             if route.done:
-                self._routes.pop(route.request_id, None)
+                return None
+            route.wake = wake = anyio.Event()
+            with anyio.move_on_after(self.silence_check_s) as scope:
+                await wake.wait()
+            route.wake = None
+            if scope.cancelled_caught:
+                self._recover(route)  # silence: make sure nothing (the terminal event) was lost
+
+    async def _events(self, route: _Route) -> AsyncIterator[Any]:
+        while (ev := await self._next_event(route)) is not None:
+            yield ev
 
     async def complete(self, model: str | Request, messages: str | Message | Sequence[Message] | None = None,
                        *, request_id: str | None = None, **fields: Any) -> Response:
         """Run a request to the end and return its response (or raise its error)."""
         request = build_request(model, messages, **fields)
         _, route = await self.submit(request, stream=False, request_id=request_id)
-        async for ev in self._events(route):
+        while (ev := await self._next_event(route)) is not None:
             if type(ev) is Finish:
                 return ev.response
             if type(ev) is ErrorEvent:
@@ -442,7 +446,6 @@ class ResponseStream:
         self.accepted: Accepted | None = None
         self.accumulator = StreamAccumulator()
         self._route: _Route | None = None
-        self._iter: AsyncIterator[Any] | None = None
         self._started = False
 
     async def start(self) -> ResponseStream:
@@ -451,7 +454,6 @@ class ResponseStream:
             self.accepted, self._route = await self.client.submit(self.request, stream=True,
                                                                   request_id=self.request_id)
             self.accumulator = StreamAccumulator(self.accepted.provider)
-            self._iter = self.client._events(self._route)
         return self
 
     async def __aenter__(self) -> ResponseStream:
@@ -472,8 +474,10 @@ class ResponseStream:
         await self.start()
         if self.accumulator.done:
             raise StopAsyncIteration
-        assert self._iter is not None
-        ev = await self._iter.__anext__()
+        assert self._route is not None
+        ev = await self.client._next_event(self._route)
+        if ev is None:
+            raise StopAsyncIteration
         self.accumulator.feed(ev)
         return ev  # type: ignore[no-any-return]
 
