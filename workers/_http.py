@@ -9,7 +9,9 @@ failed stream closes its connection at once.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import urllib.request
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -35,15 +37,24 @@ class HttpAdapter(Adapter):
         super().__init__(*args, **kwargs)
         self.base_url = (self.config.base_url or self.default_base_url).rstrip("/")
         t = self.timeouts
-        self.client = httpx.AsyncClient(
-            transport=transport,
-            limits=httpx.Limits(max_connections=self.config.max_connections,
-                                max_keepalive_connections=self.config.max_connections, keepalive_expiry=60.0),
-            # Reads are bounded by the stream idle timeout; the whole request by the runtime's deadline.
-            timeout=httpx.Timeout(connect=t.connect_s, read=t.stream_idle_s, write=t.connect_s, pool=t.connect_s),
-            headers={"user-agent": USER_AGENT, **self.config.headers},
-            follow_redirects=False,
-        )
+        limits = httpx.Limits(max_connections=self.config.max_connections,
+                              max_keepalive_connections=self.config.max_connections, keepalive_expiry=60.0)
+        # Reads are bounded by the stream idle timeout; the whole request by the runtime's deadline.
+        timeout = httpx.Timeout(connect=t.connect_s, read=t.stream_idle_s, write=t.connect_s, pool=t.connect_s)
+        # Provider calls go straight to the connection pool (the client shares it): the
+        # client's per-request work (URL merging, cookie jar, auth and redirect
+        # wrappers) cost about a quarter of the CPU of a small call, and an LLM API
+        # needs none of it. Through an environment proxy they take the client's path
+        # (httpx applies environment proxies only to a client that builds its own pool).
+        self._direct = transport is not None or not _proxied(self.base_url)
+        self.transport = (transport or httpx.AsyncHTTPTransport(limits=limits)) if self._direct else None
+        self.client = httpx.AsyncClient(transport=self.transport, limits=limits, timeout=timeout,
+                                        headers={"user-agent": USER_AGENT, **self.config.headers},
+                                        follow_redirects=False)
+        self._base_headers = {"user-agent": USER_AGENT, "accept": "*/*", "accept-encoding": "gzip, deflate",
+                              **{k.lower(): v for k, v in self.config.headers.items()}}
+        self._timeout = timeout.as_dict()
+        self._urls: dict[str, httpx.URL] = {}
 
     # -- what a provider supplies ----------------------------------------------------
 
@@ -71,25 +82,48 @@ class HttpAdapter(Adapter):
     def url(self, path: str) -> str:
         return f"{self.base_url}{path}"
 
+    @asynccontextmanager
+    async def _send(self, path: str, body: dict[str, Any], headers: dict[str, str]) -> AsyncIterator[httpx.Response]:
+        """POST `body`; the response's body is read by the caller, and closed on the way out."""
+        content = msgspec.json.encode(body)
+        if not self._direct:
+            async with self.client.stream("POST", self.url(path), content=content, headers=headers) as response:
+                yield response
+            return
+        url = self._urls.get(path)
+        if url is None:
+            url = self._urls[path] = httpx.URL(self.url(path))
+        request = httpx.Request("POST", url, headers={**self._base_headers, **headers}, content=content,
+                                extensions={"timeout": self._timeout})
+        assert self.transport is not None
+        response = await self.transport.handle_async_request(request)
+        response.request = request
+        try:
+            yield response
+        finally:
+            await response.aclose()
+
     async def post_json(self, call: Call, path: str, body: dict[str, Any],
                         headers: dict[str, str] | None = None) -> tuple[Any, httpx.Headers]:
         """POST and return the decoded JSON reply, or raise the classified error."""
         try:
             call.upstream_open = True
-            response = await self.client.post(self.url(path), content=msgspec.json.encode(body),
-                                              headers=self.headers_for(call, headers))
+            async with self._send(path, body, self.headers_for(call, headers)) as response:
+                content = await response.aread()
         except httpx.TransportError as exc:
             raise from_transport(exc, self.name) from None
+        except httpx.DecodingError as exc:
+            raise invalid_response(f"{self.name} sent a body that could not be decoded: {exc}") from None
         finally:
             call.upstream_open = False
         call.rate_limit = self.rate_limit(response.headers)
         if response.status_code >= 400:
-            raise self.classify(response.status_code, response.headers, response.content)
+            raise self.classify(response.status_code, response.headers, content)
         try:
-            return msgspec.json.decode(response.content), response.headers
+            return msgspec.json.decode(content), response.headers
         except msgspec.DecodeError as exc:
             raise invalid_response(f"{self.name} sent a body that is not JSON ({exc}): "
-                                   f"{response.content[:200]!r}") from None
+                                   f"{content[:200]!r}") from None
 
     async def get_json(self, path: str, headers: dict[str, str] | None = None) -> Any:
         try:
@@ -111,8 +145,7 @@ class HttpAdapter(Adapter):
         error leaves the `async with` and so closes the connection at once."""
         idle = call.deadlines.stream_idle_s
         try:
-            async with self.client.stream("POST", self.url(path), content=msgspec.json.encode(body),
-                                          headers=self.headers_for(call, headers)) as response:
+            async with self._send(path, body, self.headers_for(call, headers)) as response:
                 call.upstream_open = True
                 call.rate_limit = self.rate_limit(response.headers)
                 if response.status_code >= 400:
@@ -139,3 +172,15 @@ class HttpAdapter(Adapter):
 
     async def aclose(self) -> None:
         await self.client.aclose()
+
+
+def _proxied(base_url: str) -> bool:
+    """Whether the environment sends requests to `base_url` through a proxy (as httpx,
+    which honours HTTP(S)_PROXY, ALL_PROXY and NO_PROXY, would)."""
+    if not base_url:
+        return False
+    proxies = urllib.request.getproxies_environment()
+    url = httpx.URL(base_url)
+    if not (proxies.get(url.scheme) or proxies.get("all")):
+        return False
+    return not urllib.request.proxy_bypass_environment(url.host, proxies)

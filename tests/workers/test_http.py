@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gzip
+import json
+
 import httpx
 import pytest
 import trio
@@ -10,7 +13,7 @@ from fakes.upstream import FakeUpstream, Reply
 from trunkline.config.loader import ProviderConfig, RetryPolicy, TimeoutPolicy
 from trunkline.protocol.messages import Job, Message, ModelInfo, Request
 from trunkline.workers._adapter import Call, Deadlines
-from trunkline.workers._http import USER_AGENT, HttpAdapter
+from trunkline.workers._http import USER_AGENT, HttpAdapter, _proxied
 from trunkline.workers.errors import HTTPX_EXC_MAP, ProviderError, from_transport, parse_retry_after, status_class
 
 
@@ -57,6 +60,42 @@ async def test_json_call_sends_auth_idempotency_and_configured_headers(upstream)
     assert a.headers["x-team"] == "blue" and a.headers["user-agent"] == USER_AGENT
     assert a.json() == {"a": 1}
     assert upstream.open_connections <= 1  # keep-alive: both calls on one connection
+
+
+async def test_compressed_json_reply_is_decoded(upstream):
+    body = gzip.compress(json.dumps({"ok": "gzip"}).encode())
+    upstream.route("POST", "/v1/chat", Reply(200, {"content-type": "application/json", "content-encoding": "gzip"},
+                                             [body]))
+    adapter = make(upstream.base_url)
+    reply, _ = await adapter.post_json(call(), "/v1/chat", {})
+    await adapter.aclose()
+    assert reply == {"ok": "gzip"}
+    assert "gzip" in upstream.requests[0].headers["accept-encoding"]
+
+
+async def test_an_environment_proxy_is_honoured(upstream, monkeypatch):
+    # The proxy is the fake itself: an HTTP proxy gets the absolute URL in the request line.
+    upstream.route("POST", "http://api.example.invalid/v1/chat", Reply.json({"via": "proxy"}))
+    monkeypatch.setenv("HTTP_PROXY", upstream.base_url)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    adapter = make("http://api.example.invalid")
+    reply, _ = await adapter.post_json(call(), "/v1/chat", {})
+    await adapter.aclose()
+    assert reply == {"via": "proxy"}
+    assert upstream.requests[0].headers["host"] == "api.example.invalid"
+
+
+def test_no_proxy_and_unset_proxies_mean_a_direct_connection(monkeypatch):
+    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy", "NO_PROXY",
+                 "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    assert not _proxied("https://api.anthropic.com")
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
+    assert _proxied("https://api.anthropic.com")
+    assert not _proxied("http://127.0.0.1:11434")  # only https is proxied
+    monkeypatch.setenv("NO_PROXY", "anthropic.com")
+    assert not _proxied("https://api.anthropic.com")
 
 
 async def test_error_status_is_classified_with_retry_after(upstream):
