@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -281,3 +282,28 @@ async def test_a_cancelled_stream_reports_estimated_usage_and_cost(autojump_cloc
     assert response.finish_reason.reason == "cancelled" and response.text == "word " * 5
     assert response.usage.estimated and response.usage.input_tokens > 0 and response.usage.output_tokens >= 5
     assert response.cost_usd and response.cost_usd > 0
+
+
+async def test_idle_timeout_counts_from_the_last_item_within_its_slack(autojump_clock):
+    """The idle deadline is pushed lazily: never late, and early by at most IDLE_SLACK."""
+    from trunkline.workers._adapter import IDLE_SLACK, consume
+    from trunkline.workers.errors import ProviderError
+
+    seen: list[float] = []
+
+    async def items(gaps: list[float]):
+        for gap in gaps:
+            await trio.sleep(gap)
+            yield gap
+        await trio.sleep(math.inf)
+
+    # Items 0.9 idle apart never time out; a burst of near-simultaneous items then
+    # silence times out one idle period after the burst, give or take the slack.
+    gaps = [9.0] * 5 + [0.001] * 50
+    start = trio.current_time()
+    with pytest.raises(ProviderError, match="stream idle timeout"):
+        await consume(items(gaps), 10.0, "fake", lambda item: seen.append(trio.current_time()))
+    assert len(seen) == len(gaps)
+    silence = trio.current_time() - seen[-1]
+    assert 10.0 * (1 - IDLE_SLACK) <= silence <= 10.0
+    assert seen[-1] - start == pytest.approx(45.05)
