@@ -1,5 +1,6 @@
-"""The daemon's raw-mode control socket answers every request, whatever the order and
-however many one client has in flight."""
+"""The pynng wrappers every process uses: the daemon's raw-mode control socket answers
+every request whatever the order, and the descriptor-driven receiver takes every
+message as sent."""
 
 from __future__ import annotations
 
@@ -71,3 +72,22 @@ async def test_a_reply_to_a_client_that_has_gone_is_dropped_quietly(tmp_path: Pa
     # Whether or not nng has noticed the closed pipe yet, the reply is dropped, not raised.
     assert rep.reply(header, b"too late") is True
     rep.close()
+
+
+async def test_receiver_takes_messages_of_every_size_in_order(tmp_path: Path) -> None:
+    url = f"ipc://{tmp_path}/link.ipc"
+    listener = nng.pair(url, listen=True)
+    dialer = pynng.Pair1(recv_max_size=0)
+    dialer.dial(url, block=True)
+    receiver = nng.Receiver(listener)
+    assert receiver.ready() is None  # nothing queued: None, not an exception
+    sent = [b"first", b"", b"x" * 300_000, bytes(range(256))]
+    for data in sent:
+        dialer.send(data)
+    with trio.fail_after(10):
+        got = [await receiver.recv() for _ in sent]
+    assert got == sent
+    dialer.close()
+    listener.close()
+    with pytest.raises(nng.Closed):
+        receiver.ready()
