@@ -24,6 +24,12 @@ from ._adapter import Adapter, Call, consume
 from .errors import ProviderError, from_transport, invalid_response
 
 USER_AGENT = f"trunkline/{__version__}"
+#: Idle connections kept open per worker. httpcore checks every pooled connection (a
+#: readability poll for each idle one) on every request and every release, so the pool
+#: cost grows with its idle connections. Measured at 64 requests in flight: 8.3 ms of
+#: the worker's CPU per request with 1,200 allowed to idle, 2.4 ms with 16 (and three
+#: times the requests/s). Busy connections are never limited by this.
+KEEPALIVE_MAX = 16
 
 
 class HttpAdapter(Adapter):
@@ -38,7 +44,8 @@ class HttpAdapter(Adapter):
         self.base_url = (self.config.base_url or self.default_base_url).rstrip("/")
         t = self.timeouts
         limits = httpx.Limits(max_connections=self.config.max_connections,
-                              max_keepalive_connections=self.config.max_connections, keepalive_expiry=60.0)
+                              max_keepalive_connections=min(self.config.max_connections, KEEPALIVE_MAX),
+                              keepalive_expiry=60.0)
         # Reads are bounded by the stream idle timeout; the whole request by the runtime's deadline.
         timeout = httpx.Timeout(connect=t.connect_s, read=t.stream_idle_s, write=t.connect_s, pool=t.connect_s)
         # Provider calls go straight to the connection pool (the client shares it): the
