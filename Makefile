@@ -31,3 +31,18 @@ schema: install
 
 clean:
 	rm -rf $(VENV) build *.egg-info
+
+# Benchmark: trunkline vs. a direct httpx client (the floor) vs. LiteLLM, against one
+# fake upstream; writes bench/results/latest.md. QUICK=1: seconds, tiny counts, uses
+# the LiteLLM peers only if bench/.venv already exists. SOAK=MINUTES sets the soak
+# (default 10). LiteLLM lives in its own venv, never in the project's.
+.PHONY: bench
+bench: install
+	@if [ -z "$(QUICK)" ] && { [ ! -f bench/.venv/.deps-installed ] || [ bench/requirements.txt -nt bench/.venv/.deps-installed ]; }; then \
+		echo "bench: setting up bench/.venv for the LiteLLM peers"; \
+		{ [ -x bench/.venv/bin/python ] || python3.11 -m venv bench/.venv; } && \
+		bench/.venv/bin/python -m pip --disable-pip-version-check --quiet install --no-deps -r bench/requirements.txt && \
+		touch bench/.venv/.deps-installed || \
+		echo "bench: could not set up bench/.venv; the LiteLLM peers will be skipped"; \
+	fi
+	$(BIN)/python -m bench $(if $(QUICK),--quick) $(if $(SOAK),--soak $(SOAK)) $(BENCH_ARGS)

@@ -1,0 +1,154 @@
+"""Where the time of one request goes, seen from outside the daemon.
+
+Every process on the machine reads the same CLOCK_MONOTONIC, so timestamps
+taken in different processes can be subtracted. Three sources are used, and
+none needs a change to trunkline:
+
+* the client: when it sends `submit`, gets `accepted`, sees each event;
+* the fake upstream, in trace mode (`t` in the model name): the content it
+  returns carries `R<ns>` (request read) and `S<ns>` (each chunk written);
+* the daemon's own `bus`: `llm.call_started` is published when the worker
+  starts the attempt; the client records when it sees it.
+
+What happens between the worker reading the upstream's bytes and the client
+receiving the event (worker emit, the relay to the supervisor, the publish) is
+not visible from outside: the report says so instead of inventing a split.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Sequence
+
+import trio
+
+from trunkline import Client
+from trunkline.protocol.messages import ErrorEvent, Finish, TextDelta
+
+from .floor import HttpTarget
+from .stats import median, percentile
+from .trunkline_runner import TrunklineOps
+
+_STAMP = re.compile(r"([RS])(\d+)")
+
+
+def stamps(text: str) -> tuple[int, list[int]]:
+    """The upstream's receive clock and its send clocks, from trace content."""
+    recv = 0
+    sends: list[int] = []
+    for kind, value in _STAMP.findall(text):
+        if kind == "R":
+            recv = int(value)
+        else:
+            sends.append(int(value))
+    return recv, sends
+
+
+def summarize(rows: Sequence[dict[str, int]]) -> dict[str, dict[str, float]]:
+    """Median and p99, in microseconds, of every offset recorded per request."""
+    out: dict[str, dict[str, float]] = {}
+    for key in rows[0] if rows else ():
+        values = sorted(r[key] / 1000 for r in rows if key in r)
+        out[key] = {"p50": median(values), "p99": percentile(values, 99), "n": len(values)}
+    return out
+
+
+async def floor_complete(target: HttpTarget) -> dict[str, int]:
+    t_send, t_recv, text = await target.complete_text("bench-t")
+    up_recv, (up_send, *_) = stamps(text)
+    return {"to_upstream": up_recv - t_send, "upstream_service": up_send - up_recv,
+            "from_upstream": t_recv - up_send, "total": t_recv - t_send}
+
+
+async def floor_stream(target: HttpTarget) -> dict[str, int]:
+    t_send, texts, t_done = await target.stream_trace("bench-c50-t")
+    up_recv, first_sends = stamps(texts[0][1])
+    last_send = stamps(texts[-1][1])[1][-1]
+    return {"to_upstream": up_recv - t_send, "first_chunk_leg": texts[0][0] - first_sends[0],
+            "last_chunk_leg": t_done - last_send, "ttft": texts[0][0] - t_send, "total": t_done - t_send}
+
+
+class TrunklineTrace:
+    """The same two requests through trunkline, with the bus watched for `llm.call_started`."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+        self.ops = TrunklineOps(client)
+        self.started: dict[str, int] = {}
+
+    async def watch_bus(self) -> None:
+        async for ev in self.client.bus_events:
+            if ev.name == "llm.call_started":
+                self.started.setdefault(ev.request_id, time.monotonic_ns())
+
+    async def complete(self) -> dict[str, int]:
+        client = self.client
+        request = self.ops.request("fake:bench-t")
+        t_send = time.monotonic_ns()
+        accepted, route = await client.submit(request, stream=False)
+        t_acc = time.monotonic_ns()
+        ev = await client._next_event(route)  # a non-streamed request has one event, its terminal
+        t_done = time.monotonic_ns()
+        if type(ev) is not Finish:
+            raise RuntimeError(f"trace request failed: {ev}")
+        await trio.sleep(0)  # let the bus watcher stamp what arrived before the finish
+        up_recv, (up_send, *_) = stamps(ev.response.text)
+        row = {"accepted": t_acc - t_send, "to_upstream": up_recv - t_send, "upstream_service": up_send - up_recv,
+               "from_upstream": t_done - up_send, "total": t_done - t_send}
+        if route.request_id in self.started:
+            row["call_started_seen"] = self.started.pop(route.request_id) - t_send
+        return row
+
+    async def stream(self) -> dict[str, int]:
+        texts: list[tuple[int, str]] = []
+        t_send = time.monotonic_ns()
+        async with self.client.stream(self.ops.request("fake:bench-c50-t")) as s:
+            await s.start()
+            t_acc = time.monotonic_ns()
+            async for ev in s:
+                if type(ev) is TextDelta:
+                    texts.append((time.monotonic_ns(), ev.text))
+                elif type(ev) is ErrorEvent:
+                    raise RuntimeError(f"trace stream failed: {ev.error.message}")
+            t_done = time.monotonic_ns()
+        await trio.sleep(0)
+        # A delta may hold several chunks' text if the worker read them together.
+        up_recv, first_sends = stamps(texts[0][1])
+        last_send = stamps(texts[-1][1])[1][-1]
+        row = {"accepted": t_acc - t_send, "to_upstream": up_recv - t_send,
+               "first_chunk_leg": texts[0][0] - first_sends[0], "last_chunk_leg": t_done - last_send,
+               "ttft": texts[0][0] - t_send, "total": t_done - t_send}
+        if s.request_id in self.started:
+            row["call_started_seen"] = self.started.pop(s.request_id) - t_send
+        return row
+
+
+async def trace(target: HttpTarget, runtime_dir: str, n: int) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
+    """Floor and trunkline requests alternate, so that whatever else the machine does
+    at a given moment falls on both alike."""
+    rows: dict[str, dict[str, list[dict[str, int]]]] = {
+        "floor": {"complete": [], "stream": []}, "trunkline": {"complete": [], "stream": []}}
+    async with Client(runtime_dir, client_name="bench-hops", watch_bus=True) as client:
+        tl = TrunklineTrace(client)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(tl.watch_bus)
+            for _ in range(n):
+                rows["floor"]["complete"].append(await floor_complete(target))
+                rows["trunkline"]["complete"].append(await tl.complete())
+                rows["floor"]["stream"].append(await floor_stream(target))
+                rows["trunkline"]["stream"].append(await tl.stream())
+            nursery.cancel_scope.cancel()
+    return {system: {kind: summarize(r) for kind, r in kinds.items()} for system, kinds in rows.items()}
+
+
+async def control_round_trip(runtime_dir: str, n: int) -> dict[str, float]:
+    """`status` round trips: the bare cost of one control message, to set `submit` against."""
+    async with Client(runtime_dir, client_name="bench-rtt") as client:
+        values = []
+        for _ in range(n):
+            t0 = time.monotonic_ns()
+            await client.status()
+            values.append((time.monotonic_ns() - t0) / 1000)
+    values.sort()
+    return {"p50": median(values), "p99": percentile(values, 99), "n": len(values)}

@@ -1,0 +1,98 @@
+"""Where trunkline's CPU goes, by function: py-spy samples the supervisor, the worker and
+the client from outside while the benchmark's load runs. Optional, not part of
+`make bench`; needs py-spy in bench/.venv (`bench/.venv/bin/pip install py-spy`).
+
+    .venv/bin/python -m bench.profile [--seconds 8] [--load complete|stream] [--out DIR]
+
+Writes one collapsed-stack file per process (for flame graph tools) and prints
+each process's functions with the most samples, inclusive and self. Sampling
+with `--nonblocking` does not pause the processes, so it disturbs them little.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+from pathlib import Path
+
+import trio
+
+from trunkline import Client
+
+from .load import closed_loop
+from .peers import BENCH_VENV
+from .procs import LineProcess
+from .run import REPO
+from .trunkline_runner import OPENAI_PROVIDER, Daemon, TrunklineOps
+
+
+def top(collapsed: Path, n: int = 18) -> str:
+    inclusive: collections.Counter[str] = collections.Counter()
+    own: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in collapsed.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        c = int(count)
+        total += c
+        frames = stack.split(";")
+        for frame in set(frames):
+            inclusive[frame] += c
+        own[frames[-1]] += c
+    if not total:
+        return "  (no samples)"
+    lines = [f"  {total} samples; inclusive:"]
+    lines += [f"    {v / total * 100:5.1f}%  {k}" for k, v in inclusive.most_common(n)]
+    lines.append("  self:")
+    lines += [f"    {v / total * 100:5.1f}%  {k}" for k, v in own.most_common(n)]
+    return "\n".join(lines)
+
+
+async def main(seconds: float, load: str, out: Path) -> None:
+    spy = BENCH_VENV / "bin" / "py-spy"
+    if not spy.exists():
+        sys.exit("py-spy is not in bench/.venv: bench/.venv/bin/pip install py-spy")
+    out.mkdir(parents=True, exist_ok=True)
+    upstream = await LineProcess([sys.executable, "-m", "bench.upstream"], cwd=str(REPO)).start()
+    port = int((await upstream.readline()).split()[1])
+    daemon = await Daemon(port, out / "daemon.log").start()
+    try:
+        async with Client(daemon.runtime_dir, client_name="bench-profile") as client:
+            ops = TrunklineOps(client)
+            if load == "stream":
+                model, concurrency = f"{OPENAI_PROVIDER}:bench-c200", 64
+                op = lambda: ops.stream(model)  # noqa: E731
+            else:
+                model, concurrency = f"{OPENAI_PROVIDER}:gpt-4o-mini", 16
+                op = lambda: ops.complete(model)  # noqa: E731
+            await closed_loop(op, concurrency, count=200, duration_s=5)  # warm up
+            targets = {"supervisor": daemon.pid, "worker": daemon.workers[OPENAI_PROVIDER], "client": os.getpid()}
+            spies = []
+            for name, pid in targets.items():
+                spies.append(await trio.lowlevel.open_process(
+                    [str(spy), "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", "250",
+                     "--nonblocking", "--threads", "--format", "raw", "--output", str(out / f"{load}-{name}.txt")],
+                    stdout=open(os.devnull, "wb"), stderr=open(out / f"{load}-{name}.spy.log", "wb")))
+            result = await closed_loop(op, concurrency, count=10**9, duration_s=seconds + 1)
+            for proc in spies:
+                await proc.wait()
+            print(f"{load}: {len(result.samples)} operations in {result.wall_s:.1f} s, {result.errors} errors")
+            for name in targets:
+                path = out / f"{load}-{name}.txt"
+                print(f"\n{name} (pid {targets[name]}):")
+                print(top(path) if path.exists() else "  py-spy wrote nothing; see its log")
+    finally:
+        await daemon.stop()
+        await upstream.stop()
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("--seconds", type=float, default=8.0)
+    p.add_argument("--load", choices=["complete", "stream"], default="stream")
+    p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "profile")
+    a = p.parse_args()
+    trio.run(main, a.seconds, a.load, a.out)

@@ -1,0 +1,537 @@
+"""One benchmark run: start the fake upstream, trunkline and the peers, measure every
+table of the report against the same upstream, write the report.
+
+Each stage is independent: one that fails is recorded in the report (and makes
+the run exit non-zero) while the others still run. A peer that cannot start is
+not a failure: it is skipped, with the reason in the report.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from trunkline import Client
+from trunkline.protocol.messages import TextDelta
+
+from . import hops, report
+from .floor import HttpTarget
+from .load import LoadResult, closed_loop
+from .peers import PeerUnavailable, Proxy, start_proxy, start_sdk
+from .procs import CpuMeter, LineProcess, rss_mb, self_cpu
+from .stats import Summary, slope_per_minute
+from .trunkline_runner import ANTHROPIC_PROVIDER, OPENAI_PROVIDER, Daemon, TrunklineOps
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+@dataclass
+class Plan:
+    """How much of everything: `full()` for `make bench`, `quick()` for a seconds-long check."""
+
+    mode: str
+    repeats: int
+    concurrencies: tuple[int, ...]
+    cell_s: float  # each latency cell runs this long (or `cell_count` requests)
+    cell_count: int
+    warmup: int
+    stream_chunks: int
+    stream_s: float
+    stream_count: int
+    events_concurrency: int
+    events_chunks: int
+    events_s: float
+    subscribers: tuple[int, ...]
+    subscriber_streams_in_flight: int
+    subscriber_s: float
+    open_streams: int
+    hop_samples: int
+    capacity_s: float
+    soak_minutes: float
+    settle_s: float
+
+    @classmethod
+    def full(cls, soak_minutes: float = 10.0) -> Plan:
+        return cls("full", repeats=3, concurrencies=(1, 16, 64, 256), cell_s=3.0, cell_count=50_000, warmup=20,
+                   stream_chunks=50, stream_s=3.0, stream_count=5_000, events_concurrency=64, events_chunks=200,
+                   events_s=5.0, subscribers=(1, 8, 32), subscriber_streams_in_flight=32, subscriber_s=5.0,
+                   open_streams=1000, hop_samples=300, capacity_s=2.0, soak_minutes=soak_minutes, settle_s=2.0)
+
+    @classmethod
+    def quick(cls, soak_minutes: float = 5 / 60) -> Plan:
+        return cls("quick", repeats=1, concurrencies=(1, 16, 64, 256), cell_s=0.25, cell_count=60, warmup=2,
+                   stream_chunks=50, stream_s=0.25, stream_count=5, events_concurrency=8, events_chunks=50,
+                   events_s=0.3, subscribers=(1, 2), subscriber_streams_in_flight=4, subscriber_s=0.3,
+                   open_streams=50, hop_samples=10, capacity_s=0.3, soak_minutes=soak_minutes, settle_s=0.2)
+
+
+SYSTEMS = ("floor", "trunkline", "sdk", "proxy")
+
+
+class _Fatal(Exception):
+    """A stage everything else needs has failed."""
+
+
+class Bench:
+    def __init__(self, plan: Plan, out: Path, peers: bool) -> None:
+        self.plan = plan
+        self.out = out
+        self.want_peers = peers
+        self.logs = out.parent
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.results: dict[str, Any] = {"mode": plan.mode, "plan": asdict(plan), "failures": [], "peers": {},
+                                        "latency": {}, "streams": {}, "anthropic": {}, "events": [],
+                                        "subscribers": {}, "memory": {}, "soak": {}, "hops": {}}
+        self.upstream: LineProcess | None = None
+        self.port = 0
+        self.daemon: Daemon | None = None
+        self.client: Client | None = None
+        self.ops: TrunklineOps | None = None
+        self.floor: HttpTarget | None = None
+        self.sdk: LineProcess | None = None
+        self.proxy: Proxy | None = None
+        self.proxy_target: HttpTarget | None = None
+
+    # -- bookkeeping -----------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def stage(self, name: str) -> AsyncIterator[None]:
+        t0 = time.perf_counter()
+        print(f"bench: {name} ...", file=sys.stderr, flush=True)
+        try:
+            yield
+        except Exception as exc:  # noqa: BLE001 - one broken stage must not hide the others
+            self.results["failures"].append({"stage": name, "error": f"{type(exc).__name__}: {exc}",
+                                             "trace": traceback.format_exc()[-2000:]})
+            print(f"bench: {name} FAILED: {exc!r}", file=sys.stderr, flush=True)
+        finally:
+            self.results.setdefault("stage_s", {})[name] = time.perf_counter() - t0
+
+    def systems(self) -> list[str]:
+        return [s for s in SYSTEMS if s in ("floor", "trunkline") or (s == "sdk" and self.sdk) or
+                (s == "proxy" and self.proxy)]
+
+    def trunkline_groups(self) -> dict[str, list[int]]:
+        assert self.daemon is not None
+        groups = {"supervisor": [self.daemon.pid], "upstream": [self.upstream.pid] if self.upstream else []}
+        for name, pid in self.daemon.workers.items():
+            groups[f"worker {name}"] = [pid]
+        return groups
+
+    def groups_for(self, system: str) -> dict[str, list[int]]:
+        upstream = {"upstream": [self.upstream.pid]} if self.upstream else {}
+        if system == "trunkline":
+            return self.trunkline_groups()
+        if system == "proxy" and self.proxy:
+            return {"proxy": self.proxy.pids(), **upstream}
+        if system == "sdk" and self.sdk:
+            return {"sdk": [self.sdk.pid], **upstream}
+        return upstream
+
+    # -- setup -------------------------------------------------------------------------------
+
+    async def start_upstream(self) -> None:
+        self.upstream = LineProcess([sys.executable, "-m", "bench.upstream"], cwd=str(REPO),
+                                    log=self.logs / "upstream.log")
+        await self.upstream.start()
+        self.port = int((await self.upstream.readline(30)).split()[1])
+        self.floor = HttpTarget(f"http://127.0.0.1:{self.port}/v1")
+
+    async def start_trunkline(self, nursery: trio.Nursery) -> None:
+        self.daemon = Daemon(self.port, self.logs / "daemon.log")
+        await self.daemon.start()
+
+    async def start_peers(self) -> None:
+        peers = self.results["peers"]
+        if not self.want_peers:
+            for name in ("sdk", "proxy"):
+                peers[name] = {"status": "skipped", "reason": "peers disabled (--no-peers)"}
+            return
+        try:
+            self.sdk, hello = await start_sdk(self.logs / "litellm-sdk.log")
+            peers["sdk"] = {"status": "ok", "version": hello["version"], "rss_idle_mb": hello["rss_mb"]}
+        except PeerUnavailable as exc:
+            peers["sdk"] = {"status": "skipped", "reason": str(exc)}
+        try:
+            workdir = Path(self.daemon.dir if self.daemon else "/tmp")
+            self.proxy = await start_proxy(self.port, workdir, self.logs / "litellm-proxy.log")
+            await trio.sleep(self.plan.settle_s)
+            peers["proxy"] = {"status": "ok", "version": self.proxy.version, "rss_idle_mb": self.proxy.rss()}
+            self.proxy_target = HttpTarget(self.proxy.base_url, {"authorization": "Bearer sk-bench"})
+        except PeerUnavailable as exc:
+            peers["proxy"] = {"status": "skipped", "reason": str(exc)}
+
+    # -- one measurement cell ------------------------------------------------------------------
+
+    async def cell(self, system: str, kind: str, model: str, concurrency: int, *, duration_s: float, count: int,
+                   warmup: int, api: str = "openai") -> dict[str, Any]:
+        """Run one system at one concurrency; return its latency summary and CPU."""
+        meter = CpuMeter(self.groups_for(system), include_self=system != "sdk").start()
+        wall0 = time.perf_counter()
+        if system == "sdk":
+            assert self.sdk is not None
+            reply = await self.sdk.call({"op": kind, "model": f"openai/{model}",
+                                         "api_base": f"http://127.0.0.1:{self.port}/v1", "concurrency": concurrency,
+                                         "count": count, "duration_s": duration_s, "warmup": warmup})
+            result = LoadResult(reply["samples"], reply["wall_s"], reply["errors"], reply["first_error"])
+            cpu = meter.stop()
+            cpu["sdk"] = reply["cpu_s"]  # the driver's own figure excludes its warm-up
+            self.results["peers"]["sdk"]["rss_after_mb"] = max(self.results["peers"]["sdk"].get("rss_after_mb", 0),
+                                                              reply["rss_mb"])
+        else:
+            op = self._op(system, kind, model, api)
+            await closed_loop(op, min(concurrency, max(warmup, 1)), count=warmup, duration_s=duration_s)
+            meter.start()  # CPU of the timed part only
+            result = await closed_loop(op, concurrency, count=count, duration_s=duration_s)
+            cpu = meter.stop()
+        cell_wall = time.perf_counter() - wall0
+        out: dict[str, Any] = {"errors": result.errors, "first_error": result.first_error, "wall_s": result.wall_s,
+                               "cpu": cpu, "cell_wall_s": cell_wall}
+        samples = result.samples
+        if kind == "complete":
+            out.update(asdict(Summary.of(samples, result.wall_s)))
+        else:
+            ttft = Summary.of([s[0] for s in samples], result.wall_s)
+            ttlt = Summary.of([s[1] for s in samples], result.wall_s)
+            out.update(n=ttlt.n, rate=ttlt.rate, ttft_p50=ttft.p50, ttft_p99=ttft.p99, ttlt_p50=ttlt.p50,
+                       ttlt_p99=ttlt.p99, chunks=sum(s[2] for s in samples))
+            if system == "trunkline":
+                out.update(events=sum(s[3] for s in samples), lost=sum(s[4] for s in samples),
+                           recovered=sum(s[5] for s in samples))
+        out["cpu_system_s"] = self._system_cpu(system, cpu)
+        return out
+
+    @staticmethod
+    def _system_cpu(system: str, cpu: dict[str, float]) -> float:
+        """CPU of everything the system needs to make its calls, the client included,
+        the upstream excluded."""
+        return sum(v for k, v in cpu.items() if k != "upstream")
+
+    def _op(self, system: str, kind: str, model: str, api: str):  # type: ignore[no-untyped-def]
+        if system == "trunkline":
+            assert self.ops is not None
+            provider = ANTHROPIC_PROVIDER if api == "anthropic" else OPENAI_PROVIDER
+            name = f"{provider}:{model}"
+            return (lambda: self.ops.complete(name)) if kind == "complete" else (lambda: self.ops.stream(name))
+        target = self.floor if system == "floor" else self.proxy_target
+        assert target is not None
+        return (lambda: target.complete(model, api)) if kind == "complete" else (lambda: target.stream(model, api))
+
+    # -- the stages ---------------------------------------------------------------------------
+
+    async def upstream_capacity(self) -> None:
+        assert self.upstream is not None
+        out = {}
+        for kind in ("json", "sse"):
+            meter = CpuMeter({"upstream": [self.upstream.pid]}, include_self=False).start()
+            proc = await trio.run_process(
+                [sys.executable, "-m", "bench.upstream_capacity", "--port", str(self.port), "--seconds",
+                 str(self.plan.capacity_s), "--connections", "16", "--kind", kind], cwd=str(REPO),
+                capture_stdout=True)
+            cpu = meter.stop()["upstream"]
+            res = json.loads(proc.stdout)
+            rps = res["requests"] / res["wall_s"]
+            per_req = cpu / res["requests"] if res["requests"] else math.nan
+            out[kind] = {"rps": rps, "upstream_cpu_util": cpu / res["wall_s"], "upstream_us_per_request": per_req * 1e6,
+                         "capacity_rps_one_core": 1 / per_req if per_req else math.nan,
+                         "chunks_per_request": res["chunks_per_request"]}
+        self.results["upstream_capacity"] = out
+
+    async def latency(self, rep: int) -> None:
+        p = self.plan
+        for conc in p.concurrencies:
+            for system in self.systems():
+                cell = await self.cell(system, "complete", "gpt-4o-mini", conc, duration_s=p.cell_s,
+                                       count=p.cell_count, warmup=p.warmup)
+                self.results["latency"].setdefault(str(conc), {}).setdefault(system, []).append(cell)
+
+    async def streams(self, rep: int) -> None:
+        p = self.plan
+        model = f"bench-c{p.stream_chunks}"
+        for system in self.systems():
+            cell = await self.cell(system, "stream", model, 1, duration_s=p.stream_s, count=p.stream_count,
+                                   warmup=p.warmup)
+            self.results["streams"].setdefault(system, []).append(cell)
+
+    async def anthropic(self, rep: int) -> None:
+        p = self.plan
+        for kind, model in (("complete", "bench-claude"), ("stream", f"bench-claude-c{p.stream_chunks}")):
+            for system in ("floor", "trunkline"):
+                cell = await self.cell(system, kind, model, 1, duration_s=p.stream_s, count=p.stream_count,
+                                       warmup=p.warmup, api="anthropic")
+                self.results["anthropic"].setdefault(kind, {}).setdefault(system, []).append(cell)
+
+    async def event_throughput(self, rep: int) -> None:
+        p = self.plan
+        model = f"bench-c{p.events_chunks}"
+        for system in ("floor", "trunkline"):
+            cell = await self.cell(system, "stream", model, p.events_concurrency, duration_s=p.events_s,
+                                   count=10**9, warmup=p.warmup)
+            cell["system"] = system
+            self.results["events"].append(cell)
+
+    async def subscribers(self) -> None:
+        p = self.plan
+        assert self.daemon is not None
+        model = f"{OPENAI_PROVIDER}:bench-c{p.events_chunks}"
+        for n in p.subscribers:
+            procs = [LineProcess([sys.executable, "-m", "bench.subscriber", "--runtime-dir",
+                                  str(self.daemon.runtime_dir)], cwd=str(REPO), log=self.logs / "subscribers.log")
+                     for _ in range(n)]
+            try:
+                for proc in procs:
+                    await proc.start()
+                for proc in procs:
+                    line = await proc.readline(120)
+                    if not line.startswith("READY"):
+                        raise RuntimeError(f"subscriber said {line!r}")
+                per = max(1, p.subscriber_streams_in_flight // n)
+                meter = CpuMeter(self.trunkline_groups(), include_self=False).start()
+                t0 = time.perf_counter()
+                replies: list[dict] = []
+
+                async def run_one(proc: LineProcess) -> None:
+                    replies.append(await proc.call({"model": model, "concurrency": per, "duration_s": p.subscriber_s}))
+
+                async with trio.open_nursery() as nursery:
+                    for proc in procs:
+                        nursery.start_soon(run_one, proc)
+                wall = time.perf_counter() - t0
+                cpu = meter.stop()
+                self.results["subscribers"][str(n)] = {
+                    "subscribers": n, "streams_in_flight": per * n, "wall_s": wall, "cpu": cpu,
+                    "streams": sum(r["streams"] for r in replies), "events": sum(r["events"] for r in replies),
+                    "deltas": sum(r["deltas"] for r in replies), "lost": sum(r["lost"] for r in replies),
+                    "recovered": sum(r["recovered"] for r in replies), "errors": sum(r["errors"] for r in replies),
+                    "first_error": next((r["first_error"] for r in replies if r["first_error"]), None),
+                    "client_cpu_s": sum(r["cpu_s"] for r in replies)}
+            finally:
+                for proc in procs:
+                    await proc.stop()
+
+    async def memory_idle(self, label: str) -> None:
+        assert self.daemon is not None
+        await trio.sleep(self.plan.settle_s)
+        self.results["memory"][label] = {**self.daemon.rss(), "client": rss_mb(os.getpid())}
+
+    async def memory_open_streams(self) -> None:
+        assert self.client is not None and self.ops is not None and self.daemon is not None
+        n = self.plan.open_streams
+        request = self.ops.request(f"{OPENAI_PROVIDER}:bench-c2-h120")
+        opened = failed = 0
+        all_open = trio.Event()
+        release = trio.Event()
+        client = self.client
+
+        async def hold() -> None:
+            nonlocal opened, failed
+            try:
+                async with client.stream(request) as s:
+                    async for ev in s:
+                        if type(ev) is TextDelta:
+                            break
+                    opened += 1
+                    if opened + failed == n:
+                        all_open.set()
+                    await release.wait()
+            except Exception:  # noqa: BLE001 - counted and reported
+                failed += 1
+                if opened + failed == n:
+                    all_open.set()
+
+        t0 = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for _ in range(n):
+                nursery.start_soon(hold)
+            with trio.move_on_after(120):
+                await all_open.wait()
+            open_s = time.perf_counter() - t0
+            await trio.sleep(self.plan.settle_s / 2)
+            sample = {**self.daemon.rss(), "client": rss_mb(os.getpid())}
+            release.set()
+        with trio.move_on_after(30):
+            while await self.daemon.in_flight():
+                await trio.sleep(0.1)
+        self.results["memory"]["open_streams"] = {"rss": sample, "requested": n, "opened": opened, "failed": failed,
+                                                  "open_s": open_s}
+
+    async def hop_trace(self) -> None:
+        assert self.daemon is not None and self.floor is not None
+        n = self.plan.hop_samples
+        self.results["hops"] = await hops.trace(self.floor, str(self.daemon.runtime_dir), n)
+        self.results["hops"]["status_rtt_us"] = await hops.control_round_trip(str(self.daemon.runtime_dir), n)
+
+    async def soak(self) -> None:
+        assert self.ops is not None and self.daemon is not None
+        seconds = self.plan.soak_minutes * 60
+        interval = max(0.5, seconds / 120)
+        ops = self.ops
+        samples: list[dict[str, float]] = []
+        stream_model, complete_model = f"{OPENAI_PROVIDER}:bench-c50", f"{OPENAI_PROVIDER}:gpt-4o-mini"
+        meter = CpuMeter(self.trunkline_groups()).start()
+        t0 = time.perf_counter()
+        results: dict[str, LoadResult] = {}
+
+        async def sample_memory() -> None:
+            while True:
+                samples.append({"t": time.perf_counter() - t0, **self.daemon.rss(), "client": rss_mb(os.getpid())})
+                await trio.sleep(interval)
+
+        async def run(name: str, op: Any) -> None:
+            results[name] = await closed_loop(op, 8, count=10**12, duration_s=seconds)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(sample_memory)
+            async with trio.open_nursery() as load:
+                load.start_soon(run, "stream", lambda: ops.stream(stream_model))
+                load.start_soon(run, "complete", lambda: ops.complete(complete_model))
+            nursery.cancel_scope.cancel()
+        samples.append({"t": time.perf_counter() - t0, **self.daemon.rss(), "client": rss_mb(os.getpid())})
+        cpu = meter.stop()
+        keys = [k for k in samples[0] if k != "t"]
+        half = [s for s in samples if s["t"] >= samples[-1]["t"] / 2]
+        streams = results["stream"].samples
+        self.results["soak"] = {
+            "minutes": self.plan.soak_minutes, "wall_s": time.perf_counter() - t0, "cpu": cpu,
+            "streams": len(streams), "completes": len(results["complete"].samples),
+            "events": sum(s[3] for s in streams), "lost": sum(s[4] for s in streams),
+            "recovered": sum(s[5] for s in streams),
+            "errors": results["stream"].errors + results["complete"].errors,
+            "first_error": results["stream"].first_error or results["complete"].first_error,
+            "rss": {k: {"start": samples[0][k], "end": samples[-1][k], "max": max(s[k] for s in samples),
+                        "slope_second_half_mb_per_min": slope_per_minute([(s["t"], s[k]) for s in half])}
+                    for k in keys},
+            "samples": samples,
+        }
+
+    # -- the whole run ------------------------------------------------------------------------
+
+    async def run(self) -> int:
+        t_start = time.time()
+        self.results["machine"] = machine()
+        self.results["versions"] = versions()
+        cpu0 = self_cpu()
+        async with trio.open_nursery() as nursery:
+            try:
+                async with self.stage("upstream"):
+                    await self.start_upstream()
+                if self.upstream is None or not self.port:
+                    raise _Fatal("the fake upstream did not start")
+                async with self.stage("upstream capacity"):
+                    await self.upstream_capacity()
+                async with self.stage("trunkline start"):
+                    await self.start_trunkline(nursery)
+                if self.daemon is None or not self.daemon.workers:
+                    raise _Fatal("trunkline did not start")
+                self.results["versions"]["trunkline_server"] = self.daemon.version
+                async with Client(self.daemon.runtime_dir, client_name="bench") as client:
+                    self.client = client
+                    self.ops = TrunklineOps(client)
+                    await self.measure()
+            except _Fatal:
+                pass  # already recorded by its stage; the report says what could not run
+            finally:
+                with trio.CancelScope(shield=True):
+                    await self.shutdown()
+                nursery.cancel_scope.cancel()
+        self.results["duration_s"] = time.time() - t_start
+        self.results["started"] = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(t_start))
+        self.results["bench_cpu_s"] = self_cpu() - cpu0
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        self.out.write_text(report.render(self.results))
+        self.out.with_suffix(".json").write_text(json.dumps(self.results, indent=1, default=str))
+        print(f"bench: wrote {self.out}", file=sys.stderr)
+        return 1 if self.results["failures"] else 0
+
+    async def measure(self) -> None:
+        async with self.stage("memory idle"):
+            await self.memory_idle("idle")
+        async with self.stage("peers start"):
+            await self.start_peers()
+        for rep in range(self.plan.repeats):
+            async with self.stage(f"latency repeat {rep + 1}"):
+                await self.latency(rep)
+            async with self.stage(f"streams repeat {rep + 1}"):
+                await self.streams(rep)
+            async with self.stage(f"anthropic repeat {rep + 1}"):
+                await self.anthropic(rep)
+            async with self.stage(f"event throughput repeat {rep + 1}"):
+                await self.event_throughput(rep)
+        async with self.stage("subscribers"):
+            await self.subscribers()
+        async with self.stage("memory with open streams"):
+            await self.memory_open_streams()
+        async with self.stage("memory idle after load"):
+            await self.memory_idle("after_load")
+            if self.proxy:
+                self.results["peers"]["proxy"]["rss_after_mb"] = self.proxy.rss()
+        async with self.stage("hop trace"):
+            await self.hop_trace()
+        async with self.stage("soak"):
+            await self.soak()
+
+    async def shutdown(self) -> None:
+        for target in (self.floor, self.proxy_target):
+            if target is not None:
+                await target.aclose()
+        if self.sdk is not None:
+            await self.sdk.stop()
+        if self.proxy is not None:
+            await self.proxy.stop()
+        if self.daemon is not None:
+            await self.daemon.stop()
+        if self.upstream is not None:
+            await self.upstream.stop()
+
+
+def machine() -> dict[str, Any]:
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = ""
+    try:
+        mem = Path("/proc/meminfo").read_text().splitlines()[0].split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return {"cores": os.cpu_count(), "cpu_model": model, "memory": mem, "kernel": platform.release(),
+            "python": sys.version.split()[0], "implementation": platform.python_implementation()}
+
+
+def versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in ("trunkline", "pynng", "trio", "httpx", "msgspec", "anyio"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = "?"
+    try:
+        out["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                                       text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        out["commit"] = "?"
+    return out
+
+
+def main(plan: Plan, out: Path, peers: bool) -> int:
+    return trio.run(Bench(plan, out, peers).run)
