@@ -157,15 +157,20 @@ class LineProcess:
         if proc.returncode is None:
             with trio.move_on_after(grace_s):
                 await proc.wait()
-        if proc.returncode is None:
-            proc.send_signal(signal.SIGTERM)
-            with trio.move_on_after(grace_s):
-                await proc.wait()
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+        await terminate(proc, grace_s)
         if self._log_file not in (None, subprocess.DEVNULL):
             self._log_file.close()
+
+
+async def terminate(proc: trio.Process, grace_s: float) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within `grace_s`."""
+    if proc.returncode is None:
+        proc.send_signal(signal.SIGTERM)
+        with trio.move_on_after(grace_s):
+            await proc.wait()
+    if proc.returncode is None:
+        proc.kill()
+        await proc.wait()
 
 
 def kill_tree(pids: Iterable[int]) -> None:

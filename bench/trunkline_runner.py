@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -26,7 +25,7 @@ from trunkline import Client
 from trunkline.client import build_request
 from trunkline.protocol.messages import ErrorEvent, Finish, Request, TextDelta
 
-from .procs import rss_mb
+from .procs import rss_mb, terminate
 
 #: The worker that serves the benchmark's OpenAI-compatible traffic.
 OPENAI_PROVIDER = "fake"
@@ -118,14 +117,8 @@ class Daemon:
             return (await client.status()).in_flight
 
     async def stop(self, timeout_s: float = 20.0) -> None:
-        proc = self.proc
-        if proc is not None and proc.returncode is None:
-            proc.send_signal(signal.SIGTERM)
-            with trio.move_on_after(timeout_s):
-                await proc.wait()
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
+        if self.proc is not None:
+            await terminate(self.proc, timeout_s)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
