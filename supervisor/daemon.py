@@ -20,7 +20,7 @@ import trio
 from ..protocol import __version__
 from ..config.catalog import Catalog
 from ..config.loader import Config
-from ..protocol import nng
+from ..protocol import nng, trace
 from ..protocol.codec import BUS_TOPIC, frame_event
 from ..protocol.messages import (
     RETRYABLE,
@@ -104,11 +104,16 @@ class Daemon:
             return
         ring = state.ring
         pub = self.pub
+        if msg.terminal and state.trace is not None:
+            state.trace["terminal_received"] = trace.now_ns()
         for frame in msg.frames:
             nng.publish(pub, frame)
             ring.append(frame)
         state.last_seq = msg.last_seq
         if msg.terminal:
+            if state.trace is not None:
+                state.trace["terminal_published"] = trace.now_ns()
+                self.bus("trace.supervisor", request_id=state.request_id, detail=trace.detail(state.trace))
             self._ended(state)
 
     def _ended(self, state: RequestState) -> None:

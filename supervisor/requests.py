@@ -18,7 +18,7 @@ from ..protocol.codec import decode_event, split_frame
 class RequestState:
     __slots__ = (
         "request_id", "client_id", "provider", "model", "stream", "operation_id",
-        "generation", "ring", "last_seq", "ended", "ended_at", "cancel_deadline", "submitted_at",
+        "generation", "ring", "last_seq", "ended", "ended_at", "cancel_deadline", "submitted_at", "trace",
     )
 
     def __init__(self, request_id: str, client_id: str, provider: str, model: str, stream: bool,
@@ -36,6 +36,7 @@ class RequestState:
         self.ended_at = 0.0
         self.cancel_deadline: float | None = None
         self.submitted_at = now
+        self.trace: dict[str, int] | None = None  # TRUNKLINE_TRACE_HOPS only
 
     @property
     def first_seq(self) -> int:

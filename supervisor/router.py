@@ -17,7 +17,7 @@ import msgspec
 import trio
 
 from ..config.catalog import UnknownModel
-from ..protocol import codec, nng
+from ..protocol import codec, nng, trace
 from ..protocol.codec import frame_event
 from ..protocol.ids import ulid
 from ..protocol.messages import (
@@ -80,12 +80,15 @@ class Router:
         self.clients: dict[str, set[int]] = {}  # client id -> its live pipes
         self.max_bytes = daemon.config.limits.max_message_bytes
         self.token = os.environ.get("TRUNKLINE_TOKEN")
+        self.received_ns = 0  # when the request being handled arrived (TRUNKLINE_TRACE_HOPS)
 
     async def serve(self, nursery: trio.Nursery) -> None:
         rep = self.d.rep
         self._nursery = nursery
         while True:
             data, header, pipe_id = await rep.recv()
+            if trace.ENABLED:
+                self.received_ns = trace.now_ns()
             try:
                 reply = self.handle(data, pipe_id)
             except Exception as exc:  # noqa: BLE001 - a bug here must not stop the daemon
@@ -244,6 +247,8 @@ class Router:
         operation_id = msg.operation_id or msg.request_id
         state = RequestState(msg.request_id, msg.client_id, slot.name, resolved.id, msg.stream, operation_id,
                              d.requests.ring_events, trio.current_time())
+        if trace.ENABLED:
+            state.trace = {"supervisor_received": self.received_ns}
         d.requests.add(state)
         slot.in_flight.add(msg.request_id)
         slot.send(Job(request_id=msg.request_id, client_id=msg.client_id, request=msg.request, model=resolved,

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import trio
 
 from ..config.loader import ProviderConfig, WorkerSettings
-from ..protocol import codec, nng
+from ..protocol import codec, nng, trace
 from ..protocol.messages import (
     CallResult,
     ErrorInfo,
@@ -129,6 +129,10 @@ class WorkerSlot:
                     continue
                 msg.generation = self.generation
                 state.generation = self.generation
+                await nng.send(self.sock, codec.encode(msg))
+                if state.trace is not None:
+                    state.trace["job_sent"] = trace.now_ns()
+                continue
             await nng.send(self.sock, codec.encode(msg))
 
     # -- receiving from the worker ---------------------------------------------

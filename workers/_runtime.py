@@ -18,7 +18,7 @@ from pathlib import Path
 import trio
 
 from ..config.loader import RetryPolicy, WorkerSettings
-from ..protocol import codec, nng
+from ..protocol import codec, nng, trace
 from ..protocol.codec import BUS_TOPIC, frame_event
 from ..protocol.messages import (
     BusEvent,
@@ -121,6 +121,7 @@ class JobRunner:
         self.rng = rng or random.Random()
         self.scopes: dict[str, trio.CancelScope] = {}
         self.calls: dict[str, Call] = {}  # the current attempt of each job
+        self.received_ns: dict[str, int] = {}  # when each job arrived (TRUNKLINE_TRACE_HOPS only)
         self._idle = trio.Event()
         self._idle.set()
 
@@ -194,6 +195,7 @@ class JobRunner:
                     )
             finally:
                 self.scopes.pop(job.request_id, None)
+                self.received_ns.pop(job.request_id, None)
                 call = self.calls.pop(job.request_id, None)
                 if not self.scopes:
                     self._idle.set()
@@ -219,15 +221,22 @@ class JobRunner:
                         warnings=emitter.warnings)
             self.calls[job.request_id] = call
             self.outbox.bus("llm.call_started", attempt_id=call.attempt_id, attempt=call.attempt, **common)
+            started_ns = trace.now_ns() if trace.ENABLED else 0
             try:
                 if job.stream:
                     skeleton = await adapter.stream(call, emitter.emit)
+                    replied_ns = trace.now_ns() if trace.ENABLED else 0
                     emitter.rate_limit = call.rate_limit
                     emitter.finish(skeleton)
                 else:
                     response = await adapter.complete(call)
+                    replied_ns = trace.now_ns() if trace.ENABLED else 0
                     emitter.rate_limit = call.rate_limit
                     emitter.complete(response)
+                if trace.ENABLED:
+                    self.outbox.bus("trace.worker", request_id=job.request_id, detail=trace.detail({
+                        "job_received": self.received_ns.pop(job.request_id, 0), "attempt_started": started_ns,
+                        "reply_done": replied_ns, "terminal_emitted": trace.now_ns()}))
                 self.outbox.bus("llm.call_completed", attempt_id=call.attempt_id, attempt=call.attempt,
                                 retry_count=retries, latency_ms=emitter.acc.finished.latency_ms
                                 if emitter.acc.finished else None,
@@ -322,6 +331,8 @@ async def serve(settings: WorkerSettings) -> None:
                 if type(msg) is Job:
                     if msg.generation != settings.generation:
                         continue  # queued for a worker that died before taking it
+                    if trace.ENABLED:
+                        runner.received_ns[msg.request_id] = trace.now_ns()
                     jobs_nursery.start_soon(runner.run, msg)
                 elif type(msg) is StopJob:
                     runner.cancel(msg.request_id)
