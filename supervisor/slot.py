@@ -34,6 +34,7 @@ from .tree import Intensity
 
 if TYPE_CHECKING:
     from .daemon import Daemon
+    from .requests import RequestState
 
 log = logging.getLogger("trunkline.supervisor")
 
@@ -58,6 +59,7 @@ class WorkerSlot:
         self.sock: Any = None
         self._up = trio.Event()
         self._outbound_send, self._outbound_recv = trio.open_memory_channel[Msg](10_000)
+        self._queued = 0  # messages in the queue or being sent by the sender task
         self._calls: dict[int, tuple[trio.Event, list[CallResult]]] = {}
         self._call_ids = itertools.count(1)
         self._proc: trio.Process | None = None
@@ -88,11 +90,33 @@ class WorkerSlot:
     # -- sending to the worker -----------------------------------------------
 
     def send(self, msg: Msg) -> None:
-        """Queue a message for the worker; jobs wait until a worker is up to take them."""
+        """Send a message to the worker: at once when the worker is up and nothing is
+        waiting before it (a job then starts without a trip through the sender task),
+        else through the queue, where jobs wait until a worker is up to take them."""
+        if self.state == "running" and not self._queued:
+            if type(msg) is Job:
+                state = self._prepare_job(msg)  # type: ignore[arg-type]
+                if state is None:
+                    return
+            if nng.try_send(self.sock, codec.encode(msg)):
+                if type(msg) is Job and state.trace is not None:
+                    state.trace["job_sent"] = trace.now_ns()
+                return
         try:
             self._outbound_send.send_nowait(msg)
+            self._queued += 1
         except trio.WouldBlock:
             raise RuntimeError(f"worker {self.name}: outbound queue full") from None
+
+    def _prepare_job(self, job: Job) -> RequestState | None:
+        """Stamp the job with the running worker's generation; None if its request has
+        already ended (cancelled or failed while it waited)."""
+        state = self.daemon.requests.get(job.request_id)
+        if state is None or state.ended:
+            return None
+        job.generation = self.generation
+        state.generation = self.generation
+        return state
 
     async def call(self, msg: Msg, timeout_s: float) -> CallResult:
         """Ask the worker something and wait for its answer."""
@@ -115,25 +139,29 @@ class WorkerSlot:
 
     async def _sender(self) -> None:
         async for msg in self._outbound_recv:
-            if type(msg) is Job:
-                while self.state != "running":
-                    if self.state in ("unavailable", "stopped"):
-                        break
-                    await self._up.wait()
-                state = self.daemon.requests.get(msg.request_id)
-                if state is None or state.ended:
+            try:
+                if type(msg) is Job:
+                    while self.state != "running":
+                        if self.state in ("unavailable", "stopped"):
+                            break
+                        await self._up.wait()
+                    if self.state != "running":
+                        state = self.daemon.requests.get(msg.request_id)
+                        if state is not None and not state.ended:
+                            self.daemon.fail_request(state, "unavailable", f"provider {self.name} is unavailable: "
+                                                     f"{self.last_error or 'its worker keeps failing'}")
+                        continue
+                    state = self._prepare_job(msg)  # type: ignore[arg-type]
+                    if state is None:
+                        continue
+                    await nng.send(self.sock, codec.encode(msg))
+                    if state.trace is not None:
+                        state.trace["job_sent"] = trace.now_ns()
                     continue
-                if self.state != "running":
-                    self.daemon.fail_request(state, "unavailable", f"provider {self.name} is unavailable: "
-                                             f"{self.last_error or 'its worker keeps failing'}")
-                    continue
-                msg.generation = self.generation
-                state.generation = self.generation
                 await nng.send(self.sock, codec.encode(msg))
-                if state.trace is not None:
-                    state.trace["job_sent"] = trace.now_ns()
-                continue
-            await nng.send(self.sock, codec.encode(msg))
+            finally:
+                # Counted down only once sent: until then a direct send could overtake it.
+                self._queued -= 1
 
     # -- receiving from the worker ---------------------------------------------
 
