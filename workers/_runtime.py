@@ -64,6 +64,8 @@ class Outbox:
     def __init__(self) -> None:
         self._queue: list[_Batch | bytes] = []
         self._wake = trio.Event()
+        self._sock: object = None
+        self._waiting = False  # a flush is waiting for nng to take a message
 
     def push_frames(self, request_id: str, frames: list[bytes], last_seq: int, terminal: bool) -> None:
         last = self._queue[-1] if self._queue else None
@@ -86,13 +88,17 @@ class Outbox:
         return not self._queue
 
     async def run(self, sock: object) -> None:
+        self._sock = sock
         while True:
             await self._wake.wait()
             self._wake = trio.Event()
             await self.flush(sock)
 
-    async def flush(self, sock: object) -> None:
-        queue, self._queue = self._queue, []
+    @staticmethod
+    def _messages(queue: list[_Batch | bytes]) -> list[tuple[bytes, int]]:
+        """The link messages for `queue`, in order, each with how many items it carries:
+        consecutive relays travel as one."""
+        out: list[tuple[bytes, int]] = []
         relays: list[Relay] = []
         for item in queue:
             if type(item) is _Batch:
@@ -100,15 +106,36 @@ class Outbox:
                                     terminal=item.terminal))
                 continue
             if relays:
-                await self._send_relays(sock, relays)
+                out.append((codec.encode(relays[0] if len(relays) == 1 else RelayBatch(relays=relays)), len(relays)))
                 relays = []
-            await nng.send(sock, item)  # type: ignore[arg-type]
+            out.append((item, 1))  # type: ignore[arg-type]
         if relays:
-            await self._send_relays(sock, relays)
+            out.append((codec.encode(relays[0] if len(relays) == 1 else RelayBatch(relays=relays)), len(relays)))
+        return out
 
-    async def _send_relays(self, sock: object, relays: list[Relay]) -> None:
-        msg = relays[0] if len(relays) == 1 else RelayBatch(relays=relays)
-        await nng.send(sock, codec.encode(msg))  # type: ignore[arg-type]
+    async def flush(self, sock: object) -> None:
+        queue, self._queue = self._queue, []
+        self._waiting = True
+        try:
+            for data, _ in self._messages(queue):
+                await nng.send(sock, data)  # type: ignore[arg-type]
+        finally:
+            self._waiting = False
+
+    def flush_now(self) -> None:
+        """Send what is queued at once, without waiting for the outbox task (a request
+        that just ended should not wait a scheduler turn); what nng cannot take now, and
+        everything while the task itself waits on nng, is left to the task, in order."""
+        if self._waiting or self._sock is None or not self._queue:
+            return
+        queue, self._queue = self._queue, []
+        taken = 0
+        for data, items in self._messages(queue):
+            if not nng.try_send(self._sock, data):
+                self._queue[:0] = queue[taken:]
+                self._wake.set()
+                return
+            taken += items
 
 
 class JobRunner:
@@ -241,6 +268,7 @@ class JobRunner:
                                 retry_count=retries, latency_ms=emitter.acc.finished.latency_ms
                                 if emitter.acc.finished else None,
                                 usage=emitter.acc.finished.usage if emitter.acc.finished else None, **common)
+                self.outbox.flush_now()
                 return
             except ProviderError as err:
                 error = err
