@@ -1,22 +1,21 @@
-"""Where the time of one request goes, seen from outside the daemon.
+"""Where the time of one request goes, hop by hop.
 
 Every process on the machine reads the same CLOCK_MONOTONIC, so timestamps
-taken in different processes can be subtracted. Three sources are used, and
-none needs a change to trunkline:
+taken in different processes can be subtracted. The sources:
 
 * the client: when it sends `submit`, gets `accepted`, sees each event;
 * the fake upstream, in trace mode (`t` in the model name): the content it
   returns carries `R<ns>` (request read) and `S<ns>` (each chunk written);
-* the daemon's own `bus`: `llm.call_started` is published when the worker
-  starts the attempt; the client records when it sees it.
-
-What happens between the worker reading the upstream's bytes and the client
-receiving the event (worker emit, the relay to the supervisor, the publish) is
-not visible from outside: the report says so instead of inventing a split.
+* the daemon itself, started with `TRUNKLINE_TRACE_HOPS=1`: the supervisor's
+  `trace.supervisor` bus event (submit received, job sent to the worker,
+  terminal event received from the worker, published) and the worker's
+  `trace.worker` (job received, attempt started, reply done, terminal event
+  emitted), one each per request.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Sequence
@@ -31,6 +30,10 @@ from .stats import median, percentile
 from .trunkline_runner import TrunklineOps
 
 _STAMP = re.compile(r"([RS])(\d+)")
+
+#: The daemon's own points (TRUNKLINE_TRACE_HOPS), in the order a request passes them.
+DAEMON_POINTS = ("supervisor_received", "job_sent", "job_received", "attempt_started", "reply_done",
+                 "terminal_emitted", "terminal_received", "terminal_published")
 
 
 def stamps(text: str) -> tuple[int, list[int]]:
@@ -76,11 +79,26 @@ class TrunklineTrace:
         self.client = client
         self.ops = TrunklineOps(client)
         self.started: dict[str, int] = {}
+        self.stamps: dict[str, dict[str, int]] = {}  # request id -> the daemon's own stamps
+        self._arrived = trio.Event()
 
     async def watch_bus(self) -> None:
         async for ev in self.client.bus_events:
             if ev.name == "llm.call_started":
                 self.started.setdefault(ev.request_id, time.monotonic_ns())
+            elif ev.name in ("trace.supervisor", "trace.worker") and ev.detail:
+                self.stamps.setdefault(ev.request_id, {}).update(json.loads(ev.detail))
+                self._arrived.set()
+
+    async def daemon_stamps(self, request_id: str, t_send: int) -> dict[str, int]:
+        """The daemon's stamps for a request, as offsets from the client's send (empty
+        if the daemon does not trace)."""
+        with trio.move_on_after(2):
+            while len(self.stamps.get(request_id, ())) < len(DAEMON_POINTS):
+                self._arrived = trio.Event()
+                await self._arrived.wait()
+        got = self.stamps.pop(request_id, {})
+        return {key: got[key] - t_send for key in DAEMON_POINTS if got.get(key)}
 
     async def complete(self) -> dict[str, int]:
         client = self.client
@@ -98,6 +116,7 @@ class TrunklineTrace:
                "from_upstream": t_done - up_send, "total": t_done - t_send}
         if route.request_id in self.started:
             row["call_started_seen"] = self.started.pop(route.request_id) - t_send
+        row.update(await self.daemon_stamps(route.request_id, t_send))
         return row
 
     async def stream(self) -> dict[str, int]:
@@ -121,6 +140,7 @@ class TrunklineTrace:
                "ttft": texts[0][0] - t_send, "total": t_done - t_send}
         if s.request_id in self.started:
             row["call_started_seen"] = self.started.pop(s.request_id) - t_send
+        row.update(await self.daemon_stamps(s.request_id, t_send))
         return row
 
 

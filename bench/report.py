@@ -437,8 +437,9 @@ def _hops(res: dict, add: Callable[[str], None]) -> None:
     add("## 6. Where the time goes (one request at a time)")
     add("")
     add("All processes read the same CLOCK_MONOTONIC. *Measured*: stamped by the client, by the fake upstream "
-        "(its receive and send clocks travel back in the content) or by the client on seeing the daemon's own "
-        "`llm.call_started` bus event. *Inferred*: computed by subtraction, with the assumption named. Medians "
+        "(its receive and send clocks travel back in the content), or by the daemon itself: this stage runs "
+        "its own daemon with `TRUNKLINE_TRACE_HOPS=1`, whose supervisor and worker publish their stamps on the "
+        "bus. *Inferred*: computed by subtraction, with the assumption named. Medians "
         "(p99) in µs after the client sends, over "
         f"{h['trunkline']['complete'].get('total', {}).get('n', 0)} requests.")
     add("")
@@ -456,36 +457,71 @@ def _hops(res: dict, add: Callable[[str], None]) -> None:
     floor_send, floor_back = v(fc, "to_upstream"), v(fc, "from_upstream")
     service = v(tc, "upstream_service")
     up_send = to_up + service
+    traced = "terminal_published" in tc  # the daemon ran with TRUNKLINE_TRACE_HOPS=1
+
+    def point(key: str, inferred: float, how: str) -> list[str]:
+        if key in tc:
+            return [vv(tc, key), "measured", "the daemon's own stamp"]
+        return [f"≈ {inferred:.0f}", "inferred", how]
+
     add("### Non-streaming request")
     add("")
     rows = [
         ["client sends `submit`", "0", "measured", ""],
-        ["supervisor receives `submit`", f"≈ {acc / 2:.0f}", "inferred", "half the submit→accepted round trip"],
+        ["supervisor receives `submit`", *point("supervisor_received", acc / 2, "half the submit→accepted round trip")],
         ["client receives `accepted`", vv(tc, "accepted"), "measured",
          f"a bare `status` round trip is {rtt['p50']:.0f} ({rtt['p99']:.0f}) µs"],
-        ["worker starts the attempt", f"≈ {to_up - floor_send:.0f}", "inferred",
-         f"upstream receive minus the floor's own client→upstream leg ({floor_send:.0f} µs)"],
+        ["supervisor sends the job to the worker", *point("job_sent", math.nan, "not observable")],
+        ["worker receives the job", *point("job_received", math.nan, "not observable")],
+        ["worker starts the attempt", *point("attempt_started", to_up - floor_send,
+                                             f"upstream receive minus the floor's own client→upstream leg "
+                                             f"({floor_send:.0f} µs)")],
         ["client sees `llm.call_started` on the bus", vv(tc, "call_started_seen"), "measured",
          "the bus event went worker → supervisor → client"],
         ["upstream has read the request", vv(tc, "to_upstream"), "measured", f"floor: {vv(fc, 'to_upstream')}"],
         ["upstream writes the reply", f"{up_send:.0f}", "measured", ""],
-        ["worker has read the reply", f"≈ {up_send + floor_back:.0f}", "inferred",
-         f"the worker's httpx reads as fast as the floor's ({floor_back:.0f} µs)"],
-        ["worker emits `finish`, supervisor publishes it", "–", "not observable",
-         "inside the daemon; no outside signal between these two points"],
+        ["worker has read and parsed the reply", *point("reply_done", up_send + floor_back,
+                                                        f"the worker's httpx reads as fast as the floor's "
+                                                        f"({floor_back:.0f} µs)")],
+        ["worker emits `finish`", *point("terminal_emitted", math.nan, "not observable")],
+        ["supervisor receives it", *point("terminal_received", math.nan, "not observable")],
+        ["supervisor publishes it", *point("terminal_published", math.nan, "not observable")],
         ["client has the response", vv(tc, "total"), "measured", f"floor: {vv(fc, 'total')}"],
     ]
     for line in _table(["hop", "µs after send", "how", "note"], rows):
         add(line)
     add("")
     out_leg = v(tc, "from_upstream")
+    if traced:
+        t = {k: v(tc, k) for k in ("supervisor_received", "job_sent", "job_received", "attempt_started",
+                                    "reply_done", "terminal_emitted", "terminal_received", "terminal_published")}
+        total = v(tc, "total")
+        shares = [
+            ["client → supervisor (`submit` on the control socket)", t["supervisor_received"], ""],
+            ["supervisor: validate, accept, hand the job to its slot", t["job_sent"] - t["supervisor_received"],
+             ""],
+            ["supervisor → worker (the link)", t["job_received"] - t["job_sent"], ""],
+            ["worker: start the job and the attempt", t["attempt_started"] - t["job_received"], ""],
+            ["worker → upstream (build and send the HTTP request)", to_up - t["attempt_started"],
+             f"the floor's whole client→upstream leg: {floor_send:.0f}"],
+            ["upstream", service, "the same for the floor"],
+            ["upstream → worker (read and parse the reply)", t["reply_done"] - up_send,
+             f"the floor's upstream→client leg: {floor_back:.0f}"],
+            ["worker: emit `finish` (account, frame, queue)", t["terminal_emitted"] - t["reply_done"], ""],
+            ["worker → supervisor (the link)", t["terminal_received"] - t["terminal_emitted"], ""],
+            ["supervisor: publish and keep for replay", t["terminal_published"] - t["terminal_received"], ""],
+            ["supervisor → client (publish, subscription, decode)", total - t["terminal_published"], ""],
+        ]
+        add("Each hop's share of the median request (differences of medians, so they add up only "
+            "approximately):")
+        add("")
+        for line in _table(["hop", "µs", "note"], [[name, f"{us:.0f}", note] for name, us, note in shares]):
+            add(line)
+        add("")
     add(f"Legs: client → upstream {to_up:.0f} µs against the floor's {floor_send:.0f} (added "
         f"{to_up - floor_send:.0f}); upstream → client {out_leg:.0f} µs against {floor_back:.0f} (added "
-        f"{out_leg - floor_back:.0f}). The request leg holds the submit round trip, the job's trip to the worker "
-        f"and the worker building the HTTP request; the reply leg holds the worker's parsing, the event's "
-        f"framing and relay, the publish and the client's decoding. `llm.call_started` seen "
-        f"{started - to_up:+.0f} µs relative to the upstream receiving the request: its own return trip through "
-        f"the supervisor and the client.")
+        f"{out_leg - floor_back:.0f}). `llm.call_started` seen {started - to_up:+.0f} µs relative to the "
+        f"upstream receiving the request: its own return trip through the supervisor and the client.")
     add("")
     fs, ts = h["floor"]["stream"], h["trunkline"]["stream"]
     add("### Streaming request (50 chunks, written at once)")

@@ -370,10 +370,16 @@ class Bench:
                                                   "open_s": open_s}
 
     async def hop_trace(self) -> None:
-        assert self.daemon is not None and self.floor is not None
+        """On a daemon of its own, started with TRUNKLINE_TRACE_HOPS=1 (the stamps cost
+        two bus events per request, which no other measurement should pay)."""
+        assert self.floor is not None
         n = self.plan.hop_samples
-        self.results["hops"] = await hops.trace(self.floor, str(self.daemon.runtime_dir), n)
-        self.results["hops"]["status_rtt_us"] = await hops.control_round_trip(str(self.daemon.runtime_dir), n)
+        traced = await Daemon(self.port, self.logs / "daemon-traced.log", trace_hops=True).start()
+        try:
+            self.results["hops"] = await hops.trace(self.floor, str(traced.runtime_dir), n)
+            self.results["hops"]["status_rtt_us"] = await hops.control_round_trip(str(traced.runtime_dir), n)
+        finally:
+            await traced.stop()
 
     async def soak(self) -> None:
         assert self.ops is not None and self.daemon is not None

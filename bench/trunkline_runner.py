@@ -61,6 +61,8 @@ class Daemon:
     pid: int = 0
     workers: dict[str, int] = field(default_factory=dict)
     version: str = ""
+    #: Start with TRUNKLINE_TRACE_HOPS=1: the daemon stamps each request's path through it.
+    trace_hops: bool = False
 
     @property
     def runtime_dir(self) -> Path:
@@ -72,6 +74,7 @@ class Daemon:
         config.write_text(yaml.safe_dump(bench_config(self.upstream_port, self.dir / "state")))
         env = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "OPENROUTER_API_KEY")}
         env["FAKE_ANTHROPIC_KEY"] = "bench-key"
+        env["TRUNKLINE_TRACE_HOPS"] = "1" if self.trace_hops else "0"
         argv = [sys.executable, "-m", "trunkline.cli", "serve", "--config", str(config),
                 "--runtime-dir", str(self.runtime_dir)]
         # Straight to a file: piping the log through the benchmark process would bill its
