@@ -20,7 +20,9 @@ import trio
 from ..protocol import __version__
 from ..config.catalog import Catalog
 from ..config.loader import Config
-from ..protocol import nng, trace
+from ..protocol import trace
+from ..protocol.sp_conn import AddressInUse
+from ..protocol.sp_server import Publisher, ReplyServer
 from ..protocol.codec import BUS_TOPIC, frame_event
 from ..protocol.messages import (
     RETRYABLE,
@@ -87,7 +89,7 @@ class Daemon:
     # -- publishing ----------------------------------------------------------------
 
     def publish(self, frame: bytes) -> None:
-        nng.publish(self.pub, frame)
+        self.pub.publish(frame)
 
     def bus(self, name: str, **fields: Any) -> None:
         self.publish(frame_event(BUS_TOPIC, BusEvent(name=name, **fields)))
@@ -96,19 +98,15 @@ class Daemon:
         """Publish a worker's frames and keep them for replay; drop those of requests
         the supervisor already ended (cancelled by timeout, or a previous generation)."""
         if not msg.request_id:
-            for frame in msg.frames:
-                self.publish(frame)
+            self.pub.publish_many(msg.frames)
             return
         state = self.requests.active.get(msg.request_id)
         if state is None:
             return
-        ring = state.ring
-        pub = self.pub
         if msg.terminal and state.trace is not None:
             state.trace["terminal_received"] = trace.now_ns()
-        for frame in msg.frames:
-            nng.publish(pub, frame)
-            ring.append(frame)
+        self.pub.publish_many(msg.frames)
+        state.ring.extend(msg.frames)
         state.last_seq = msg.last_seq
         if msg.terminal:
             if state.trace is not None:
@@ -194,29 +192,20 @@ class Daemon:
         if self.control_url.startswith("ipc://") or self.events_url.startswith("ipc://"):
             prepare_runtime_dir(self.runtime_dir)
         try:
-            self.rep = nng.replier(self.control_url, max_size=self.config.limits.max_message_bytes * 4)
-        except nng.AddressInUse:
+            self.rep = ReplyServer(self.control_url, max_size=self.config.limits.max_message_bytes)
+        except AddressInUse:
             raise StartupError(f"another trunkline daemon is already serving {self.control_url}") from None
-        except ValueError as exc:
-            raise StartupError(str(exc)) from None
+        except (ValueError, OSError) as exc:
+            raise StartupError(f"cannot listen on {self.control_url}: {exc}") from None
         try:
-            self.pub = nng.publisher(self.events_url)
-        except nng.AddressInUse:
+            self.pub = Publisher(self.events_url)
+        except AddressInUse:
             self.rep.close()
             raise StartupError(f"another trunkline daemon is already serving {self.events_url}") from None
-        token = self.token
-        assert token is not None
-
-        def pipe_gone(pipe: Any) -> None:
-            try:
-                token.run_sync_soon(self.router.pipe_gone, pipe.id)
-            except trio.RunFinishedError:
-                pass
-
-        self.rep.add_post_pipe_remove_cb(pipe_gone)
-        for slot in self.slots.values():
-            if slot.state != "not_configured":
-                slot.bind()
+        except (ValueError, OSError) as exc:
+            self.rep.close()
+            raise StartupError(f"cannot listen on {self.events_url}: {exc}") from None
+        self.rep.on_close = self.router.pipe_gone
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self.token = trio.lowlevel.current_trio_token()
@@ -225,6 +214,7 @@ class Daemon:
         log.info("trunkline %s serving %s (events %s)", __version__, self.control_url, self.events_url)
         try:
             async with trio.open_nursery() as nursery:
+                nursery.start_soon(self.pub.serve)
                 workers = await nursery.start(self._run_workers)
                 nursery.start_soon(self.router.serve, nursery)
                 nursery.start_soon(self._housekeeping)
@@ -280,9 +270,11 @@ class Daemon:
             for slot in self.slots.values():
                 stopping.start_soon(slot.stop, 2.0)
         workers.cancel_scope.cancel()
-        # nng may drop what is still queued when the socket closes; give the last
-        # terminal events a moment to leave.
-        await trio.sleep(0.05)
+        # The last terminal events may still wait for a subscriber to read: give them a
+        # moment to leave before the sockets close.
+        with trio.move_on_after(0.5):
+            for conn in list(self.pub.subscribers.values()):
+                await conn.wait_pending_below(1)
         log.info("stopped")
 
 

@@ -17,7 +17,7 @@ import msgspec
 import trio
 
 from ..config.catalog import UnknownModel
-from ..protocol import codec, nng, trace
+from ..protocol import codec, trace
 from ..protocol.codec import frame_event
 from ..protocol.ids import ulid
 from ..protocol.messages import (
@@ -54,6 +54,7 @@ from ..protocol.messages import (
     TokenCount,
     Welcome,
 )
+from ..protocol.sp_wire import Oversize
 from ..protocol.tokens import estimate_request_tokens
 from .requests import RequestState
 from .validate import Invalid, validate
@@ -83,52 +84,40 @@ class Router:
         self.received_ns = 0  # when the request being handled arrived (TRUNKLINE_TRACE_HOPS)
 
     async def serve(self, nursery: trio.Nursery) -> None:
-        rep = self.d.rep
         self._nursery = nursery
-        while True:
-            data, header, pipe_id = await rep.recv()
-            if trace.ENABLED:
-                self.received_ns = trace.now_ns()
-            try:
-                reply = self.handle(data, pipe_id)
-            except Exception as exc:  # noqa: BLE001 - a bug here must not stop the daemon
-                log.exception("control request failed")
-                reply = ProtocolError(error=_error("other", f"internal error: {exc!r}"))
-            if isinstance(reply, _Deferred):
-                nursery.start_soon(self._answer_later, header, reply)
-            else:
-                self._reply(header, reply)
+        await self.d.rep.serve(self.on_request)
 
-    def _reply(self, header: bytes, reply: Any) -> None:
-        body = codec.encode(reply)
+    def on_request(self, data: bytes | Oversize, backtrace: bytes, conn_id: int) -> bytes | None:
+        """One control request, answered before the next is read; None when the answer
+        needs a worker (`ready`, `count_tokens`) and comes later."""
+        if trace.ENABLED:
+            self.received_ns = trace.now_ns()
         try:
-            if not self.d.rep.reply(header, body):
-                # The client's pipe is still sending an earlier reply: wait for it,
-                # without holding up the other clients.
-                self._nursery.start_soon(self._reply_when_possible, header, body)
-        except nng.NNGException as exc:
-            log.debug("reply not delivered: %s", exc)
+            reply = self.handle(data, conn_id)
+        except Exception as exc:  # noqa: BLE001 - a bug here must not stop the daemon
+            log.exception("control request failed")
+            reply = ProtocolError(error=_error("other", f"internal error: {exc!r}"))
+        if isinstance(reply, _Deferred):
+            self._nursery.start_soon(self._answer_later, backtrace, conn_id, reply)
+            return None
+        return codec.encode(reply)
 
-    async def _reply_when_possible(self, header: bytes, body: bytes) -> None:
-        try:
-            await self.d.rep.areply(header, body)
-        except nng.NNGException as exc:
-            log.debug("reply not delivered: %s", exc)
-
-    async def _answer_later(self, header: bytes, deferred: _Deferred) -> None:
+    async def _answer_later(self, backtrace: bytes, conn_id: int, deferred: _Deferred) -> None:
         try:
             reply = await deferred.run()
         except Exception as exc:  # noqa: BLE001
             log.exception("control request failed")
             reply = ProtocolError(error=_error("other", f"internal error: {exc!r}"))
-        self._reply(header, reply)
+        if not self.d.rep.reply(conn_id, backtrace, codec.encode(reply)):
+            log.debug("reply not delivered: client connection %d has gone", conn_id)
 
     # -- dispatch --------------------------------------------------------------------
 
-    def handle(self, data: bytes, pipe_id: int) -> Any:
-        if len(data) > self.max_bytes:
+    def handle(self, data: bytes | Oversize, pipe_id: int) -> Any:
+        size = data.size if type(data) is Oversize else len(data)  # type: ignore[union-attr]
+        if size > self.max_bytes:
             return ProtocolError(error=_error(
-                "invalid_request", f"message of {len(data)} bytes exceeds the limit of {self.max_bytes} bytes"))
+                "invalid_request", f"message of {size} bytes exceeds the limit of {self.max_bytes} bytes"))
         try:
             msg = codec.decode_control_request(data)
         except codec.DecodeError as exc:

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import trio
 
 from ..config.loader import ProviderConfig, WorkerSettings
-from ..protocol import codec, nng, trace
+from ..protocol import codec, link, trace
+from ..protocol.sp_conn import Closed, Conn, WireError
 from ..protocol.messages import (
     CallResult,
     ErrorInfo,
@@ -55,8 +56,7 @@ class WorkerSlot:
         self.unreachable: str | None = None
         self.in_flight: set[str] = set()
         self.retry_at: float | None = None
-        self.link_url = f"ipc://{daemon.runtime_dir}/w-{name}.ipc"
-        self.sock: Any = None
+        self.link: Conn | None = None  # to the current worker process
         self._up = trio.Event()
         self._outbound_send, self._outbound_recv = trio.open_memory_channel[Msg](10_000)
         self._queued = 0  # messages in the queue or being sent by the sender task
@@ -98,7 +98,7 @@ class WorkerSlot:
                 state = self._prepare_job(msg)  # type: ignore[arg-type]
                 if state is None:
                     return
-            if nng.try_send(self.sock, codec.encode(msg)):
+            if self.link is not None and self.link.send(codec.encode(msg)):
                 if type(msg) is Job and state.trace is not None:
                     state.trace["job_sent"] = trace.now_ns()
                 return
@@ -138,78 +138,86 @@ class WorkerSlot:
         return box[0]
 
     async def _sender(self) -> None:
+        """Send what waited in the queue, in order, once a worker is up to read it."""
         async for msg in self._outbound_recv:
             try:
-                if type(msg) is Job:
-                    while self.state != "running":
-                        if self.state in ("unavailable", "stopped"):
-                            break
-                        await self._up.wait()
-                    if self.state != "running":
+                while self.state != "running" and self.state not in ("unavailable", "stopped"):
+                    await self._up.wait()
+                if self.state != "running":
+                    if type(msg) is Job:
                         state = self.daemon.requests.get(msg.request_id)
                         if state is not None and not state.ended:
                             self.daemon.fail_request(state, "unavailable", f"provider {self.name} is unavailable: "
                                                      f"{self.last_error or 'its worker keeps failing'}")
-                        continue
+                    continue  # anything else was a question for a worker that is not there: its caller times out
+                state = None
+                if type(msg) is Job:
                     state = self._prepare_job(msg)  # type: ignore[arg-type]
                     if state is None:
                         continue
-                    await nng.send(self.sock, codec.encode(msg))
-                    if state.trace is not None:
-                        state.trace["job_sent"] = trace.now_ns()
-                    continue
-                await nng.send(self.sock, codec.encode(msg))
+                # Sent, or lost with a worker that just died (whose requests `_died` fails).
+                if self.link is not None:
+                    self.link.send(codec.encode(msg))
+                if state is not None and state.trace is not None:
+                    state.trace["job_sent"] = trace.now_ns()
             finally:
                 # Counted down only once sent: until then a direct send could overtake it.
                 self._queued -= 1
 
     # -- receiving from the worker ---------------------------------------------
 
-    async def _reader(self) -> None:
+    async def _read_link(self, conn: Conn, done: trio.Event) -> None:
+        try:
+            while True:
+                for data in await conn.receive():
+                    self._on_message(data)  # type: ignore[arg-type]
+        except (Closed, WireError):
+            pass
+        finally:
+            done.set()
+
+    def _on_message(self, data: bytes) -> None:
         daemon = self.daemon
-        link = nng.Receiver(self.sock)
-        while True:
-            data = await link.recv()
-            try:
-                msg = codec.decode_from_worker(data)
-            except codec.DecodeError as exc:
-                log.error("worker %s sent an unreadable message: %s", self.name, exc)
-                continue
-            t = type(msg)
-            if t is Relay:
-                daemon.relay(msg)  # type: ignore[arg-type]
-            elif t is RelayBatch:
-                for relay in msg.relays:  # type: ignore[union-attr]
-                    daemon.relay(relay)
-            elif t is Heartbeat:
-                self.last_heartbeat = trio.current_time()
-                if msg.unreachable != self.unreachable:  # type: ignore[union-attr]
-                    self.unreachable = msg.unreachable  # type: ignore[union-attr]
-                    daemon.bus("worker.unreachable" if self.unreachable else "worker.reachable", provider=self.name,
-                               detail=self.unreachable)
-            elif t is CallResult:
-                pending = self._calls.get(msg.call_id)  # type: ignore[union-attr]
-                if pending is not None:
-                    pending[1].append(msg)  # type: ignore[arg-type]
-                    pending[0].set()
-            elif t is WorkerUp:
-                if msg.generation != self.generation:  # type: ignore[union-attr]
-                    continue
-                self.state = "running"
-                self.last_heartbeat = trio.current_time()
-                self._up.set()
-                daemon.bus("worker.up", provider=self.name, detail=f"pid {msg.pid}")  # type: ignore[union-attr]
+        try:
+            msg = codec.decode_from_worker(data)
+        except codec.DecodeError as exc:
+            log.error("worker %s sent an unreadable message: %s", self.name, exc)
+            return
+        t = type(msg)
+        if t is Relay:
+            daemon.relay(msg)  # type: ignore[arg-type]
+        elif t is RelayBatch:
+            for relay in msg.relays:  # type: ignore[union-attr]
+                daemon.relay(relay)
+        elif t is Heartbeat:
+            self.last_heartbeat = trio.current_time()
+            if msg.unreachable != self.unreachable:  # type: ignore[union-attr]
+                self.unreachable = msg.unreachable  # type: ignore[union-attr]
+                daemon.bus("worker.unreachable" if self.unreachable else "worker.reachable", provider=self.name,
+                           detail=self.unreachable)
+        elif t is CallResult:
+            pending = self._calls.get(msg.call_id)  # type: ignore[union-attr]
+            if pending is not None:
+                pending[1].append(msg)  # type: ignore[arg-type]
+                pending[0].set()
+        elif t is WorkerUp:
+            if msg.generation != self.generation:  # type: ignore[union-attr]
+                return
+            self.state = "running"
+            self.last_heartbeat = trio.current_time()
+            self._up.set()
+            daemon.bus("worker.up", provider=self.name, detail=f"pid {msg.pid}")  # type: ignore[union-attr]
 
     # -- lifecycle ---------------------------------------------------------------
 
-    def settings(self) -> WorkerSettings:
+    def settings(self, link_fd: int) -> WorkerSettings:
         d = self.daemon
         return WorkerSettings(
             name=self.name,
             provider=self.config,
             retry=d.config.provider_retry(self.name),
             timeouts=d.config.provider_timeouts(self.name),
-            link=self.link_url,
+            link=f"fd:{link_fd}",
             generation=self.generation,
             state_dir=str(d.state_dir),
             heartbeat_interval_s=d.config.supervision.heartbeat_interval_s,
@@ -217,28 +225,16 @@ class WorkerSlot:
             supervisor_pid=os.getpid(),
         )
 
-    def bind(self) -> None:
-        """Listen for the worker's link (before the daemon announces itself ready)."""
-        self.sock = nng.pair(self.link_url, listen=True)
-
     async def run(self) -> None:
         """Keep a worker alive until the daemon stops."""
         cfg = self.daemon.config.supervision
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._reader)
                 nursery.start_soon(self._sender)
                 while not self._stopping:
                     self.generation += 1
                     self.state = "starting" if self.generation == 1 else "restarting"
-                    try:
-                        self._proc = await spawn.start(self.settings())
-                    except OSError as exc:
-                        self.last_error = f"cannot start worker: {exc}"
-                        code = None
-                    else:
-                        self.pid = self._proc.pid
-                        code = await self._proc.wait()
+                    code = await self._run_one(nursery)
                     if self._stopping:
                         break
                     self._died(code)
@@ -255,7 +251,32 @@ class WorkerSlot:
             # A worker whose start raced the shutdown (or a cancelled wait) must not outlive us.
             if self._proc is not None and self._proc.returncode is None:
                 self._proc.kill()
-            self.sock.close()
+            if self.link is not None:
+                self.link.close()
+
+    async def _run_one(self, nursery: trio.Nursery) -> int | None:
+        """Start one worker process on a fresh link and wait for it to exit. Its exit
+        status, or None if it could not start."""
+        ours, theirs = link.socket_pair()
+        try:
+            self._proc = await spawn.start(self.settings(theirs.fileno()), pass_fds=(theirs.fileno(),))
+        except OSError as exc:
+            self.last_error = f"cannot start worker: {exc}"
+            ours.close()
+            return None
+        finally:
+            theirs.close()
+        self.pid = self._proc.pid
+        conn = self.link = link.conn(ours, nursery)
+        read_all = trio.Event()
+        nursery.start_soon(self._read_link, conn, read_all)
+        code = await self._proc.wait()
+        # What the worker wrote before it exited is still in the socket: take it all
+        # (its end of the link is closed now, so the reader soon sees the end).
+        with trio.move_on_after(1.0):
+            await read_all.wait()
+        conn.close()
+        return code
 
     def _died(self, code: int | None) -> None:
         if code is not None:
@@ -306,7 +327,8 @@ class WorkerSlot:
         if proc is None or proc.returncode is not None:
             self.state = "stopped"
             return
-        if self.state == "running" and nng.try_send(self.sock, codec.encode(Shutdown(grace_s=grace_s))):
+        if self.state == "running" and self.link is not None and self.link.send(
+                codec.encode(Shutdown(grace_s=grace_s))):
             await spawn.stop(proc, grace_s + 2.0)
         else:
             await spawn.stop(proc, 0.0)  # not up yet (or not listening): nothing to drain

@@ -17,16 +17,17 @@ def worker_command() -> list[str]:
     return [sys.executable, "-m", "trunkline.workers"]
 
 
-async def start(settings: WorkerSettings) -> trio.Process:
+async def start(settings: WorkerSettings, pass_fds: tuple[int, ...] = ()) -> trio.Process:
     """A new worker process; its settings travel in the environment, its API key
-    stays where it already is (the inherited environment), never on a command line."""
+    stays where it already is (the inherited environment), never on a command line.
+    `pass_fds`: the descriptors it inherits (its end of the link)."""
     env = dict(os.environ)
     env["TRUNKLINE_WORKER"] = msgspec.json.encode(settings).decode()
     # A session of its own: signals meant for the daemon's process group (Ctrl-C in
     # its terminal, a service manager's TERM) reach the supervisor only, which then
     # drains and stops its workers in order.
     return await trio.lowlevel.open_process(worker_command(), env=env, stdin=subprocess.DEVNULL,
-                                            start_new_session=True)
+                                            start_new_session=True, pass_fds=pass_fds)
 
 
 async def stop(proc: trio.Process, grace_s: float) -> None:

@@ -18,7 +18,8 @@ from pathlib import Path
 import trio
 
 from ..config.loader import RetryPolicy, WorkerSettings
-from ..protocol import codec, nng, trace
+from ..protocol import codec, link, trace
+from ..protocol.sp_conn import Closed, Conn
 from ..protocol.codec import BUS_TOPIC, frame_event
 from ..protocol.messages import (
     BusEvent,
@@ -59,13 +60,16 @@ class _Batch:
 
 class Outbox:
     """Everything a worker tells the supervisor, in order. Consecutive frames of one
-    request travel in one link message."""
+    request travel in one link message, and everything queued since the last send
+    goes in one `relay_batch`."""
+
+    #: Bytes the link may hold unsent before the outbox waits for the supervisor.
+    HIGH_WATER = 4 * 1024 * 1024
 
     def __init__(self) -> None:
         self._queue: list[_Batch | bytes] = []
         self._wake = trio.Event()
-        self._sock: object = None
-        self._waiting = False  # a flush is waiting for nng to take a message
+        self._conn: Conn | None = None
 
     def push_frames(self, request_id: str, frames: list[bytes], last_seq: int, terminal: bool) -> None:
         last = self._queue[-1] if self._queue else None
@@ -87,18 +91,18 @@ class Outbox:
     def empty(self) -> bool:
         return not self._queue
 
-    async def run(self, sock: object) -> None:
-        self._sock = sock
+    async def run(self, conn: Conn) -> None:
+        self._conn = conn
         while True:
             await self._wake.wait()
             self._wake = trio.Event()
-            await self.flush(sock)
+            self.flush_now()
+            await conn.wait_pending_below(self.HIGH_WATER)
 
     @staticmethod
-    def _messages(queue: list[_Batch | bytes]) -> list[tuple[bytes, int]]:
-        """The link messages for `queue`, in order, each with how many items it carries:
-        consecutive relays travel as one."""
-        out: list[tuple[bytes, int]] = []
+    def _messages(queue: list[_Batch | bytes]) -> list[bytes]:
+        """The link messages for `queue`, in order: consecutive relays travel as one."""
+        out: list[bytes] = []
         relays: list[Relay] = []
         for item in queue:
             if type(item) is _Batch:
@@ -106,36 +110,28 @@ class Outbox:
                                     terminal=item.terminal))
                 continue
             if relays:
-                out.append((codec.encode(relays[0] if len(relays) == 1 else RelayBatch(relays=relays)), len(relays)))
+                out.append(codec.encode(relays[0] if len(relays) == 1 else RelayBatch(relays=relays)))
                 relays = []
-            out.append((item, 1))  # type: ignore[arg-type]
+            out.append(item)  # type: ignore[arg-type]
         if relays:
-            out.append((codec.encode(relays[0] if len(relays) == 1 else RelayBatch(relays=relays)), len(relays)))
+            out.append(codec.encode(relays[0] if len(relays) == 1 else RelayBatch(relays=relays)))
         return out
-
-    async def flush(self, sock: object) -> None:
-        queue, self._queue = self._queue, []
-        self._waiting = True
-        try:
-            for data, _ in self._messages(queue):
-                await nng.send(sock, data)  # type: ignore[arg-type]
-        finally:
-            self._waiting = False
 
     def flush_now(self) -> None:
         """Send what is queued at once, without waiting for the outbox task (a request
-        that just ended should not wait a scheduler turn); what nng cannot take now, and
-        everything while the task itself waits on nng, is left to the task, in order."""
-        if self._waiting or self._sock is None or not self._queue:
+        that just ended should not wait a scheduler turn). The link never refuses:
+        what the kernel cannot take yet waits in the link, in order."""
+        if self._conn is None or not self._queue:
             return
         queue, self._queue = self._queue, []
-        taken = 0
-        for data, items in self._messages(queue):
-            if not nng.try_send(self._sock, data):
-                self._queue[:0] = queue[taken:]
-                self._wake.set()
-                return
-            taken += items
+        for data in self._messages(queue):
+            self._conn.send(data)
+
+    async def flush(self) -> None:
+        """Everything queued, out of this process (before it exits)."""
+        self.flush_now()
+        if self._conn is not None:
+            await self._conn.wait_pending_below(1)
 
 
 class JobRunner:
@@ -326,11 +322,12 @@ async def serve(settings: WorkerSettings) -> None:
     toolids = ToolIdMap(Path(settings.state_dir) / f"toolids-{settings.name}.sqlite3")
     outbox = Outbox()
     runner = JobRunner(adapter, outbox, toolids)
-    sock = nng.pair(settings.link, listen=False)
+    sock = link.inherited(settings.link)
     parent = settings.supervisor_pid or os.getppid()
     try:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(outbox.run, sock)
+            conn = link.conn(sock, nursery)
+            nursery.start_soon(outbox.run, conn)
             outbox.push(WorkerUp(provider=settings.name, pid=os.getpid(), generation=settings.generation))
 
             unreachable: list[str | None] = [None]
@@ -350,33 +347,40 @@ async def serve(settings: WorkerSettings) -> None:
                     outbox.push(Heartbeat(in_flight=len(runner.scopes), unreachable=unreachable[0]))
 
             nursery.start_soon(probe)
-
             nursery.start_soon(heartbeat)
             jobs_nursery = nursery
-            link = nng.Receiver(sock)
             while True:
-                msg = codec.decode_to_worker(await link.recv())
-                if type(msg) is Job:
-                    if msg.generation != settings.generation:
-                        continue  # queued for a worker that died before taking it
-                    if trace.ENABLED:
-                        runner.received_ns[msg.request_id] = trace.now_ns()
-                    jobs_nursery.start_soon(runner.run, msg)
-                elif type(msg) is StopJob:
-                    runner.cancel(msg.request_id)
-                elif type(msg) is CheckReady:
-                    nursery.start_soon(_answer_ready, adapter, outbox, msg)
-                elif type(msg) is EstimateTokens:
-                    try:
-                        count = adapter.count_tokens(msg.request, msg.model)
-                        outbox.push(CallResult(call_id=msg.call_id, input_tokens=count))
-                    except Exception as exc:  # noqa: BLE001 - answer, never die on one request
-                        outbox.push(CallResult(call_id=msg.call_id, ok=False,
-                                               error=ErrorInfo(error_class="other", message=repr(exc))))
-                elif type(msg) is Shutdown:
-                    await _drain(runner, msg.grace_s)
-                    await outbox.flush(sock)
+                try:
+                    messages = await conn.receive()
+                except Closed:
+                    # The supervisor has gone (or given up on us): nobody can take our events.
+                    log.warning("the link to the supervisor closed; worker %s exits", settings.name)
                     nursery.cancel_scope.cancel()
+                    break
+                for data in messages:
+                    msg = codec.decode_to_worker(data)  # type: ignore[arg-type]
+                    if type(msg) is Job:
+                        if msg.generation != settings.generation:
+                            continue  # queued for a worker that died before taking it
+                        if trace.ENABLED:
+                            runner.received_ns[msg.request_id] = trace.now_ns()
+                        jobs_nursery.start_soon(runner.run, msg)
+                    elif type(msg) is StopJob:
+                        runner.cancel(msg.request_id)
+                    elif type(msg) is CheckReady:
+                        nursery.start_soon(_answer_ready, adapter, outbox, msg)
+                    elif type(msg) is EstimateTokens:
+                        try:
+                            count = adapter.count_tokens(msg.request, msg.model)
+                            outbox.push(CallResult(call_id=msg.call_id, input_tokens=count))
+                        except Exception as exc:  # noqa: BLE001 - answer, never die on one request
+                            outbox.push(CallResult(call_id=msg.call_id, ok=False,
+                                                   error=ErrorInfo(error_class="other", message=repr(exc))))
+                    elif type(msg) is Shutdown:
+                        await _drain(runner, msg.grace_s)
+                        await outbox.flush()
+                        nursery.cancel_scope.cancel()
+                        return
     finally:
         await adapter.aclose()
         toolids.close()

@@ -309,45 +309,71 @@ async def test_idle_timeout_counts_from_the_last_item_within_its_slack(autojump_
     assert seen[-1] - start == pytest.approx(45.05)
 
 
-async def test_outbox_sends_an_ended_request_at_once_and_in_order(tmp_path):
-    """flush_now sends what is queued without the outbox task; what nng refuses stays
-    queued, in order, for the task."""
-    from trunkline.protocol import codec, nng
+async def test_outbox_sends_an_ended_request_at_once_and_in_order():
+    """flush_now sends what is queued without the outbox task, in order; consecutive
+    frames of one request travel as one relay, and a run of relays as one batch."""
+    from trunkline.protocol import codec, link
     from trunkline.protocol.messages import Heartbeat, Relay, RelayBatch
 
-    url = f"ipc://{tmp_path}/link.ipc"
-    import pynng
-
-    # No buffer and nobody listening yet: nng takes nothing.
-    worker_side = pynng.Pair1(send_buffer_size=0, reconnect_time_min=10, reconnect_time_max=50)
-    worker_side.dial(url, block=False)
-    outbox = Outbox()
-    outbox._sock = worker_side
-    outbox.push_frames("r1", [b"a", b"b"], 1, False)
-    outbox.push(Heartbeat(in_flight=1))
-    outbox.push_frames("r1", [b"c"], 2, True)
-    outbox.flush_now()
-    assert not outbox.empty()  # refused: kept for the task
-
-    supervisor_side = nng.pair(url, listen=True)
-    receiver = nng.Receiver(supervisor_side)
-    with trio.fail_after(10):
-        while not nng.try_send(worker_side, codec.encode(Heartbeat(in_flight=0))):
-            await trio.sleep(0.01)  # the dial completes in the background
-        assert type(codec.decode_from_worker(await receiver.recv())) is Heartbeat
-        worker_side.send_buffer_size = 64  # now nng can take everything at once
+    supervisor_end, worker_end = link.socket_pair()
+    async with trio.open_nursery() as nursery:
+        worker = link.conn(worker_end, nursery)
+        supervisor = link.conn(supervisor_end, nursery)
+        outbox = Outbox()
+        outbox._conn = worker  # as `run` sets it, but with no task to flush for us
+        outbox.push_frames("r1", [b"a", b"b"], 1, False)
+        outbox.push(Heartbeat(in_flight=1))
+        outbox.push_frames("r1", [b"c"], 2, True)
         outbox.flush_now()
         assert outbox.empty()
-        got = [codec.decode_from_worker(await receiver.recv()) for _ in range(3)]
-    assert type(got[0]) is Relay and got[0].frames == [b"a", b"b"]
-    assert type(got[1]) is Heartbeat and got[1].in_flight == 1
-    assert type(got[2]) is Relay and got[2].frames == [b"c"] and got[2].terminal
+        got = []
+        with trio.fail_after(10):
+            while len(got) < 3:
+                got += [codec.decode_from_worker(m) for m in await supervisor.receive()]
+        assert type(got[0]) is Relay and got[0].frames == [b"a", b"b"]
+        assert type(got[1]) is Heartbeat and got[1].in_flight == 1
+        assert type(got[2]) is Relay and got[2].frames == [b"c"] and got[2].terminal
 
-    outbox.push_frames("r2", [b"x"], 0, False)
-    outbox.push_frames("", [b"bus"], -1, False)
-    outbox.flush_now()
-    with trio.fail_after(10):
-        batch = codec.decode_from_worker(await receiver.recv())
-    assert type(batch) is RelayBatch and [r.frames for r in batch.relays] == [[b"x"], [b"bus"]]
-    worker_side.close()
-    supervisor_side.close()
+        outbox.push_frames("r2", [b"x"], 0, False)
+        outbox.push_frames("", [b"bus"], -1, False)
+        outbox.flush_now()
+        with trio.fail_after(10):
+            (batch,) = [codec.decode_from_worker(m) for m in await supervisor.receive()]
+        assert type(batch) is RelayBatch and [r.frames for r in batch.relays] == [[b"x"], [b"bus"]]
+        worker.close()
+        supervisor.close()
+
+
+async def test_outbox_waits_for_a_slow_supervisor_and_loses_nothing():
+    """A supervisor that stops reading makes the link fill up: the outbox task waits
+    (backpressure) and, once the supervisor reads again, everything arrives in order."""
+    from trunkline.protocol import codec, link
+    from trunkline.protocol.messages import Relay, RelayBatch
+
+    supervisor_end, worker_end = link.socket_pair()
+    outbox = Outbox()
+    outbox.HIGH_WATER = 64 * 1024  # type: ignore[misc]
+    frame = b"f" * 1000
+    n = 5000  # 5 MB: far more than the kernel's buffers hold
+    async with trio.open_nursery() as nursery:
+        worker = link.conn(worker_end, nursery)
+        supervisor = link.conn(supervisor_end, nursery)
+        nursery.start_soon(outbox.run, worker)
+        for seq in range(n):
+            outbox.push_frames(f"r{seq % 7}", [frame], seq, False)
+            if seq % 100 == 0:
+                await trio.sleep(0)  # let the outbox task send (and find the link full)
+        with trio.fail_after(10):
+            while worker.pending < outbox.HIGH_WATER:
+                await trio.sleep(0.001)
+        seen: list[int] = []
+        with trio.fail_after(20):
+            while len(seen) < n:
+                for data in await supervisor.receive():
+                    msg = codec.decode_from_worker(data)
+                    relays = msg.relays if type(msg) is RelayBatch else [msg]
+                    for relay in relays:
+                        assert type(relay) is Relay and all(f == frame for f in relay.frames)
+                        seen.append(relay.last_seq)
+        nursery.cancel_scope.cancel()
+    assert seen == list(range(n))

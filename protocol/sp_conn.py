@@ -1,0 +1,360 @@
+"""One stream socket carrying SP frames, driven by the trio event loop itself.
+
+Sends go straight to the kernel (`send` on the non-blocking socket): nothing
+waits, no thread is woken. What the kernel cannot take at once is queued, in
+order, and written by a task when the socket becomes writable; the queue's
+size is visible so that a caller can push back (the worker link) or drop (a
+slow subscriber). Receives take whatever the kernel has and cut it into whole
+messages (`sp_wire.FrameReader`).
+
+Also here: binding and connecting `ipc://` and `tcp://` URLs the way nng does,
+including its check for a live listener on an ipc path.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import stat
+from collections import deque
+from itertools import islice
+
+import trio
+
+from . import sp_wire
+from .sp_wire import FrameReader, Oversize, WireError
+
+RECV_SIZE = 256 * 1024
+#: Consecutive receives before a reader lets other tasks run.
+BURST = 16
+IPC_PATH_MAX = 107  # sun_path is 108 bytes with the terminating NUL
+HANDSHAKE_TIMEOUT_S = 10.0
+
+
+class AddressInUse(OSError):
+    """Another live process listens on this endpoint."""
+
+
+class Closed(Exception):
+    """The connection is closed (by the peer, or here)."""
+
+
+class Conn:
+    """A connected socket speaking SP frames (ipc or tcp framing)."""
+
+    __slots__ = ("sock", "id", "ipc", "reader", "_frame", "_out", "_out_bytes", "_writing", "_drained",
+                 "closed", "_nursery", "_recv_burst")
+
+    def __init__(self, sock: socket.socket, *, ipc: bool, nursery: trio.Nursery, conn_id: int = 0,
+                 max_size: int = 0, expect: int | None = None) -> None:
+        sock.setblocking(False)
+        self.sock = sock
+        self.id = conn_id
+        self.ipc = ipc
+        self.reader = FrameReader(ipc=ipc, max_size=max_size, expect=expect)
+        self._frame = sp_wire.frame_ipc if ipc else sp_wire.frame_tcp
+        self._out: deque[memoryview] = deque()
+        self._out_bytes = 0
+        self._writing = False
+        self._drained: trio.Event | None = None
+        self._nursery = nursery
+        self.closed = False
+        self._recv_burst = 0
+
+    # -- sending ------------------------------------------------------------------
+
+    @property
+    def pending(self) -> int:
+        """Bytes queued here because the kernel could not take them yet."""
+        return self._out_bytes
+
+    def send(self, payload: bytes) -> bool:
+        """Queue one message; it leaves at once if the kernel takes it. False if closed."""
+        return self.send_raw(self._frame(payload))
+
+    def send_raw(self, data: bytes) -> bool:
+        """Already-framed bytes (whole messages only)."""
+        if self.closed:
+            return False
+        if self._out:
+            self._queue(memoryview(data))
+            return True
+        try:
+            sent = self.sock.send(data)
+        except BlockingIOError:
+            sent = 0
+        except OSError:
+            self.close()
+            return False
+        if sent < len(data):
+            self._queue(memoryview(data)[sent:])
+        return True
+
+    def frame(self, payload: bytes) -> bytes:
+        return self._frame(payload)
+
+    def _queue(self, view: memoryview) -> None:
+        self._out.append(view)
+        self._out_bytes += len(view)
+        if not self._writing:
+            self._writing = True
+            self._nursery.start_soon(self._write_queued)
+
+    async def _write_queued(self) -> None:
+        out = self._out
+        try:
+            while out and not self.closed:
+                await trio.lowlevel.wait_writable(self.sock)
+                try:
+                    sent = self.sock.sendmsg(list(islice(out, 512)))
+                except BlockingIOError:
+                    continue
+                self._out_bytes -= sent
+                while sent:
+                    head = out[0]
+                    if len(head) <= sent:
+                        sent -= len(head)
+                        out.popleft()
+                    else:
+                        out[0] = head[sent:]
+                        sent = 0
+                self._wake_drained()
+        except (OSError, trio.ClosedResourceError):
+            self.close()
+        finally:
+            self._writing = False
+            self._wake_drained()
+
+    def _wake_drained(self) -> None:
+        if self._drained is not None:
+            self._drained.set()
+            self._drained = None
+
+    async def wait_pending_below(self, limit: int) -> None:
+        """Until fewer than `limit` bytes wait to be written (or the connection closed)."""
+        while self._out_bytes >= limit and not self.closed:
+            if self._drained is None:
+                self._drained = trio.Event()
+            await self._drained.wait()
+
+    # -- receiving -----------------------------------------------------------------
+
+    async def receive(self) -> list[bytes | Oversize]:
+        """The next messages (at least one); `Closed` at the end of the stream, `WireError`
+        if the peer breaks the protocol."""
+        sock = self.sock
+        while True:
+            if self._recv_burst >= BURST:
+                self._recv_burst = 0
+                await trio.lowlevel.checkpoint()
+            try:
+                data = sock.recv(RECV_SIZE)
+            except BlockingIOError:
+                self._recv_burst = 0
+                try:
+                    await trio.lowlevel.wait_readable(sock)
+                except trio.ClosedResourceError:
+                    raise Closed() from None
+                continue
+            except OSError as exc:
+                raise Closed(str(exc)) from None
+            if not data:
+                raise Closed()
+            self._recv_burst += 1
+            messages = self.reader.feed(data)
+            if messages:
+                return messages
+
+    async def handshake(self, protocol: int, timeout_s: float = HANDSHAKE_TIMEOUT_S) -> list[bytes | Oversize]:
+        """Send our header, then wait for the peer's (checked by the reader). Returns any
+        messages that arrived with it."""
+        self.send_raw(sp_wire.handshake(protocol))
+        with trio.move_on_after(timeout_s):
+            while self.reader.expect is not None:
+                try:
+                    data = self.sock.recv(RECV_SIZE)
+                except BlockingIOError:
+                    await trio.lowlevel.wait_readable(self.sock)
+                    continue
+                except OSError as exc:
+                    raise Closed(str(exc)) from None
+                if not data:
+                    raise Closed()
+                messages = self.reader.feed(data)
+                if self.reader.expect is None:
+                    return messages
+        if self.reader.expect is not None:
+            raise WireError("no handshake from the peer in time")
+        return []
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self._out.clear()
+        self._out_bytes = 0
+        self._wake_drained()
+        try:
+            trio.lowlevel.notify_closing(self.sock)
+        except RuntimeError:
+            pass  # not inside trio (a test, or shutdown)
+        self.sock.close()
+
+
+# -- endpoints -------------------------------------------------------------------------
+
+
+def split_url(url: str) -> tuple[str, str]:
+    """('ipc', path) or ('tcp', 'host:port'); anything else is refused with a reason."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme not in ("ipc", "tcp", "tcp4", "tcp6"):
+        raise ValueError(f"unsupported endpoint {url!r}: use ipc://PATH or tcp://HOST:PORT")
+    if scheme == "ipc":
+        if len(rest.encode()) > IPC_PATH_MAX:
+            raise ValueError(f"ipc path too long ({len(rest.encode())} bytes, max {IPC_PATH_MAX}): {rest}")
+        return "ipc", rest
+    return "tcp", rest
+
+
+def _tcp_address(rest: str) -> tuple[str, int]:
+    host, sep, port = rest.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"tcp endpoint needs HOST:PORT, got {rest!r}")
+    host = host.strip("[]")
+    return ("" if host in ("*", "") else host), int(port)
+
+
+def bind(url: str, backlog: int = socket.SOMAXCONN) -> socket.socket:
+    """A listening socket for `url`. An ipc socket file is made owner-only; a stale one
+    (its daemon died) is replaced, a live one raises `AddressInUse`."""
+    kind, rest = split_url(url)
+    if kind == "ipc":
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            _bind_ipc(sock, rest)
+            sock.listen(backlog)
+        except BaseException:
+            sock.close()
+            raise
+    else:
+        host, port = _tcp_address(rest)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((host, port))
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    raise AddressInUse(f"{url} is in use") from None
+                raise
+            sock.listen(backlog)
+        except BaseException:
+            sock.close()
+            raise
+    sock.setblocking(False)
+    return sock
+
+
+def _bind_ipc(sock: socket.socket, path: str) -> None:
+    old_umask = os.umask(0o177)  # the file is born 0600: no window where others can connect
+    try:
+        try:
+            sock.bind(path)
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            if _ipc_alive(path):
+                raise AddressInUse(f"ipc://{path} is in use") from None
+            try:
+                if stat.S_ISSOCK(os.stat(path).st_mode):
+                    os.unlink(path)  # left by a process that died
+            except FileNotFoundError:
+                pass
+            sock.bind(path)
+    finally:
+        os.umask(old_umask)
+    os.chmod(path, 0o600)
+
+
+def _ipc_alive(path: str) -> bool:
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(1.0)
+        probe.connect(path)
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
+
+
+def ipc_file_id(url: str) -> int | None:
+    """The inode of the socket file a listener just bound (to recognise it later)."""
+    kind, path = split_url(url)
+    return os.stat(path).st_ino if kind == "ipc" else None
+
+
+def unlink_ipc(url: str, file_id: int | None) -> None:
+    """Remove the socket file a listener bound, unless another process has replaced it."""
+    if file_id is None:
+        return
+    path = split_url(url)[1]
+    try:
+        if os.stat(path).st_ino == file_id:
+            os.unlink(path)
+    except OSError:
+        pass
+
+
+async def connect(url: str) -> tuple[socket.socket, bool]:
+    """A connected socket for `url` and whether it uses ipc framing."""
+    kind, rest = split_url(url)
+    if kind == "ipc":
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        target: object = rest
+    else:
+        host, port = _tcp_address(rest)
+        infos = await trio.socket.getaddrinfo(host or "127.0.0.1", port, type=socket.SOCK_STREAM)
+        family, _, _, _, target = infos[0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        try:
+            sock.connect(target)  # type: ignore[arg-type]
+        except BlockingIOError:
+            await trio.lowlevel.wait_writable(sock)
+            err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if err:
+                raise OSError(err, os.strerror(err))
+    except BaseException:
+        sock.close()
+        raise
+    return sock, kind == "ipc"
+
+
+async def accept_loop(listener: socket.socket, on_accept) -> None:  # type: ignore[no-untyped-def]
+    """Call `on_accept(sock)` for every connection, until cancelled."""
+    while True:
+        try:
+            sock, _ = listener.accept()
+        except BlockingIOError:
+            await trio.lowlevel.wait_readable(listener)
+            continue
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                await trio.sleep(0.1)  # out of descriptors: let some close
+                continue
+            if exc.errno in (errno.ECONNABORTED, errno.EPROTO):
+                continue
+            raise
+        if sock.family != socket.AF_UNIX:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        on_accept(sock)
+
+
+__all__ = ["AddressInUse", "Closed", "Conn", "Oversize", "WireError", "accept_loop", "bind", "connect",
+           "ipc_file_id", "split_url", "unlink_ipc"]
