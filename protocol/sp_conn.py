@@ -7,8 +7,8 @@ size is visible so that a caller can push back (the worker link) or drop (a
 slow subscriber). Receives take whatever the kernel has and cut it into whole
 messages (`sp_wire.FrameReader`).
 
-Also here: binding and connecting `ipc://` and `tcp://` URLs the way nng does,
-including its check for a live listener on an ipc path.
+Also here: listening on `ipc://` and `tcp://` URLs the way nng does, including
+its check for a live listener on an ipc path.
 """
 
 from __future__ import annotations
@@ -23,12 +23,11 @@ from itertools import islice
 import trio
 
 from . import sp_wire
-from .sp_wire import FrameReader, Oversize, WireError
+from .sp_wire import FrameReader, Oversize, WireError, split_url, tcp_address
 
 RECV_SIZE = 256 * 1024
 #: Consecutive receives before a reader lets other tasks run.
 BURST = 16
-IPC_PATH_MAX = 107  # sun_path is 108 bytes with the terminating NUL
 HANDSHAKE_TIMEOUT_S = 10.0
 
 
@@ -205,26 +204,6 @@ class Conn:
 # -- endpoints -------------------------------------------------------------------------
 
 
-def split_url(url: str) -> tuple[str, str]:
-    """('ipc', path) or ('tcp', 'host:port'); anything else is refused with a reason."""
-    scheme, sep, rest = url.partition("://")
-    if not sep or scheme not in ("ipc", "tcp", "tcp4", "tcp6"):
-        raise ValueError(f"unsupported endpoint {url!r}: use ipc://PATH or tcp://HOST:PORT")
-    if scheme == "ipc":
-        if len(rest.encode()) > IPC_PATH_MAX:
-            raise ValueError(f"ipc path too long ({len(rest.encode())} bytes, max {IPC_PATH_MAX}): {rest}")
-        return "ipc", rest
-    return "tcp", rest
-
-
-def _tcp_address(rest: str) -> tuple[str, int]:
-    host, sep, port = rest.rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError(f"tcp endpoint needs HOST:PORT, got {rest!r}")
-    host = host.strip("[]")
-    return ("" if host in ("*", "") else host), int(port)
-
-
 def bind(url: str, backlog: int = socket.SOMAXCONN) -> socket.socket:
     """A listening socket for `url`. An ipc socket file is made owner-only; a stale one
     (its daemon died) is replaced, a live one raises `AddressInUse`."""
@@ -238,7 +217,7 @@ def bind(url: str, backlog: int = socket.SOMAXCONN) -> socket.socket:
             sock.close()
             raise
     else:
-        host, port = _tcp_address(rest)
+        host, port = tcp_address(rest)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
@@ -308,34 +287,6 @@ def unlink_ipc(url: str, file_id: int | None) -> None:
         pass
 
 
-async def connect(url: str) -> tuple[socket.socket, bool]:
-    """A connected socket for `url` and whether it uses ipc framing."""
-    kind, rest = split_url(url)
-    if kind == "ipc":
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.setblocking(False)
-        target: object = rest
-    else:
-        host, port = _tcp_address(rest)
-        infos = await trio.socket.getaddrinfo(host or "127.0.0.1", port, type=socket.SOCK_STREAM)
-        family, _, _, _, target = infos[0]
-        sock = socket.socket(family, socket.SOCK_STREAM)
-        sock.setblocking(False)
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    try:
-        try:
-            sock.connect(target)  # type: ignore[arg-type]
-        except BlockingIOError:
-            await trio.lowlevel.wait_writable(sock)
-            err = sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-            if err:
-                raise OSError(err, os.strerror(err))
-    except BaseException:
-        sock.close()
-        raise
-    return sock, kind == "ipc"
-
-
 async def accept_loop(listener: socket.socket, on_accept) -> None:  # type: ignore[no-untyped-def]
     """Call `on_accept(sock)` for every connection, until cancelled."""
     while True:
@@ -356,5 +307,5 @@ async def accept_loop(listener: socket.socket, on_accept) -> None:  # type: igno
         on_accept(sock)
 
 
-__all__ = ["AddressInUse", "Closed", "Conn", "Oversize", "WireError", "accept_loop", "bind", "connect",
+__all__ = ["AddressInUse", "Closed", "Conn", "Oversize", "WireError", "accept_loop", "bind",
            "ipc_file_id", "split_url", "unlink_ipc"]

@@ -27,6 +27,7 @@ REP0 = 0x31
 
 NAMES = {PAIR1: "pair1", PUB0: "pub0", SUB0: "sub0", REQ0: "req0", REP0: "rep0"}
 
+IPC_PATH_MAX = 107  # sun_path is 108 bytes with the terminating NUL
 HANDSHAKE_SIZE = 8
 #: A Rep0 socket follows at most this many hops of a backtrace (nng's default max TTL).
 MAX_HOPS = 8
@@ -74,14 +75,18 @@ class FrameReader:
 
     With `expect` set, the first 8 bytes must be a handshake from that protocol.
     A message over `max_size` (0: no limit) is skipped as it arrives and reported
-    as `Oversize`, so a huge message costs no memory."""
+    as `Oversize`, so a huge message costs no memory. With `accept` set (a
+    subscriber's topics), only messages starting with one of those prefixes are
+    returned; the others are never copied."""
 
-    __slots__ = ("ipc", "max_size", "expect", "_buf", "_skip", "_head_size")
+    __slots__ = ("ipc", "max_size", "expect", "accept", "_buf", "_skip", "_head_size")
 
-    def __init__(self, *, ipc: bool, max_size: int = 0, expect: int | None = None) -> None:
+    def __init__(self, *, ipc: bool, max_size: int = 0, expect: int | None = None,
+                 accept: tuple[bytes, ...] | None = None) -> None:
         self.ipc = ipc
         self.max_size = max_size
         self.expect = expect
+        self.accept = accept
         self._buf = bytearray()
         self._skip = 0
         self._head_size = 9 if ipc else 8
@@ -111,6 +116,7 @@ class FrameReader:
         head_size = self._head_size
         limit = self.max_size
         ipc = self.ipc
+        accept = self.accept
         with memoryview(src) as view:
             while end - pos >= head_size:
                 if ipc:
@@ -132,7 +138,8 @@ class FrameReader:
                 if end - start < size:
                     break
                 pos = start + size
-                out.append(bytes(view[start:pos]))
+                if accept is None or src.startswith(accept, start, pos):
+                    out.append(bytes(view[start:pos]))
         self._keep(src, pos)
         return out
 
@@ -163,3 +170,23 @@ def split_backtrace(payload: bytes) -> tuple[bytes, bytes] | None:
         if last:
             return payload[:pos], payload[pos:]
     return None
+
+
+def split_url(url: str) -> tuple[str, str]:
+    """('ipc', path) or ('tcp', 'host:port'); anything else is refused with a reason."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme not in ("ipc", "tcp", "tcp4", "tcp6"):
+        raise ValueError(f"unsupported endpoint {url!r}: use ipc://PATH or tcp://HOST:PORT")
+    if scheme == "ipc":
+        if len(rest.encode()) > IPC_PATH_MAX:
+            raise ValueError(f"ipc path too long ({len(rest.encode())} bytes, max {IPC_PATH_MAX}): {rest}")
+        return "ipc", rest
+    return "tcp", rest
+
+
+def tcp_address(rest: str) -> tuple[str, int]:
+    host, sep, port = rest.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"tcp endpoint needs HOST:PORT, got {rest!r}")
+    host = host.strip("[]")
+    return ("" if host in ("*", "") else host), int(port)

@@ -191,6 +191,8 @@ class Daemon:
     def _bind(self) -> None:
         if self.control_url.startswith("ipc://") or self.events_url.startswith("ipc://"):
             prepare_runtime_dir(self.runtime_dir)
+        if self.router.needs_token and not self.router.token:
+            raise StartupError(f"the tcp control endpoint {self.control_url} needs a token: set TRUNKLINE_TOKEN")
         try:
             self.rep = ReplyServer(self.control_url, max_size=self.config.limits.max_message_bytes)
         except AddressInUse:

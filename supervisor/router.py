@@ -9,6 +9,7 @@ Nothing a client sends can crash this loop: unreadable input gets a
 
 from __future__ import annotations
 
+import hmac
 import logging
 import os
 from typing import TYPE_CHECKING, Any
@@ -54,7 +55,7 @@ from ..protocol.messages import (
     TokenCount,
     Welcome,
 )
-from ..protocol.sp_wire import Oversize
+from ..protocol.sp_wire import Oversize, split_url
 from ..protocol.tokens import estimate_request_tokens
 from .requests import RequestState
 from .validate import Invalid, validate
@@ -81,6 +82,10 @@ class Router:
         self.clients: dict[str, set[int]] = {}  # client id -> its live pipes
         self.max_bytes = daemon.config.limits.max_message_bytes
         self.token = os.environ.get("TRUNKLINE_TOKEN")
+        # On a tcp control endpoint a connection must say hello with the token before
+        # anything else; these are the connections that did.
+        self.needs_token = split_url(daemon.control_url)[0] == "tcp"
+        self.authenticated: set[int] = set()
         self.received_ns = 0  # when the request being handled arrived (TRUNKLINE_TRACE_HOPS)
 
     async def serve(self, nursery: trio.Nursery) -> None:
@@ -123,6 +128,8 @@ class Router:
         except codec.DecodeError as exc:
             return ProtocolError(error=_error("invalid_request", str(exc)))
         t = type(msg)
+        if self.needs_token and t is not Hello and pipe_id not in self.authenticated:
+            return ProtocolError(error=_error("authentication", "this endpoint needs a hello with a valid token first"))
         if t is Submit:
             return self.submit(msg, pipe_id)  # type: ignore[arg-type]
         if t is Cancel:
@@ -158,6 +165,7 @@ class Router:
     def pipe_gone(self, pipe_id: int) -> None:
         """A control connection closed: a client whose last connection it was has
         gone away, and its unfinished requests are cancelled upstream."""
+        self.authenticated.discard(pipe_id)
         for client_id in self.pipes.pop(pipe_id, set()):
             pipes = self.clients.get(client_id)
             if pipes is None:
@@ -180,8 +188,10 @@ class Router:
         if msg.protocol > PROTOCOL_VERSION:
             return ProtocolError(error=_error(
                 "invalid_request", f"protocol {msg.protocol} is newer than this daemon's {PROTOCOL_VERSION}"))
-        if self.d.control_url.startswith("tcp://") and (not self.token or msg.token != self.token):
-            return ProtocolError(error=_error("authentication", "this endpoint needs a valid token in hello"))
+        if self.needs_token:
+            if not self.token or not msg.token or not hmac.compare_digest(msg.token, self.token):
+                return ProtocolError(error=_error("authentication", "this endpoint needs a valid token in hello"))
+            self.authenticated.add(pipe_id)
         client_id = "c" + ulid()
         self._seen(client_id, pipe_id)
         cfg = self.d.config

@@ -9,13 +9,14 @@ import sys
 import textwrap
 import time
 
+import pynng
 import pytest
 import trio
 
 from helpers import check_invariants, steps
 from trunkline import Client, Message, Request
 from trunkline.errors import UnavailableError
-from trunkline.protocol import codec, nng
+from trunkline.protocol import codec
 from trunkline.protocol.messages import (
     ErrorEvent,
     Finish,
@@ -204,14 +205,14 @@ async def test_a_vanished_client_has_its_request_cancelled(daemon):
 
 
 async def test_a_subscriber_that_falls_behind_recovers_everything_by_replay(start_daemon):
-    n = 30_000
-    daemon = await start_daemon({"replay": {"ring_events": 50_000}})
+    n = 90_000  # ~8 MB of events: more than the daemon holds for one subscriber (4 MiB) plus the kernel's buffer
+    daemon = await start_daemon({"replay": {"ring_events": 100_000}})
     request = Request(model="mock:echo", messages=[Message.user("x")],
                       provider_options=steps({"text": "a"}, {"text": "b"}, {"text": "c"}, repeat=n // 3))
     with trio.fail_after(60):
         async with Client(daemon.runtime_dir, watch_bus=True) as watcher, Client(daemon.runtime_dir) as client:
             gate = trio.Event()
-            client.reader_gate = gate  # the client stops reading its socket: nng drops what overflows
+            client.reader_gate = gate  # the client stops reading: the daemon drops what overflows
             stream = client.stream(request, request_id="req-stall")
             await stream.start()
             await wait_bus(watcher, "llm.call_completed", "req-stall")
@@ -227,7 +228,8 @@ async def test_a_subscriber_that_falls_behind_recovers_everything_by_replay(star
 
 
 async def test_malformed_control_messages_get_typed_errors_and_the_daemon_keeps_serving(daemon):
-    sock = nng.requester(daemon.control)
+    sock = pynng.Req0(resend_time=-1)  # a plain nng client, as another language would use
+    sock.dial(daemon.control, block=True)
     huge = codec.encode(Hello(client_name="x" * (17 * 1024 * 1024)))
     bad = [
         (b"\xc1\xff\x00garbage", "malformed"),
@@ -253,7 +255,8 @@ async def test_malformed_control_messages_get_typed_errors_and_the_daemon_keeps_
 
 
 async def test_unknown_fields_are_ignored_for_forward_compatibility(daemon):
-    sock = nng.requester(daemon.control)
+    sock = pynng.Req0(resend_time=-1)  # a plain nng client, as another language would use
+    sock.dial(daemon.control, block=True)
     try:
         with trio.fail_after(10), sock.new_context() as ctx:
             await ctx.asend(codec.encode({"type": "hello", "client_name": "future", "shiny_new_field": [1]}))

@@ -28,7 +28,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 
 from .config.loader import default_runtime_dir
 from .errors import DaemonNotRunning, DaemonUnavailable, error_from_info
-from .protocol import codec, nng
+from .protocol import codec, sp_wire
 from .protocol.accumulate import StreamAccumulator
 from .protocol.ids import request_id as new_request_id
 from .protocol.messages import (
@@ -64,6 +64,7 @@ from .protocol.messages import (
     TokenCount,
     Welcome,
 )
+from .transport import ControlSocket, Disconnected, EventSocket
 
 PROBE_INTERVAL_S = 0.05
 
@@ -176,10 +177,8 @@ class Client:
         self.silence_check_s = silence_check_s
         self.client_id = ""
         self.welcome: Welcome | None = None
-        self._req: Any = None
-        self._control: nng.Receiver | None = None
-        self._control_lock = anyio.Lock()
-        self._sub: Any = None
+        self._control: ControlSocket | None = None
+        self._event_socket: EventSocket | None = None
         self._routes: dict[str, _Route] = {}
         self._tg: Any = None
         self._probe_seen: anyio.Event | None = None
@@ -201,14 +200,17 @@ class Client:
         await self.aclose()
 
     async def _connect(self) -> None:
-        path = nng.ipc_path(self.control_endpoint)
-        if path is not None and not path.exists():
+        try:
+            kind, path = sp_wire.split_url(self.control_endpoint)
+        except ValueError as exc:
+            raise DaemonNotRunning(str(exc)) from None
+        if kind == "ipc" and not Path(path).exists():
             raise DaemonNotRunning(f"no trunkline daemon is running (no socket at {path}); start one with "
                                    "`trunkline serve`, or point TRUNKLINE_RUNTIME_DIR at its runtime directory")
+        self._control = ControlSocket(self.control_endpoint)
         try:
-            self._req = nng.requester(self.control_endpoint)
-            self._control = nng.Receiver(self._req)
-        except (nng.ConnectionRefused, nng.NNGException) as exc:
+            await self._control.connect()
+        except (OSError, Disconnected) as exc:
             raise DaemonNotRunning(f"no trunkline daemon answers at {self.control_endpoint} ({exc}); start one "
                                    "with `trunkline serve`") from None
         try:
@@ -216,9 +218,14 @@ class Client:
             assert type(welcome) is Welcome
             self.welcome = welcome
             self.client_id = welcome.client_id
-            self._sub = nng.subscriber(welcome.event_endpoint, codec.topic_prefix(self.client_id))
+            topics = (codec.topic_prefix(self.client_id),)
             if self.watch_bus:
-                self._sub.subscribe(codec.topic_prefix(codec.BUS_TOPIC))
+                topics += (codec.topic_prefix(codec.BUS_TOPIC),)
+            self._event_socket = EventSocket(welcome.event_endpoint, topics)
+            try:
+                await self._event_socket.connect()
+            except (OSError, Disconnected) as exc:
+                raise DaemonUnavailable(f"cannot subscribe to {welcome.event_endpoint}: {exc}") from None
             self._probe_seen = anyio.Event()
             self._tg = anyio.create_task_group()
             await self._tg.__aenter__()
@@ -242,7 +249,7 @@ class Client:
         if self._closed:
             return
         self._closed = True
-        if self._req is not None and self.client_id and any(not r.done for r in self._routes.values()):
+        if self._control is not None and self.client_id and any(not r.done for r in self._routes.values()):
             try:
                 await self._call(Goodbye(client_id=self.client_id), timeout_s=2.0)
             except (DaemonUnavailable, OSError):
@@ -256,39 +263,32 @@ class Client:
             self._tg = None
         for route in list(self._routes.values()):
             route.fail(ErrorInfo(error_class="cancelled", message="the client was closed"))
-        if self._sub is not None:
-            self._sub.close()
-        if self._req is not None:
-            self._req.close()
+        if self._event_socket is not None:
+            self._event_socket.close()
+        if self._control is not None:
+            self._control.close()
 
-    async def _call(self, msg: Any, timeout_s: float | None = None, slow: bool = False) -> Any:
-        """One control round trip.
-
-        Quick calls take turns on the socket's own context and wait on its readiness
-        descriptor (no thread hop); calls that may take long (`ready`, `count_tokens`)
-        get an nng context each, so they never hold the others up."""
+    async def _call(self, msg: Any, timeout_s: float | None = None) -> Any:
+        """One control round trip. Any number may be in flight; a slow one (`ready`)
+        never holds up the others."""
+        assert self._control is not None
         data = codec.encode(msg)
         limit = timeout_s or self.timeout_s
         try:
             with anyio.fail_after(limit):
-                if slow or self._control is None:
-                    with self._req.new_context() as ctx:
-                        await ctx.asend(data)
-                        raw = await ctx.arecv()
-                else:
-                    async with self._control_lock:
-                        if not nng.try_send(self._req, data):
-                            await self._req.asend(data)
-                        raw = await self._control.recv()
+                raw = await self._control.call(data)
         except TimeoutError:
             raise DaemonUnavailable(f"the trunkline daemon did not answer within {limit:g}s") from None
+        except (Disconnected, OSError) as exc:
+            raise DaemonUnavailable(f"lost the trunkline daemon at {self.control_endpoint} ({exc})") from None
         reply = codec.decode_control_reply(raw)
         if type(reply) is ProtocolError:
             raise error_from_info(reply.error)
         return reply
 
     async def _read_events(self) -> None:
-        events = nng.Receiver(self._sub)
+        events = self._event_socket
+        assert events is not None
         mine = codec.topic_prefix(self.client_id)
         cut = len(mine)
         bus = codec.topic_prefix(codec.BUS_TOPIC)
@@ -298,31 +298,50 @@ class Client:
         while True:
             if self.reader_gate is not None:
                 await self.reader_gate.wait()
-            if burst >= 64:
-                # A long burst: let the consumers run before reading on.
-                burst = 0
-                await anyio.lowlevel.checkpoint()
-            data = events.ready()
-            if data is None:
-                burst = 0
-                data = await events.recv()
-            else:
-                burst += 1
             try:
-                if data.startswith(mine):
-                    ev = decode(memoryview(data)[cut:])
-                elif data.startswith(bus):
-                    self._bus_send.send_nowait(decode(memoryview(data)[len(bus):]))
-                    continue
+                batch = events.ready()
+                if batch is None:
+                    burst = 0
+                    batch = await events.receive()
                 else:
-                    continue
-            except codec.DecodeError:
+                    burst += 1
+                    if burst >= 8:
+                        # A long burst: let the consumers run before reading on.
+                        burst = 0
+                        await anyio.lowlevel.checkpoint()
+            except Disconnected:
+                await self._resubscribe()
                 continue
-            route = routes.get(ev.request_id)
-            if route is not None:
-                route.deliver(ev)
-            elif type(ev) is ProbeEvent and self._probe_seen is not None:
-                self._probe_seen.set()
+            for data in batch:
+                try:
+                    if data.startswith(mine):
+                        ev = decode(memoryview(data)[cut:])
+                    elif data.startswith(bus):
+                        self._bus_send.send_nowait(decode(memoryview(data)[len(bus):]))
+                        continue
+                    else:
+                        continue
+                except codec.DecodeError:
+                    continue
+                route = routes.get(ev.request_id)
+                if route is not None:
+                    route.deliver(ev)
+                elif type(ev) is ProbeEvent and self._probe_seen is not None:
+                    self._probe_seen.set()
+
+    async def _resubscribe(self) -> None:
+        """The daemon went away (a restart): subscribe again as soon as one listens.
+        What was published meanwhile comes back by `replay`, or the request fails."""
+        assert self._event_socket is not None
+        self._event_socket.close()
+        delay = 0.01
+        while True:
+            try:
+                await self._event_socket.connect()
+                return
+            except (OSError, Disconnected):
+                await anyio.sleep(delay)
+                delay = min(delay * 2, 0.5)
 
     def _recover(self, route: _Route) -> None:
         if route.recovering or self._tg is None:
@@ -421,12 +440,12 @@ class Client:
         return await self._call(StatusQuery())  # type: ignore[no-any-return]
 
     async def ready(self, model: str, provider: str | None = None) -> ReadyResult:
-        return await self._call(Ready(model=model, provider=provider), timeout_s=max(self.timeout_s, 35.0),  # type: ignore[no-any-return]
-                                slow=True)
+        return await self._call(Ready(model=model, provider=provider),  # type: ignore[no-any-return]
+                                timeout_s=max(self.timeout_s, 35.0))
 
     async def count_tokens(self, model: str | Request, messages: str | Message | Sequence[Message] | None = None,
                            **fields: Any) -> TokenCount:
-        reply = await self._call(CountTokens(request=build_request(model, messages, **fields)), slow=True)
+        reply = await self._call(CountTokens(request=build_request(model, messages, **fields)))
         if type(reply) is Rejected:
             raise error_from_info(reply.error)
         return reply  # type: ignore[no-any-return]
