@@ -3,8 +3,8 @@ the daemon's own cost, outside the full benchmark.
 
     .venv/bin/python -m bench.cpu_split [--count 3000] [--load complete|stream] [--model fake:gpt-4o-mini]
 
-Prints CPU µs per operation for the client, the supervisor and each worker, and
-how many frames the supervisor published per operation.
+Prints CPU µs per operation for the client, the supervisor and each worker, each
+split into its main thread (system time apart) and its other threads.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import os
 import sys
 import time
 
-import pynng
 import trio
 
 from trunkline import Client
@@ -47,10 +46,6 @@ async def main(count: int, load: str, model: str, concurrency: int, warmup_concu
             # worker's pool, as a burst of traffic does.
             await closed_loop(op, warmup_concurrency or concurrency, count=max(300, 2 * warmup_concurrency),
                               duration_s=20)
-            frames = pynng.Sub0(recv_buffer_size=8192)
-            frames.subscribe(b"")
-            frames.dial(f"ipc://{daemon.runtime_dir}/events.ipc", block=True)
-            await trio.sleep(0.2)
             pids = {"client": os.getpid(), "supervisor": daemon.pid}
             pids.update({f"worker {k}": v for k, v in daemon.workers.items()})
             before = {k: cpu_seconds(p) for k, p in pids.items()}
@@ -60,18 +55,10 @@ async def main(count: int, load: str, model: str, concurrency: int, warmup_concu
             wall = time.perf_counter() - t0
             after = {k: cpu_seconds(p) for k, p in pids.items()}
             threads_after = {k: thread_cpu(p) for k, p in pids.items()}
-            n = 0
-            while True:
-                try:
-                    frames.recv(block=False)
-                    n += 1
-                except pynng.TryAgain:
-                    break
-            frames.close()
             done = len(result.samples)
             lat = sorted(s if isinstance(s, float) else s[1] for s in result.samples)
             print(f"{load} {model} c={concurrency}: {done} ops, {result.errors} errors, {done / wall:.0f}/s, "
-                  f"p50 {lat[len(lat) // 2] * 1e3:.2f} ms, {n / max(done, 1):.1f} frames published/op")
+                  f"p50 {lat[len(lat) // 2] * 1e3:.2f} ms")
             total = 0.0
             for k in pids:
                 us = (after[k] - before[k]) / max(done, 1) * 1e6

@@ -44,6 +44,19 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
+def pss_mb(pid: int) -> float:
+    """Proportional set size in MiB: each page shared by n processes counts 1/n in each,
+    so unlike RSS it can be summed over processes that share the python binary and
+    its libraries. RSS when smaps_rollup cannot be read (kernels before 4.14)."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return rss_mb(pid)
+
+
 def children(pid: int) -> list[int]:
     """Every descendant of a process (the proxy's server process, a worker's helpers)."""
     out: list[int] = []

@@ -350,8 +350,8 @@ def _subscribers(res: dict, add: Callable[[str], None]) -> None:
     add("")
     add(f"The same total load ({res['plan']['subscriber_streams_in_flight']} streams of "
         f"{res['plan']['events_chunks']} chunks in flight) spread over more client processes. Each subscriber's "
-        "connection carries every event of every client (nng filters on the subscriber side), so the supervisor "
-        "sends each event once per subscriber and every client drops what is not its own.")
+        "connection carries every event of every client (nng's PUB/SUB filters on the subscriber side), so the "
+        "supervisor sends each event once per subscriber and every client drops what is not its own.")
     add("")
     rows = []
     for n, s in subs.items():
@@ -368,32 +368,60 @@ def _subscribers(res: dict, add: Callable[[str], None]) -> None:
     add("")
 
 
-def _rss_row(label: str, rss: dict) -> list[str]:
+def _daemon_total(per_process: dict) -> float:
+    return sum(v for k, v in per_process.items() if k == "supervisor" or k.startswith("worker "))
+
+
+def _memory_row(label: str, sample: dict, previous: dict | None) -> list[str]:
+    rss = sample["rss"]
     workers = {k: v for k, v in rss.items() if k.startswith("worker ")}
-    total = rss.get("supervisor", 0) + sum(workers.values())
+    total = _daemon_total(rss)
     return [label, f"{rss.get('supervisor', 0):.1f}", ", ".join(f"{k[7:]} {v:.1f}" for k, v in workers.items()),
-            f"{total:.1f}", f"{rss.get('client', 0):.1f}"]
+            f"{total:.1f}", f"{total - _daemon_total(previous['rss']):+.1f}" if previous else "–",
+            f"{_daemon_total(sample['pss']):.1f}", f"{rss.get('client', 0):.1f}"]
 
 
 def _memory(res: dict, add: Callable[[str], None], goals: list) -> None:
-    mem = res["memory"]
-    add("## 5. Memory (RSS, MiB)")
+    mem, plan = res["memory"], res["plan"]
+    add("## 5. Memory (MiB)")
     add("")
+    add(f"Each row is sampled once what it names has run and the processes have settled ({plan['settle_s']:g} s), "
+        "so memory a stage adds shows in that stage's row; *change* is the RSS of supervisor + workers minus the "
+        "row above. RSS counts every page a process holds, so the pages all these Python processes share (the "
+        "interpreter, its libraries) are counted once per process and the RSS sum overstates what they use "
+        "together; PSS (`Pss` in `/proc/<pid>/smaps_rollup`) splits each shared page among the processes that map "
+        "it, so the PSS sum is what they take together (pages also mapped by the benchmark's own Python processes "
+        "are split with those too).")
+    add("")
+    repeats = plan["repeats"]
+    labels = {
+        "idle": "idle, just started",
+        "after_repeats": f"after latency, streams, Anthropic and event throughput ({repeats} "
+                         f"repeat{'s' if repeats != 1 else ''})",
+        "after_subscribers": f"after subscribers ({', then '.join(map(str, plan['subscribers']))} client "
+                             "processes, each reading every event)",
+        "open_streams": "{opened} streams open ({failed} failed to open)",
+        "after_load": "idle after all the load above",
+    }
     rows = []
-    if "idle" in mem:
-        rows.append(_rss_row("idle, just started", mem["idle"]))
-        workers = [v for k, v in mem["idle"].items() if k.startswith("worker ")]
-        total = mem["idle"].get("supervisor", 0) + sum(workers)
-        goals.append((f"supervisor + {len(workers)} idle workers, RSS", f"< {WORKERS_GOAL_MB} MB",
-                      f"{total:.1f} MiB", _verdict(total, WORKERS_GOAL_MB)))
-    if "open_streams" in mem:
-        o = mem["open_streams"]
-        rows.append(_rss_row(f"{o['opened']} streams open ({o['failed']} failed to open)", o["rss"]))
-    if "after_load" in mem:
-        rows.append(_rss_row("idle after the load above", mem["after_load"]))
-    for line in _table(["when", "supervisor", "workers", "supervisor + workers", "benchmark client process"], rows):
+    previous = None
+    for key, label in labels.items():
+        sample = mem.get(key)
+        if sample is None:
+            continue
+        if key == "open_streams":
+            label = label.format(**sample)
+        rows.append(_memory_row(label, sample, previous))
+        previous = sample
+    for line in _table(["when", "supervisor", "workers", "supervisor + workers", "change over the row above",
+                        "supervisor + workers, PSS", "benchmark client process"], rows):
         add(line)
     add("")
+    if "idle" in mem:
+        workers = [k for k in mem["idle"]["rss"] if k.startswith("worker ")]
+        total, pss = _daemon_total(mem["idle"]["rss"]), _daemon_total(mem["idle"]["pss"])
+        goals.append((f"supervisor + {len(workers)} idle workers, RSS", f"< {WORKERS_GOAL_MB} MB",
+                      f"{total:.1f} MiB (PSS {pss:.1f} MiB)", _verdict(total, WORKERS_GOAL_MB)))
     if "open_streams" in mem:
         add(f"Opening {mem['open_streams']['opened']} streams (each waits for its first token) took "
             f"{mem['open_streams']['open_s']:.2f} s.")
@@ -417,7 +445,9 @@ def _memory(res: dict, add: Callable[[str], None], goals: list) -> None:
         add(f"8 streams of 50 chunks and 8 non-streaming requests always in flight: {soak['streams']} streams, "
             f"{soak['completes']} requests, {soak['events']} events, {soak['lost']} lost, {soak['recovered']} "
             f"recovered by replay, {soak['errors']} errors"
-            + (f" (first: {soak['first_error'][:100]})" if soak.get("first_error") else "") + ".")
+            + (f" (first: {soak['first_error'][:100]})" if soak.get("first_error") else "") + ". The client is the "
+            "benchmark process, which keeps only counts and sums of these operations, not a sample of each: its "
+            "growth is the trunkline client's.")
         add("")
         rows = [[k, f"{v['start']:.1f}", f"{v['max']:.1f}", f"{v['end']:.1f}", f"{v['end'] - v['start']:+.1f}",
                  f"{v['slope_second_half_mb_per_min']:+.2f}"] for k, v in soak["rss"].items()]

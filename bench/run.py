@@ -29,9 +29,9 @@ from trunkline.protocol.messages import TextDelta
 
 from . import hops, report
 from .floor import HttpTarget
-from .load import LoadResult, closed_loop
+from .load import LoadResult, Totals, closed_loop
 from .peers import PeerUnavailable, Proxy, start_proxy, start_sdk
-from .procs import CpuMeter, LineProcess, rss_mb, self_cpu
+from .procs import CpuMeter, LineProcess, pss_mb, rss_mb, self_cpu
 from .stats import Summary, slope_per_minute
 from .trunkline_runner import ANTHROPIC_PROVIDER, OPENAI_PROVIDER, Daemon, TrunklineOps
 
@@ -323,10 +323,18 @@ class Bench:
                 for proc in procs:
                     await proc.stop()
 
-    async def memory_idle(self, label: str) -> None:
+    def memory_now(self) -> dict[str, dict[str, float]]:
+        """RSS and PSS of the supervisor, each worker and this process (the client)."""
         assert self.daemon is not None
+        me = os.getpid()
+        return {"rss": {**self.daemon.rss(), "client": rss_mb(me)},
+                "pss": {**self.daemon.pss(), "client": pss_mb(me)}}
+
+    async def memory_after(self, key: str) -> None:
+        """Called after every heavy stage, once it has settled, so that the report shows
+        memory growth under the stage that caused it."""
         await trio.sleep(self.plan.settle_s)
-        self.results["memory"][label] = {**self.daemon.rss(), "client": rss_mb(os.getpid())}
+        self.results["memory"][key] = self.memory_now()
 
     async def memory_open_streams(self) -> None:
         assert self.client is not None and self.ops is not None and self.daemon is not None
@@ -361,12 +369,12 @@ class Bench:
                 await all_open.wait()
             open_s = time.perf_counter() - t0
             await trio.sleep(self.plan.settle_s / 2)
-            sample = {**self.daemon.rss(), "client": rss_mb(os.getpid())}
+            sample = self.memory_now()
             release.set()
         with trio.move_on_after(30):
             while await self.daemon.in_flight():
                 await trio.sleep(0.1)
-        self.results["memory"]["open_streams"] = {"rss": sample, "requested": n, "opened": opened, "failed": failed,
+        self.results["memory"]["open_streams"] = {**sample, "requested": n, "opened": opened, "failed": failed,
                                                   "open_s": open_s}
 
     async def hop_trace(self) -> None:
@@ -398,7 +406,7 @@ class Bench:
                 await trio.sleep(interval)
 
         async def run(name: str, op: Any) -> None:
-            results[name] = await closed_loop(op, 8, count=10**12, duration_s=seconds)
+            results[name] = await closed_loop(op, 8, count=10**12, duration_s=seconds, samples=Totals())
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(sample_memory)
@@ -414,8 +422,7 @@ class Bench:
         self.results["soak"] = {
             "minutes": self.plan.soak_minutes, "wall_s": time.perf_counter() - t0, "cpu": cpu,
             "streams": len(streams), "completes": len(results["complete"].samples),
-            "events": sum(s[3] for s in streams), "lost": sum(s[4] for s in streams),
-            "recovered": sum(s[5] for s in streams),
+            "events": streams.sum(3), "lost": streams.sum(4), "recovered": streams.sum(5),
             "errors": results["stream"].errors + results["complete"].errors,
             "first_error": results["stream"].first_error or results["complete"].first_error,
             "rss": {k: {"start": samples[0][k], "end": samples[-1][k], "max": max(s[k] for s in samples),
@@ -465,7 +472,7 @@ class Bench:
 
     async def measure(self) -> None:
         async with self.stage("memory idle"):
-            await self.memory_idle("idle")
+            await self.memory_after("idle")
         async with self.stage("peers start"):
             await self.start_peers()
         for rep in range(self.plan.repeats):
@@ -477,12 +484,16 @@ class Bench:
                 await self.anthropic(rep)
             async with self.stage(f"event throughput repeat {rep + 1}"):
                 await self.event_throughput(rep)
+        async with self.stage("memory after the repeats"):
+            await self.memory_after("after_repeats")
         async with self.stage("subscribers"):
             await self.subscribers()
+        async with self.stage("memory after subscribers"):
+            await self.memory_after("after_subscribers")
         async with self.stage("memory with open streams"):
             await self.memory_open_streams()
         async with self.stage("memory idle after load"):
-            await self.memory_idle("after_load")
+            await self.memory_after("after_load")
             if self.proxy:
                 self.results["peers"]["proxy"]["rss_after_mb"] = self.proxy.rss()
         async with self.stage("hop trace"):

@@ -1,10 +1,13 @@
 """trunkline under test: `trunkline serve` as a separate process, configured to call the
 fake upstream, and the operations the benchmark runs through the real Python client.
 
-The daemon is started exactly as a user starts it (`python -m trunkline.cli
-serve --config ... --runtime-dir ...`) and is never changed or instrumented:
-everything the report says about it is read from its sockets, /proc and the
-`bus` events it publishes anyway.
+Every stage but the hop trace runs one daemon, untraced, exactly as a user
+starts it (`python -m trunkline.cli serve --config ... --runtime-dir ...`): all
+they report about it is read from its sockets, /proc and the `bus` events it
+publishes anyway. The hop-trace stage runs a second daemon, started the same way
+but with `TRUNKLINE_TRACE_HOPS=1`, the daemon's opt-in setting under which the
+supervisor and the worker also publish `trace.supervisor` / `trace.worker` bus
+events holding CLOCK_MONOTONIC stamps of each request's path (see `hops.py`).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,7 +29,7 @@ from trunkline import Client
 from trunkline.client import build_request
 from trunkline.protocol.messages import ErrorEvent, Finish, Request, TextDelta
 
-from .procs import rss_mb, terminate
+from .procs import pss_mb, rss_mb, terminate
 
 #: The worker that serves the benchmark's OpenAI-compatible traffic.
 OPENAI_PROVIDER = "fake"
@@ -74,6 +78,8 @@ class Daemon:
         config.write_text(yaml.safe_dump(bench_config(self.upstream_port, self.dir / "state")))
         env = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "OPENROUTER_API_KEY")}
         env["FAKE_ANTHROPIC_KEY"] = "bench-key"
+        # Set either way, so a TRUNKLINE_TRACE_HOPS=1 left in the caller's environment
+        # cannot turn tracing on in a daemon meant to run untraced.
         env["TRUNKLINE_TRACE_HOPS"] = "1" if self.trace_hops else "0"
         argv = [sys.executable, "-m", "trunkline.cli", "serve", "--config", str(config),
                 "--runtime-dir", str(self.runtime_dir)]
@@ -110,9 +116,15 @@ class Daemon:
         return list(self.workers.values())
 
     def rss(self) -> dict[str, float]:
-        out = {"supervisor": rss_mb(self.pid)}
+        return self._each(rss_mb)
+
+    def pss(self) -> dict[str, float]:
+        return self._each(pss_mb)
+
+    def _each(self, read: Callable[[int], float]) -> dict[str, float]:
+        out = {"supervisor": read(self.pid)}
         for name, pid in self.workers.items():
-            out[f"worker {name}"] = rss_mb(pid)
+            out[f"worker {name}"] = read(pid)
         return out
 
     async def in_flight(self) -> int:

@@ -7,11 +7,14 @@ section was measured and written.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from bench.load import Totals, closed_loop
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -31,6 +34,16 @@ SECTIONS = [
     "## Steering goals beside the measured values",
 ]
 
+#: The memory table's rows, in the order the stages run: growth must show under the
+#: stage that caused it.
+MEMORY_ROWS = [
+    "| idle, just started |",
+    "| after latency, streams, Anthropic and event throughput (",
+    "| after subscribers (",
+    " streams open (",
+    "| idle after all the load above |",
+]
+
 
 @pytest.mark.e2e
 def test_quick_bench_writes_every_section(tmp_path: Path) -> None:
@@ -48,4 +61,22 @@ def test_quick_bench_writes_every_section(tmp_path: Path) -> None:
     assert "LiteLLM proxy: **skipped**: peers disabled" in report
     # Every system that ran has a row with a sample count, and trunkline's did not fail.
     assert "| trunkline | " in report
+    memory = report[report.index("## 5. Memory"):report.index("### Soak")]
+    where = [memory.find(row) for row in MEMORY_ROWS]
+    assert -1 not in where and where == sorted(where), dict(zip(MEMORY_ROWS, where))
+    assert "| supervisor + workers, PSS |" in memory
+    assert re.search(r"\| supervisor \+ 5 idle workers, RSS \| < 150 MB \| [\d.]+ MiB \(PSS [\d.]+ MiB\) \|", report)
     assert out.with_suffix(".json").exists()
+
+
+
+async def test_the_soak_keeps_counts_and_sums_not_samples() -> None:
+    async def op() -> tuple[int, float]:
+        return 2, 0.5
+
+    result = await closed_loop(op, 3, count=10, duration_s=60, samples=Totals())
+    assert isinstance(result.samples, Totals)
+    assert len(result.samples) == 10
+    assert result.samples.sums == [20, 5.0]
+    assert result.samples.sum(1) == 5.0
+    assert Totals().sum(3) == 0  # no operation succeeded: the soak still reports its counts
