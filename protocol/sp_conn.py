@@ -288,12 +288,15 @@ def unlink_ipc(url: str, file_id: int | None) -> None:
 
 
 async def accept_loop(listener: socket.socket, on_accept) -> None:  # type: ignore[no-untyped-def]
-    """Call `on_accept(sock)` for every connection, until cancelled."""
+    """Call `on_accept(sock)` for every connection, until cancelled or the listener closes."""
     while True:
         try:
             sock, _ = listener.accept()
         except BlockingIOError:
-            await trio.lowlevel.wait_readable(listener)
+            try:
+                await trio.lowlevel.wait_readable(listener)
+            except trio.ClosedResourceError:
+                return
             continue
         except OSError as exc:
             if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):

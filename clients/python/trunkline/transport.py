@@ -71,6 +71,7 @@ class _Stream:
         self._frame = sp_wire.frame_ipc if ipc else sp_wire.frame_tcp
         self._sending = False
         self._sent: anyio.Event | None = None
+        self._early: list[bytes] = []  # messages that came in with the peer's handshake
         self.closed = False
 
     @classmethod
@@ -81,8 +82,8 @@ class _Stream:
             await stream.send_raw(sp_wire.handshake(protocol))
             with anyio.fail_after(HANDSHAKE_TIMEOUT_S):
                 while stream.reader.expect is not None:
-                    if await stream._recv_into_reader():
-                        raise Disconnected("the daemon sent a message before its handshake")
+                    # A busy publisher's first events may share a read with its header.
+                    stream._early += await stream._recv_into_reader()
         except (TimeoutError, WireError) as exc:
             stream.close()
             raise Disconnected(f"{url} does not speak nng's {sp_wire.NAMES[peer]}: {exc}") from None
@@ -146,6 +147,9 @@ class _Stream:
     def ready(self) -> list[bytes] | None:
         """Messages already in the kernel, without waiting: a list (maybe empty, when
         only part of a message is there), or None when nothing at all was there."""
+        if self._early:
+            early, self._early = self._early, []
+            return early
         try:
             data = self.sock.recv(RECV_SIZE)
         except BlockingIOError:
@@ -158,6 +162,9 @@ class _Stream:
 
     async def receive(self) -> list[bytes]:
         """At least one whole message."""
+        if self._early:
+            early, self._early = self._early, []
+            return early
         while True:
             messages = await self._recv_into_reader()
             if messages:
