@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import os
 import socket
+import sys
 from typing import Any
 
 import anyio
@@ -62,6 +63,22 @@ async def dial(url: str) -> tuple[socket.socket, bool]:
     return sock, kind == "ipc"
 
 
+def _io_waiters() -> tuple[Any, Any, tuple[type[BaseException], ...]]:
+    """How to wait for a socket in the running event loop. Under trio, trio's own
+    functions: anyio's look the backend up on every call, which the client makes a
+    few times per request."""
+    trio = sys.modules.get("trio")
+    if trio is not None:
+        try:
+            trio.lowlevel.current_task()
+        except RuntimeError:
+            pass  # trio is imported, but this is another event loop
+        else:
+            return (trio.lowlevel.wait_readable, trio.lowlevel.wait_writable,
+                    (trio.ClosedResourceError, anyio.ClosedResourceError))
+    return anyio.wait_readable, anyio.wait_writable, (anyio.ClosedResourceError,)
+
+
 class _Stream:
     """One SP connection: framed sends that never interleave, whole-message receives."""
 
@@ -69,6 +86,7 @@ class _Stream:
         self.sock = sock
         self.reader = reader
         self._frame = sp_wire.frame_ipc if ipc else sp_wire.frame_tcp
+        self._wait_readable, self._wait_writable, self._closed_errors = _io_waiters()
         self._sending = False
         self._sent: anyio.Event | None = None
         self._early: list[bytes] = []  # messages that came in with the peer's handshake
@@ -82,8 +100,9 @@ class _Stream:
             await stream.send_raw(sp_wire.handshake(protocol))
             with anyio.fail_after(HANDSHAKE_TIMEOUT_S):
                 while stream.reader.expect is not None:
+                    await stream._wait()
                     # A busy publisher's first events may share a read with its header.
-                    stream._early += await stream._recv_into_reader()
+                    stream._early += stream._take() or []
         except (TimeoutError, WireError) as exc:
             stream.close()
             raise Disconnected(f"{url} does not speak nng's {sp_wire.NAMES[peer]}: {exc}") from None
@@ -118,38 +137,29 @@ class _Stream:
         try:
             with anyio.CancelScope(shield=True):
                 while view:
-                    await anyio.wait_writable(self.sock)
+                    await self._wait_writable(self.sock)
                     try:
                         view = view[self.sock.send(view):]
                     except BlockingIOError:
                         continue
-        except (OSError, anyio.ClosedResourceError) as exc:
+        except OSError as exc:
             raise Disconnected(str(exc)) from None
+        except self._closed_errors:
+            raise Disconnected("connection closed") from None
         finally:
             self._sending = False
             self._sent.set()
 
-    async def _recv_into_reader(self) -> list[bytes]:
+    async def _wait(self) -> None:
         try:
-            data = self.sock.recv(RECV_SIZE)
-        except BlockingIOError:
-            try:
-                await anyio.wait_readable(self.sock)
-            except anyio.ClosedResourceError:
-                raise Disconnected("connection closed") from None
-            return []
-        except OSError as exc:
-            raise Disconnected(str(exc)) from None
-        if not data:
-            raise Disconnected("the daemon closed the connection")
-        return self.reader.feed(data)  # type: ignore[return-value]
+            await self._wait_readable(self.sock)
+        except self._closed_errors:
+            raise Disconnected("connection closed") from None
 
-    def ready(self) -> list[bytes] | None:
-        """Messages already in the kernel, without waiting: a list (maybe empty, when
-        only part of a message is there), or None when nothing at all was there."""
-        if self._early:
-            early, self._early = self._early, []
-            return early
+    def _take(self) -> list[bytes] | None:
+        """Whatever whole messages the kernel has now (maybe none); None when it had no
+        byte at all. Trying first is cheaper than waiting first: on a busy machine the
+        answer is often there by the time we look."""
         try:
             data = self.sock.recv(RECV_SIZE)
         except BlockingIOError:
@@ -160,15 +170,24 @@ class _Stream:
             raise Disconnected("the daemon closed the connection")
         return self.reader.feed(data)  # type: ignore[return-value]
 
+    def ready(self) -> list[bytes] | None:
+        """Messages already here, without waiting: a list (maybe empty, when only part of
+        a message is there), or None when there was nothing to read."""
+        if self._early:
+            early, self._early = self._early, []
+            return early
+        return self._take()
+
     async def receive(self) -> list[bytes]:
         """At least one whole message."""
         if self._early:
             early, self._early = self._early, []
             return early
         while True:
-            messages = await self._recv_into_reader()
+            messages = self._take()
             if messages:
                 return messages
+            await self._wait()
 
     def close(self) -> None:
         if self.closed:
