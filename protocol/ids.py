@@ -6,16 +6,16 @@ import os
 import time
 
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+#: Every pair of characters, for 10 bits at a time: a ULID is made per request.
+_PAIRS = [a + b for a in _ALPHABET for b in _ALPHABET]
+_SHIFTS = range(120, -1, -10)
 
 
 def ulid() -> str:
-    """A new ULID: 48 bits of milliseconds, then 80 random bits."""
+    """A new ULID: 48 bits of milliseconds, then 80 random bits (26 characters, 130 bits)."""
     value = (int(time.time() * 1000) << 80) | int.from_bytes(os.urandom(10), "big")
-    out = []
-    for _ in range(26):
-        out.append(_ALPHABET[value & 31])
-        value >>= 5
-    return "".join(reversed(out))
+    pairs = _PAIRS
+    return "".join([pairs[(value >> shift) & 1023] for shift in _SHIFTS])
 
 
 def tool_call_id() -> str:
