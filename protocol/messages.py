@@ -715,6 +715,14 @@ class ProbeEvent(Event, tag="probe", kw_only=True):
     client_id: str = ""
 
 
+class EventsLost(Event, tag="events_lost", kw_only=True):
+    """Published on a client's topic once its subscription has caught up after the
+    daemon dropped some of its events (it fell too far behind): ask `replay` for every
+    request of yours still in progress, at once, rather than after a silence."""
+
+    client_id: str = ""
+
+
 class BusEvent(Event, tag="bus", kw_only=True):
     """Observability, on topic `bus`: `llm.call_started`, `llm.call_completed`,
     `llm.call_failed`, `llm.retrying`, `llm.rate_limited`, `worker.*`."""
@@ -748,12 +756,12 @@ StreamEvent = (
     | Finish
     | ErrorEvent
 )
-AnyEvent = StreamEvent | ProbeEvent | BusEvent
+AnyEvent = StreamEvent | ProbeEvent | EventsLost | BusEvent
 TERMINAL_EVENTS = (Finish, ErrorEvent)
 
 
 # --------------------------------------------------------------------------
-# Internal link (supervisor <-> worker over Pair1). Not for clients.
+# Internal link (supervisor <-> worker, one socket pair per worker process). Not for clients.
 
 
 class Job(Msg, tag="job", kw_only=True):

@@ -18,6 +18,7 @@ import os
 import socket
 import stat
 from collections import deque
+from collections.abc import Callable
 from itertools import islice
 
 import trio
@@ -43,7 +44,7 @@ class Conn:
     """A connected socket speaking SP frames (ipc or tcp framing)."""
 
     __slots__ = ("sock", "id", "ipc", "reader", "_frame", "_out", "_out_bytes", "_writing", "_drained",
-                 "closed", "_nursery", "_recv_burst")
+                 "closed", "_nursery", "_recv_burst", "on_drained")
 
     def __init__(self, sock: socket.socket, *, ipc: bool, nursery: trio.Nursery, conn_id: int = 0,
                  max_size: int = 0, expect: int | None = None) -> None:
@@ -60,6 +61,8 @@ class Conn:
         self._nursery = nursery
         self.closed = False
         self._recv_burst = 0
+        #: Called once what was queued here has all been written (set it again to hear again).
+        self.on_drained: Callable[[], None] | None = None
 
     # -- sending ------------------------------------------------------------------
 
@@ -124,6 +127,9 @@ class Conn:
         finally:
             self._writing = False
             self._wake_drained()
+        if not out and not self.closed and self.on_drained is not None:
+            callback, self.on_drained = self.on_drained, None
+            callback()
 
     def _wake_drained(self) -> None:
         if self._drained is not None:

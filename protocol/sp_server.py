@@ -108,13 +108,20 @@ class ReplyServer(_Listener):
 
 
 class Publisher(_Listener):
-    """Pub0: every message goes to every subscriber; subscribers filter by topic."""
+    """Pub0: every message goes to every subscriber; subscribers filter by topic.
+
+    A subscriber that fell behind loses messages, but is told: once it has caught up
+    (all that was queued for it is written), `on_lost(connection id, topics)` names
+    the topics (the part of a message before its first NUL) it lost messages of, so
+    the daemon can send it a notice on each (`send_to`)."""
 
     def __init__(self, url: str, max_bytes: int = SUBSCRIBER_MAX_BYTES) -> None:
         super().__init__(url)
         self.subscribers: dict[int, Conn] = {}
         self.max_bytes = max_bytes
         self.dropped = 0  # messages not sent to a slow subscriber (summed over subscribers)
+        self.on_lost: Callable[[int, set[bytes]], None] = lambda conn_id, topics: None
+        self._lost: dict[int, set[bytes]] = {}  # connection id -> topics it lost messages of
         self._frame = sp_wire.frame_ipc if self.ipc else sp_wire.frame_tcp
 
     async def serve(self) -> None:
@@ -136,29 +143,46 @@ class Publisher(_Listener):
             pass
         finally:
             self.subscribers.pop(conn.id, None)
+            self._lost.pop(conn.id, None)
             conn.close()
 
     def publish(self, message: bytes) -> None:
         """Send one message to every subscriber, never waiting."""
         data = self._frame(message)
         for conn in self.subscribers.values():
-            self._send(conn, data, 1)
+            self._send(conn, data, 1, message)
 
     def publish_many(self, messages: list[bytes]) -> None:
-        """Several messages, written to each subscriber in one system call."""
+        """Several messages of one topic, written to each subscriber in one system call."""
         if len(messages) == 1:
             self.publish(messages[0])
             return
         frame = self._frame
         data = b"".join([frame(m) for m in messages])
         for conn in self.subscribers.values():
-            self._send(conn, data, len(messages))
+            self._send(conn, data, len(messages), messages[0])
 
-    def _send(self, conn: Conn, data: bytes, n: int) -> None:
+    def _send(self, conn: Conn, data: bytes, n: int, first: bytes) -> None:
         if conn.pending and conn.pending + len(data) > self.max_bytes:
             self.dropped += n
+            lost = self._lost.get(conn.id)
+            if lost is None:
+                lost = self._lost[conn.id] = set()
+                conn.on_drained = lambda: self._caught_up(conn)
+            lost.add(first[: first.find(b"\x00")])
             return
         conn.send_raw(data)
+
+    def _caught_up(self, conn: Conn) -> None:
+        topics = self._lost.pop(conn.id, None)
+        if topics:
+            self.on_lost(conn.id, topics)
+
+    def send_to(self, conn_id: int, message: bytes) -> None:
+        """One message to one subscriber (whatever its backlog)."""
+        conn = self.subscribers.get(conn_id)
+        if conn is not None:
+            conn.send_raw(self._frame(message))
 
     def close(self) -> None:
         for conn in list(self.subscribers.values()):

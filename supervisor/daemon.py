@@ -31,6 +31,7 @@ from ..protocol.messages import (
     ErrorEvent,
     ErrorInfo,
     Event,
+    EventsLost,
     Finish,
     FinishReason,
     Relay,
@@ -41,6 +42,8 @@ from .requests import RequestState, RequestTable
 from .slot import WorkerSlot
 
 log = logging.getLogger("trunkline.supervisor")
+
+BUS_TOPIC_BYTES = BUS_TOPIC.encode()
 
 
 class StartupError(Exception):
@@ -93,6 +96,14 @@ class Daemon:
 
     def bus(self, name: str, **fields: Any) -> None:
         self.publish(frame_event(BUS_TOPIC, BusEvent(name=name, **fields)))
+
+    def _events_lost(self, conn_id: int, topics: set[bytes]) -> None:
+        """A subscriber that lost events has caught up: tell each client it lost some
+        (the bus is not replayable; its watchers just missed events)."""
+        for topic in topics:
+            if topic != BUS_TOPIC_BYTES:
+                client_id = topic.decode(errors="replace")
+                self.pub.send_to(conn_id, frame_event(client_id, EventsLost(client_id=client_id)))
 
     def relay(self, msg: Relay) -> None:
         """Publish a worker's frames and keep them for replay; drop those of requests
@@ -208,6 +219,7 @@ class Daemon:
             self.rep.close()
             raise StartupError(f"cannot listen on {self.events_url}: {exc}") from None
         self.rep.on_close = self.router.pipe_gone
+        self.pub.on_lost = self._events_lost
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self.token = trio.lowlevel.current_trio_token()

@@ -205,12 +205,16 @@ async def test_a_vanished_client_has_its_request_cancelled(daemon):
 
 
 async def test_a_subscriber_that_falls_behind_recovers_everything_by_replay(start_daemon):
+    """The daemon drops the newest events for a subscriber too far behind, the terminal
+    one included, so no later event shows the gap: its `events_lost` notice does, at
+    once (the client's silence check is set far beyond the test's deadline)."""
     n = 90_000  # ~8 MB of events: more than the daemon holds for one subscriber (4 MiB) plus the kernel's buffer
     daemon = await start_daemon({"replay": {"ring_events": 100_000}})
     request = Request(model="mock:echo", messages=[Message.user("x")],
                       provider_options=steps({"text": "a"}, {"text": "b"}, {"text": "c"}, repeat=n // 3))
-    with trio.fail_after(60):
-        async with Client(daemon.runtime_dir, watch_bus=True) as watcher, Client(daemon.runtime_dir) as client:
+    with trio.fail_after(30):
+        async with Client(daemon.runtime_dir, watch_bus=True) as watcher, \
+                Client(daemon.runtime_dir, silence_check_s=600) as client:
             gate = trio.Event()
             client.reader_gate = gate  # the client stops reading: the daemon drops what overflows
             stream = client.stream(request, request_id="req-stall")

@@ -131,6 +131,8 @@ async def test_subscribers_get_their_topic_in_order_and_a_stuck_one_costs_the_ot
         tmp_path: Path, kind: str) -> None:
     url = endpoint(tmp_path, kind, "events")
     pub = Publisher(url, max_bytes=1024 * 1024)
+    lost: list[tuple[int, set[bytes]]] = []
+    pub.on_lost = lambda conn_id, topics: lost.append((conn_id, topics))
     fast = pynng.Sub0(recv_buffer_size=8192)
     fast.subscribe(b"a\x00")
     # A subscriber that never reads (nng's own Sub0 always drains its pipe, so a raw one).
@@ -164,6 +166,7 @@ async def test_subscribers_get_their_topic_in_order_and_a_stuck_one_costs_the_ot
         nursery.cancel_scope.cancel()
     assert got == [b"a\x00%d" % i for i in range(n)]
     assert pub.dropped > 0  # the stuck subscriber lost messages rather than holding memory
+    assert lost == []  # and has not caught up, so it has not been told yet
     fast.close()
     stuck.close()
     pub.close()
@@ -182,3 +185,39 @@ async def test_a_live_listener_is_refused_and_a_stale_socket_file_is_replaced(tm
     assert not (tmp_path / "events.ipc").exists()  # a clean stop removes its file
     with pytest.raises(ValueError, match="unsupported endpoint"):
         Publisher("ws://127.0.0.1:1/x")
+
+
+async def test_a_subscriber_that_lost_messages_is_told_which_topics_once_it_caught_up(tmp_path: Path) -> None:
+    url = f"ipc://{tmp_path}/events.ipc"
+    pub = Publisher(url, max_bytes=64 * 1024)
+    lost: list[tuple[int, set[bytes]]] = []
+
+    def on_lost(conn_id: int, topics: set[bytes]) -> None:
+        lost.append((conn_id, topics))
+        pub.send_to(conn_id, b"notice\x00you lost some")
+
+    pub.on_lost = on_lost
+    slow = trio.socket.socket(socket.AF_UNIX)
+    slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(pub.serve)
+        await slow.connect(url[len("ipc://"):])
+        await slow.send(sp_wire.handshake(sp_wire.SUB0))
+        with trio.fail_after(10):
+            while not pub.subscribers:
+                await trio.sleep(0.001)
+        for i in range(2000):  # ~2 MB while it does not read
+            pub.publish(b"c1\x00" + b"x" * 1000)
+            pub.publish_many([b"c2\x00" + b"y" * 10, b"c2\x00" + b"z" * 10])
+        assert pub.dropped > 0 and not lost
+        reader = sp_wire.FrameReader(ipc=True, expect=sp_wire.PUB0)
+        got: list[bytes] = []
+        with trio.fail_after(10):
+            while not got or got[-1] != b"notice\x00you lost some":
+                got += reader.feed(await slow.recv(65536))
+        nursery.cancel_scope.cancel()
+    slow.close()
+    pub.close()
+    assert [topics for _, topics in lost] == [{b"c1", b"c2"}]
+    assert got.count(b"notice\x00you lost some") == 1
+    assert 0 < len(got) - 1 < 6000  # what was kept arrived, in order, before the notice

@@ -40,6 +40,7 @@ from .protocol.messages import (
     CountTokens,
     ErrorEvent,
     ErrorInfo,
+    EventsLost,
     Finish,
     Goodbye,
     Hello,
@@ -331,6 +332,9 @@ class Client:
                     route.deliver(ev)
                 elif type(ev) is ProbeEvent and self._probe_seen is not None:
                     self._probe_seen.set()
+                elif type(ev) is EventsLost:
+                    for lost in list(routes.values()):
+                        self._recover(lost)
 
     async def _resubscribe(self) -> None:
         """The daemon went away (a restart): subscribe again as soon as one listens.
