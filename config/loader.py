@@ -69,6 +69,7 @@ class ReplayConfig(_Section):
     ring_events: int = 20000
     keep_s: float = 300.0
     max_requests: int = 10000
+    max_bytes: int = 64 * 1024 * 1024
 
 
 class ProviderConfig(_Section):

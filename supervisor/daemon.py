@@ -69,7 +69,8 @@ class Daemon:
         providers = {n: p for n, p in config.providers.items() if p.enabled}
         configured = [n for n, p in providers.items() if not p.api_key_env or os.environ.get(p.api_key_env)]
         self.catalog = Catalog.load(config.models, providers=providers, configured=configured)
-        self.requests = RequestTable(config.replay.ring_events, config.replay.keep_s, config.replay.max_requests)
+        self.requests = RequestTable(config.replay.ring_events, config.replay.keep_s, config.replay.max_requests,
+                                     config.replay.max_bytes)
         self.slots: dict[str, WorkerSlot] = {}
         for name, provider in providers.items():
             slot = WorkerSlot(self, name, provider)

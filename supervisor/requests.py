@@ -3,7 +3,10 @@
 Each request keeps a ring of its most recent event frames so a client that
 lost some (PUB/SUB drops for slow subscribers) can ask for them again; the
 ring outlives the request for `keep_s`, and outlives its worker: a crashed
-worker's requests still answer `replay`.
+worker's requests still answer `replay`. Finished requests' rings share one
+byte budget (`max_bytes`): under heavy load the oldest are let go first, while
+the request itself is still remembered (a repeated submit is still recognised)
+for `keep_s`, up to `max_requests`.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ class RequestState:
     __slots__ = (
         "request_id", "client_id", "provider", "model", "stream", "operation_id",
         "generation", "ring", "last_seq", "ended", "ended_at", "cancel_deadline", "submitted_at", "trace",
+        "ring_bytes", "evicted",
     )
 
     def __init__(self, request_id: str, client_id: str, provider: str, model: str, stream: bool,
@@ -37,6 +41,8 @@ class RequestState:
         self.cancel_deadline: float | None = None
         self.submitted_at = now
         self.trace: dict[str, int] | None = None  # TRUNKLINE_TRACE_HOPS only
+        self.ring_bytes = 0  # counted once it has ended
+        self.evicted = False  # its ring was let go to keep within the budget
 
     @property
     def first_seq(self) -> int:
@@ -58,13 +64,20 @@ class RequestState:
         return acc
 
 
+#: What Python spends on each kept frame beyond its bytes (object header, ring slot).
+FRAME_OVERHEAD = 56
+
+
 class RequestTable:
-    def __init__(self, ring_events: int, keep_s: float, max_ended: int) -> None:
+    def __init__(self, ring_events: int, keep_s: float, max_ended: int, max_bytes: int = 64 << 20) -> None:
         self.ring_events = ring_events
         self.keep_s = keep_s
         self.max_ended = max_ended
+        self.max_bytes = max_bytes
         self.active: dict[str, RequestState] = {}
         self.ended: OrderedDict[str, RequestState] = OrderedDict()
+        self.ended_bytes = 0  # the rings of ended requests
+        self._rings: deque[RequestState] = deque()  # ended requests that still hold a ring, oldest first
 
     def get(self, request_id: str) -> RequestState | None:
         return self.active.get(request_id) or self.ended.get(request_id)
@@ -77,8 +90,23 @@ class RequestTable:
         state.ended_at = now
         self.active.pop(state.request_id, None)
         self.ended[state.request_id] = state
+        state.ring_bytes = sum(map(len, state.ring)) + FRAME_OVERHEAD * len(state.ring)
+        self.ended_bytes += state.ring_bytes
+        self._rings.append(state)
         while len(self.ended) > self.max_ended:
-            self.ended.popitem(last=False)
+            self._forget(self.ended.popitem(last=False)[1])
+        rings = self._rings
+        while rings and (rings[0].evicted or self.ended_bytes > self.max_bytes):
+            self._evict(rings.popleft())
+
+    def _evict(self, state: RequestState) -> None:
+        if not state.evicted:
+            state.evicted = True
+            state.ring.clear()
+            self.ended_bytes -= state.ring_bytes
+
+    def _forget(self, state: RequestState) -> None:
+        self._evict(state)  # its place in `_rings` is skipped over when reached
 
     def expire(self, now: float) -> int:
         dropped = 0
@@ -87,7 +115,10 @@ class RequestTable:
             if now - state.ended_at < self.keep_s:
                 break
             del self.ended[request_id]
+            self._forget(state)
             dropped += 1
+        while self._rings and self._rings[0].evicted:
+            self._rings.popleft()
         return dropped
 
     def of_client(self, client_id: str) -> Iterator[RequestState]:

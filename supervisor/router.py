@@ -263,7 +263,7 @@ class Router:
 
     def replay(self, msg: Replay) -> ReplayResult:
         state = self.d.requests.get(msg.request_id)
-        if state is None:
+        if state is None or state.evicted:
             return ReplayResult(request_id=msg.request_id, state="unknown", last_seq=-1)
         skip = 0
         frames = state.frames_from(msg.from_seq, REPLAY_BATCH)
