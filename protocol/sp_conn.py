@@ -93,9 +93,6 @@ class Conn:
             self._queue(memoryview(data)[sent:])
         return True
 
-    def frame(self, payload: bytes) -> bytes:
-        return self._frame(payload)
-
     def _queue(self, view: memoryview) -> None:
         self._out.append(view)
         self._out_bytes += len(view)
@@ -180,7 +177,10 @@ class Conn:
                 try:
                     data = self.sock.recv(RECV_SIZE)
                 except BlockingIOError:
-                    await trio.lowlevel.wait_readable(self.sock)
+                    try:
+                        await trio.lowlevel.wait_readable(self.sock)
+                    except trio.ClosedResourceError:
+                        raise Closed() from None
                     continue
                 except OSError as exc:
                     raise Closed(str(exc)) from None
@@ -310,6 +310,8 @@ async def accept_loop(listener: socket.socket, on_accept) -> None:  # type: igno
                 continue
             if exc.errno in (errno.ECONNABORTED, errno.EPROTO):
                 continue
+            if exc.errno in (errno.EBADF, errno.EINVAL):
+                return  # the listener was closed
             raise
         if sock.family != socket.AF_UNIX:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

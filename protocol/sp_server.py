@@ -5,7 +5,8 @@ Both run in the daemon's trio loop with no thread in between: a request is
 handled by the task that read it, and its reply is written before that task
 reads on; a publish is one `send` per subscriber. Like nng, the publisher
 never waits for a subscriber: one that falls too far behind loses messages
-(the client sees the gap in `seq` and asks `replay`).
+(its client sees the gap in `seq`, or is told once it has caught up, and asks
+`replay`).
 """
 
 from __future__ import annotations
