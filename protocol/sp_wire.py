@@ -91,7 +91,10 @@ class FrameReader:
         self._skip = 0
         self._head_size = 9 if ipc else 8
 
-    def feed(self, data: bytes) -> list[bytes | Oversize]:
+    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes | Oversize]:
+        """Messages complete with `data`; what it holds of the next one is copied, so
+        `data` may be a buffer the caller reuses. With `accept`, `data` must not be a
+        memoryview (the prefix test needs `startswith`)."""
         out: list[bytes | Oversize] = []
         if self._skip:
             n = min(self._skip, len(data))
@@ -99,7 +102,7 @@ class FrameReader:
             data = data[n:]
         if self._buf:
             self._buf += data
-            src: bytes | bytearray = self._buf
+            src: bytes | bytearray | memoryview = self._buf
         else:
             src = data  # the common case: parse the received bytes in place
         pos = 0
@@ -143,7 +146,7 @@ class FrameReader:
         self._keep(src, pos)
         return out
 
-    def _keep(self, src: bytes | bytearray, pos: int) -> None:
+    def _keep(self, src: bytes | bytearray | memoryview, pos: int) -> None:
         """Hold what follows `pos` (part of a message) for the next feed."""
         if src is self._buf:
             if pos:

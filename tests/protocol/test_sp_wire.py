@@ -37,6 +37,22 @@ def test_any_chunking_gives_back_exactly_the_messages_sent(messages, cuts, ipc):
     assert reader.buffered == 0
 
 
+@settings(max_examples=200, deadline=None)
+@given(payloads, st.lists(st.integers(min_value=0, max_value=10_000), max_size=40))
+def test_a_reused_receive_buffer_can_be_overwritten_after_each_feed(messages, cuts):
+    """The daemon receives into one buffer and feeds a view of it: nothing the reader
+    returns or keeps may still point into that buffer."""
+    wire = b"".join(sp_wire.frame_ipc(m) for m in messages)
+    reader = FrameReader(ipc=True)
+    buffer = bytearray(10_000)
+    got = []
+    for chunk in chunked(wire, cuts):
+        buffer[: len(chunk)] = chunk
+        got += reader.feed(memoryview(buffer)[: len(chunk)])
+        buffer[:] = b"\xee" * len(buffer)  # the next receive overwrites it
+    assert got == messages
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=2000), st.lists(st.integers(min_value=0, max_value=3000), max_size=30), st.booleans())
 def test_any_bytes_either_parse_or_raise_wire_error_never_anything_else(data, cuts, ipc):

@@ -22,7 +22,7 @@ import anyio
 from .protocol import sp_wire
 from .protocol.sp_wire import FrameReader, WireError
 
-RECV_SIZE = 256 * 1024
+RECV_SIZE = 128 * 1024
 HANDSHAKE_TIMEOUT_S = 10.0
 
 
@@ -90,6 +90,7 @@ class _Stream:
         self._sending = False
         self._sent: anyio.Event | None = None
         self._early: list[bytes] = []  # messages that came in with the peer's handshake
+        self._buffer = bytearray(RECV_SIZE)
         self.closed = False
 
     @classmethod
@@ -161,14 +162,16 @@ class _Stream:
         byte at all. Trying first is cheaper than waiting first: on a busy machine the
         answer is often there by the time we look."""
         try:
-            data = self.sock.recv(RECV_SIZE)
+            n = self.sock.recv_into(self._buffer)
         except BlockingIOError:
             return None
         except OSError as exc:
             raise Disconnected(str(exc)) from None
-        if not data:
+        if not n:
             raise Disconnected("the daemon closed the connection")
-        return self.reader.feed(data)  # type: ignore[return-value]
+        # A copy of exactly what arrived: `recv(RECV_SIZE)` allocated the whole size
+        # each time and shrank it, which fragments a long-running process's heap.
+        return self.reader.feed(self._buffer[:n])  # type: ignore[return-value]
 
     def ready(self) -> list[bytes] | None:
         """Messages already here, without waiting: a list (maybe empty, when only part of
