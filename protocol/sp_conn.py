@@ -151,26 +151,11 @@ class Conn:
     async def receive(self) -> list[bytes | Oversize]:
         """The next messages (at least one); `Closed` at the end of the stream, `WireError`
         if the peer breaks the protocol."""
-        sock = self.sock
         while True:
             if self._recv_burst >= BURST:
                 self._recv_burst = 0
                 await trio.lowlevel.checkpoint()
-            try:
-                n = sock.recv_into(_RECV_BUFFER)
-            except BlockingIOError:
-                self._recv_burst = 0
-                try:
-                    await trio.lowlevel.wait_readable(sock)
-                except trio.ClosedResourceError:
-                    raise Closed() from None
-                continue
-            except OSError as exc:
-                raise Closed(str(exc)) from None
-            if not n:
-                raise Closed()
-            self._recv_burst += 1
-            messages = self.reader.feed(_RECV_VIEW[:n])
+            messages = await self._read()
             if messages:
                 return messages
 
@@ -178,26 +163,31 @@ class Conn:
         """Send our header, then wait for the peer's (checked by the reader). Returns any
         messages that arrived with it."""
         self.send_raw(sp_wire.handshake(protocol))
+        messages: list[bytes | Oversize] = []
         with trio.move_on_after(timeout_s):
             while self.reader.expect is not None:
-                try:
-                    n = self.sock.recv_into(_RECV_BUFFER)
-                except BlockingIOError:
-                    try:
-                        await trio.lowlevel.wait_readable(self.sock)
-                    except trio.ClosedResourceError:
-                        raise Closed() from None
-                    continue
-                except OSError as exc:
-                    raise Closed(str(exc)) from None
-                if not n:
-                    raise Closed()
-                messages = self.reader.feed(_RECV_VIEW[:n])
-                if self.reader.expect is None:
-                    return messages
+                messages = await self._read()
         if self.reader.expect is not None:
             raise WireError("no handshake from the peer in time")
-        return []
+        return messages
+
+    async def _read(self) -> list[bytes | Oversize]:
+        """What one receive brings (maybe no whole message); waits when nothing is there."""
+        try:
+            n = self.sock.recv_into(_RECV_BUFFER)
+        except BlockingIOError:
+            self._recv_burst = 0
+            try:
+                await trio.lowlevel.wait_readable(self.sock)
+            except trio.ClosedResourceError:
+                raise Closed() from None
+            return []
+        except OSError as exc:
+            raise Closed(str(exc)) from None
+        if not n:
+            raise Closed()
+        self._recv_burst += 1
+        return self.reader.feed(_RECV_VIEW[:n])
 
     def close(self) -> None:
         if self.closed:

@@ -26,8 +26,10 @@ def test_a_ulid_carries_the_time_and_random_bits_in_crockford_base32():
     assert len({ids.ulid() for _ in range(10_000)}) == 10_000
 
 
-def test_ulids_sort_by_time_and_carry_their_prefixes():
-    first = ids.ulid()
-    time.sleep(0.002)
-    assert ids.ulid() > first
+def test_ulids_sort_by_time_and_carry_their_prefixes(monkeypatch):
+    clock = iter([1_700_000_000.000, 1_700_000_000.001, 1_700_000_000.002])
+    monkeypatch.setattr(ids.time, "time", lambda: next(clock))
+    made = [ids.ulid() for _ in range(3)]
+    assert made == sorted(made) and len(set(made)) == 3
+    monkeypatch.undo()
     assert ids.request_id().startswith("req_") and ids.tool_call_id().startswith("tu_")
