@@ -84,7 +84,7 @@ def tree(pid: int) -> list[int]:
 
 
 def self_cpu() -> float:
-    """This process's CPU, with microsecond resolution (all threads, pynng's included)."""
+    """This process's CPU, with microsecond resolution (all its threads)."""
     t = os.times()
     return t.user + t.system
 
