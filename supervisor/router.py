@@ -189,7 +189,7 @@ class Router:
             return ProtocolError(error=_error(
                 "invalid_request", f"protocol {msg.protocol} is newer than this daemon's {PROTOCOL_VERSION}"))
         if self.needs_token:
-            if not self.token or not msg.token or not hmac.compare_digest(msg.token, self.token):
+            if not self.token or not msg.token or not hmac.compare_digest(msg.token.encode(), self.token.encode()):
                 return ProtocolError(error=_error("authentication", "this endpoint needs a valid token in hello"))
             self.authenticated.add(pipe_id)
         client_id = "c" + ulid()

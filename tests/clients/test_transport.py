@@ -61,9 +61,10 @@ async def test_tcp_endpoints_work_with_the_token_and_refuse_everything_without_i
             assert (await client.complete("mock:echo", "over tcp")).text == "over tcp"
             async with client.stream("mock:echo", "streamed over tcp") as stream:
                 assert (await stream.response()).text == "streamed over tcp"
-        with pytest.raises(AuthenticationError):
-            async with Client(control_endpoint=control, token="wrong"):
-                pass
+        for wrong in ("wrong", "wrong-ü"):  # a non-ASCII token is refused like any other
+            with pytest.raises(AuthenticationError):
+                async with Client(control_endpoint=control, token=wrong):
+                    pass
         # Skipping hello does not help: every request on that connection is refused.
         sock = pynng.Req0(resend_time=-1, recv_timeout=10_000)
         sock.dial(control, block=True)
