@@ -33,28 +33,28 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
-def rss_mb(pid: int) -> float:
-    """Resident memory (VmRSS) in MiB; 0 when the process is gone."""
+def _kib_field(path: str, key: str) -> float | None:
+    """A `Key:  N kB` line of a /proc file, in MiB; None if the file or key is missing."""
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+        for line in Path(path).read_text().splitlines():
+            if line.startswith(key):
                 return int(line.split()[1]) / 1024
     except OSError:
         pass
-    return 0.0
+    return None
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory (VmRSS) in MiB; 0 when the process is gone."""
+    return _kib_field(f"/proc/{pid}/status", "VmRSS:") or 0.0
 
 
 def pss_mb(pid: int) -> float:
     """Proportional set size in MiB: each page shared by n processes counts 1/n in each,
     so unlike RSS it can be summed over processes that share the python binary and
     its libraries. RSS when smaps_rollup cannot be read (kernels before 4.14)."""
-    try:
-        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Pss:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return rss_mb(pid)
+    pss = _kib_field(f"/proc/{pid}/smaps_rollup", "Pss:")
+    return rss_mb(pid) if pss is None else pss
 
 
 def children(pid: int) -> list[int]:

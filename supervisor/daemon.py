@@ -83,7 +83,6 @@ class Daemon:
         self.started_at = 0.0
         self.pub: Any = None
         self.rep: Any = None
-        self.token: trio.lowlevel.TrioToken | None = None
         self.drained = trio.Event()
         self.hurry = trio.Event()  # a second signal: skip the grace period
         from .router import Router
@@ -223,7 +222,6 @@ class Daemon:
         self.pub.on_lost = self._events_lost
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        self.token = trio.lowlevel.current_trio_token()
         self.started_at = trio.current_time()
         self._bind()
         log.info("trunkline %s serving %s (events %s)", __version__, self.control_url, self.events_url)

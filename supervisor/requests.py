@@ -94,19 +94,17 @@ class RequestTable:
         self.ended_bytes += state.ring_bytes
         self._rings.append(state)
         while len(self.ended) > self.max_ended:
-            self._forget(self.ended.popitem(last=False)[1])
+            self._evict(self.ended.popitem(last=False)[1])
         rings = self._rings
         while rings and (rings[0].evicted or self.ended_bytes > self.max_bytes):
             self._evict(rings.popleft())
 
     def _evict(self, state: RequestState) -> None:
+        """Let its ring go (a state left in `_rings` is skipped over when reached)."""
         if not state.evicted:
             state.evicted = True
             state.ring.clear()
             self.ended_bytes -= state.ring_bytes
-
-    def _forget(self, state: RequestState) -> None:
-        self._evict(state)  # its place in `_rings` is skipped over when reached
 
     def expire(self, now: float) -> int:
         dropped = 0
@@ -115,7 +113,7 @@ class RequestTable:
             if now - state.ended_at < self.keep_s:
                 break
             del self.ended[request_id]
-            self._forget(state)
+            self._evict(state)
             dropped += 1
         while self._rings and self._rings[0].evicted:
             self._rings.popleft()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import trio
 
