@@ -55,6 +55,7 @@ def _info(model_id: str, entry: ModelEntry, pricing_version: str | None) -> Mode
         structured_output=entry.structured_output,
         price=Price(**msgspec.structs.asdict(entry.price)),
         pricing_version=pricing_version,
+        rules=entry.rules,
     )
 
 

@@ -15,6 +15,8 @@ from typing import Any, Literal
 import msgspec
 import yaml
 
+from ..protocol.messages import ModelRules
+
 DEFAULTS_PATH = Path(__file__).resolve().with_name("defaults.yaml")
 USER_CONFIG_PATH = Path("~/.config/trunkline/config.yaml")
 
@@ -110,6 +112,8 @@ class ModelEntry(_Section):
     streaming: bool = True
     structured_output: bool = False
     price: PriceEntry = msgspec.field(default_factory=PriceEntry)
+    #: What the model accepts (sampling, efforts, limits), each rule with its source page.
+    rules: ModelRules = msgspec.field(default_factory=ModelRules)
 
 
 class Config(_Section):

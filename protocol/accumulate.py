@@ -16,6 +16,8 @@ from .messages import (
     ErrorInfo,
     Finish,
     Message,
+    ProviderPart,
+    ProviderPartEvent,
     ReasoningDelta,
     ReasoningEnd,
     ReasoningStart,
@@ -119,6 +121,10 @@ class StreamAccumulator:
                 provider_id=ev.provider_id,
                 provider=self.provider or None,
             )
+        elif t is ProviderPartEvent:
+            part = self._parts[ev.index] = _Open("provider")
+            part.done = ProviderPart(api=ev.api, kind=ev.kind, data=ev.data, model=ev.model,
+                                     provider=self.provider or None)
         elif t is StreamStart:
             self.model = ev.model
             self.provider = ev.provider or self.provider

@@ -23,7 +23,9 @@ PROTOCOL_VERSION = 1
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 FinishReasonName = Literal["stop", "length", "tool_calls", "content_filter", "cancelled", "error", "other"]
-ReasoningEffort = Literal["none", "minimal", "low", "medium", "high"]
+#: The effort ladder, least to most; each model takes a subset (its catalog `rules.efforts`).
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
+SamplingParam = Literal["temperature", "top_p", "top_k"]
 ErrorClass = Literal[
     "authentication",
     "access_denied",
@@ -153,6 +155,23 @@ class RedactedThinkingPart(Msg, tag="redacted_thinking", kw_only=True):
     provider: str | None = None
 
 
+class ProviderPart(Msg, tag="provider_part", kw_only=True):
+    """Provider content with no canonical type (server-side tool blocks, compaction,
+    encrypted reasoning items...), kept opaque and in order with the other parts.
+
+    `api` is the wire API that produced it (`anthropic`, `openai`, `gemini`...),
+    `kind` the provider's own type for it and `data` its raw JSON, verbatim. When
+    the conversation continues on the same API (and on `model`, when set: the
+    provider ties the part to the model that wrote it) the part goes back as it
+    came; anywhere else it is dropped with a warning."""
+
+    api: str
+    kind: str
+    data: Any = None
+    model: str | None = None
+    provider: str | None = None
+
+
 ContentPart = (
     TextPart
     | ImagePart
@@ -162,6 +181,7 @@ ContentPart = (
     | ToolResultPart
     | ThinkingPart
     | RedactedThinkingPart
+    | ProviderPart
 )
 
 
@@ -385,10 +405,41 @@ class Price(Data, kw_only=True):
     cache_write: float | None = None
 
 
+class ModelRules(Data, kw_only=True):
+    """What a model accepts, from its provider's documentation (`sources` maps each
+    rule's name to the page it comes from). An unset rule is not known: the request
+    passes as given and the provider decides."""
+
+    #: Sampling parameters the model takes (`[]`: none); null: no rule known.
+    sampling: list[SamplingParam] | None = None
+    #: At most one sampling parameter per request ("not together").
+    sampling_exclusive: bool = False
+    #: Sampling parameters only while reasoning is off (effort `none`).
+    sampling_needs_no_reasoning: bool = False
+    #: Effort values the model takes; null: any.
+    efforts: list[ReasoningEffort] | None = None
+    #: Reasoning cannot be turned off.
+    thinking_always_on: bool = False
+    #: Forced tool choice (`required`, a named tool) is allowed while thinking is on.
+    forced_tool_with_thinking: bool = True
+    #: Reasoning parts (signatures) are valid only for the model that wrote them.
+    thinking_tied_to_model: bool = False
+    #: Function tools over Chat Completions: `yes`, `no_reasoning` (only with effort `none`), `no`.
+    chat_completions_tools: Literal["yes", "no_reasoning", "no"] = "yes"
+    #: Largest prompt, where smaller than the context window.
+    max_input_tokens: int | None = None
+    #: Largest output of a non-streamed call, where smaller than `max_output`.
+    max_output_non_streaming: int | None = None
+    #: `max_tokens` sent when the request gives none (not the maximum: providers
+    #: count it against output rate limits).
+    default_max_tokens: int | None = None
+    sources: dict[str, str] = msgspec.field(default_factory=dict)
+
+
 class ModelInfo(Data, kw_only=True):
     """One catalog entry. `configured` says whether its provider can serve it now;
     `thinking` says how reasoning is steered (`budget` of tokens, or `adaptive` with
-    an effort level)."""
+    an effort level); `rules` what the model accepts."""
 
     id: str
     provider: str
@@ -405,6 +456,7 @@ class ModelInfo(Data, kw_only=True):
     structured_output: bool = False
     price: Price = msgspec.field(default_factory=Price)
     pricing_version: str | None = None
+    rules: ModelRules = msgspec.field(default_factory=ModelRules)
     configured: bool = False
     in_catalog: bool = True
 
@@ -688,6 +740,17 @@ class ToolCallEnd(Event, tag="tool_call_end", kw_only=True):
     provider_id: str | None = None
 
 
+class ProviderPartEvent(Event, tag="provider_part", kw_only=True):
+    """A whole opaque provider part (see `ProviderPart`) at content index `index`: it
+    has no deltas, so it comes as one event, in order with the other parts."""
+
+    index: int = 0
+    api: str = ""
+    kind: str = ""
+    data: Any = None
+    model: str | None = None
+
+
 class ProviderEvent(Event, tag="provider_event", kw_only=True):
     """A raw provider event, sent only when the request asked for `passthrough`."""
 
@@ -752,6 +815,7 @@ StreamEvent = (
     | ToolCallStart
     | ToolCallDelta
     | ToolCallEnd
+    | ProviderPartEvent
     | ProviderEvent
     | Finish
     | ErrorEvent

@@ -23,6 +23,7 @@ from ..protocol.messages import (
     FinishReason,
     Job,
     Message,
+    ProviderPart,
     RateLimit,
     ReasoningEnd,
     RedactedThinkingPart,
@@ -141,7 +142,7 @@ class Emitter:
                 if not part.id:  # type: ignore[union-attr]
                     part.id = self._canonical_id(part.provider_id or "")  # type: ignore[union-attr]
                 part.provider = self.provider  # type: ignore[union-attr]
-            elif t is ThinkingPart or t is RedactedThinkingPart:
+            elif t is ThinkingPart or t is RedactedThinkingPart or t is ProviderPart:
                 part.provider = self.provider  # type: ignore[union-attr]
         return response
 

@@ -22,6 +22,8 @@ REQUEST = m.Request(
         m.Message(role="assistant", content=[
             m.ThinkingPart(text="hmm", signature="sig", provider="anthropic"),
             m.RedactedThinkingPart(data="opaque", provider="anthropic"),
+            m.ProviderPart(api="anthropic", kind="server_tool_use", data={"id": "srvtoolu_1", "input": {}},
+                           model="claude-opus-5-5", provider="anthropic"),
             m.TextPart(text="calling"),
             m.ToolCallPart(id="tu_01", name="f", arguments={"a": [1, {"b": None}]}, provider_id="toolu_1",
                            provider="anthropic"),
@@ -75,6 +77,8 @@ SAMPLES: list[m.Msg] = [
     m.ToolCallDelta(request_id="r", seq=8, index=2, id="tu_1", partial_json='{"a'),
     m.ToolCallEnd(request_id="r", seq=9, index=2, id="tu_1", name="f", arguments={"a": 1}, raw_arguments='{"a":1}'),
     m.ProviderEvent(request_id="r", seq=10, provider="p", event_type="ping", data={"x": 1}),
+    m.ProviderPartEvent(request_id="r", seq=10, index=3, api="anthropic", kind="web_search_tool_result",
+                        data={"content": []}, model=None),
     m.Finish(request_id="r", seq=11, response=RESPONSE),
     m.ErrorEvent(request_id="r", seq=11, error=ERROR, partial=RESPONSE),
     m.ProbeEvent(client_id="c"), m.EventsLost(client_id="c"), m.BusEvent(name="llm.call_started", provider="p", attempt=1, usage=m.Usage()),
