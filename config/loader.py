@@ -35,10 +35,21 @@ class _Section(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
 class Endpoints(_Section):
     control: str = "control.ipc"
     events: str = "events.ipc"
+    #: PEM certificate chain and private key for `tls+tcp://` endpoints.
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
 
 
 class LimitsConfig(_Section):
     max_message_bytes: int = 16 * 1024 * 1024
+    #: Connections each endpoint accepts; one more is closed as soon as it is made.
+    max_connections: int = 1024
+    #: Events queued per subscriber connection before its oldest are dropped (nng's
+    #: Pub0 send buffer; at most 8192).
+    subscriber_queue: int = 2048
+    #: File descriptors kept free for the daemon itself (worker restarts): connections
+    #: that would eat into them are refused.
+    fd_reserve: int = 64
 
 
 class Supervision(_Section):

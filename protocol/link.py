@@ -4,20 +4,36 @@ The supervisor makes the pair just before it starts a worker and hands the
 child its end as an inherited descriptor (`fd:N` in the worker's settings), so
 the link has no file on disk, no listener and no handshake, and each worker
 process has its own: nothing queued for a worker that died can reach its
-successor. Messages are framed as on nng's ipc transport (`sp_wire`). Either
-side sees the other exit as the end of the stream, at once.
+successor. Either side sees the other exit as the end of the stream, at once.
+
+Both ends are ours, so the framing is the plainest there is: a 4-byte
+big-endian length, then that many bytes of msgpack. Sends go straight to the
+kernel from the trio loop (no thread is woken); what the kernel cannot take at
+once waits here, in order, and its size is visible so the worker can push back.
 """
 
 from __future__ import annotations
 
 import socket
+import struct
+from collections import deque
+from itertools import islice
 
 import trio
 
-from .sp_conn import Conn
-
 #: Kernel buffer per direction: a burst of events rarely has to wait in user space.
 BUFFER_BYTES = 1024 * 1024
+RECV_SIZE = 256 * 1024
+#: Consecutive receives before a reader lets other tasks run.
+BURST = 16
+_HEAD = struct.Struct(">I")
+#: Largest frame: the length field's range. Both ends are ours; this only guards
+#: against a corrupt stream.
+MAX_FRAME = 0xFFFFFFFF
+
+
+class Closed(Exception):
+    """The link is closed (by the other side, or here)."""
 
 
 def socket_pair() -> tuple[socket.socket, socket.socket]:
@@ -41,6 +57,164 @@ def inherited(spec: str) -> socket.socket:
     return socket.socket(fileno=int(number))
 
 
-def conn(sock: socket.socket, nursery: trio.Nursery) -> Conn:
-    """A link end as a connection: ipc framing, no size limit (both ends are ours)."""
-    return Conn(sock, ipc=True, nursery=nursery)
+def frame(payload: bytes) -> bytes:
+    return _HEAD.pack(len(payload)) + payload
+
+
+class FrameReader:
+    """Bytes in, whole frames out, whatever the chunking."""
+
+    __slots__ = ("_buf",)
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
+        buf = self._buf
+        buf += data
+        out: list[bytes] = []
+        pos = 0
+        end = len(buf)
+        while end - pos >= 4:
+            (size,) = _HEAD.unpack_from(buf, pos)
+            if end - pos - 4 < size:
+                break
+            out.append(bytes(buf[pos + 4 : pos + 4 + size]))
+            pos += 4 + size
+        if pos:
+            del buf[:pos]
+        return out
+
+
+class LinkConn:
+    """One end of a link, driven by the trio loop."""
+
+    __slots__ = ("sock", "reader", "_out", "_out_bytes", "_writing", "_drained", "closed", "_nursery",
+                 "_recv_burst", "_buffer")
+
+    def __init__(self, sock: socket.socket, nursery: trio.Nursery) -> None:
+        sock.setblocking(False)
+        self.sock = sock
+        self.reader = FrameReader()
+        self._out: deque[memoryview] = deque()
+        self._out_bytes = 0
+        self._writing = False
+        self._drained: trio.Event | None = None
+        self._nursery = nursery
+        self.closed = False
+        self._recv_burst = 0
+        self._buffer = bytearray(RECV_SIZE)
+
+    # -- sending ------------------------------------------------------------------
+
+    @property
+    def pending(self) -> int:
+        """Bytes queued here because the kernel could not take them yet."""
+        return self._out_bytes
+
+    def send(self, payload: bytes) -> bool:
+        """Queue one message; it leaves at once if the kernel takes it. False if closed."""
+        if self.closed:
+            return False
+        data = frame(payload)
+        if self._out:
+            self._queue(memoryview(data))
+            return True
+        try:
+            sent = self.sock.send(data)
+        except BlockingIOError:
+            sent = 0
+        except OSError:
+            self.close()
+            return False
+        if sent < len(data):
+            self._queue(memoryview(data)[sent:])
+        return True
+
+    def _queue(self, view: memoryview) -> None:
+        self._out.append(view)
+        self._out_bytes += len(view)
+        if not self._writing:
+            self._writing = True
+            self._nursery.start_soon(self._write_queued)
+
+    async def _write_queued(self) -> None:
+        out = self._out
+        try:
+            while out and not self.closed:
+                await trio.lowlevel.wait_writable(self.sock)
+                try:
+                    sent = self.sock.sendmsg(list(islice(out, 512)))
+                except BlockingIOError:
+                    continue
+                self._out_bytes -= sent
+                while sent:
+                    head = out[0]
+                    if len(head) <= sent:
+                        sent -= len(head)
+                        out.popleft()
+                    else:
+                        out[0] = head[sent:]
+                        sent = 0
+                self._wake_drained()
+        except (OSError, trio.ClosedResourceError):
+            self.close()
+        finally:
+            self._writing = False
+            self._wake_drained()
+
+    def _wake_drained(self) -> None:
+        if self._drained is not None:
+            self._drained.set()
+            self._drained = None
+
+    async def wait_pending_below(self, limit: int) -> None:
+        """Until fewer than `limit` bytes wait to be written (or the link closed)."""
+        while self._out_bytes >= limit and not self.closed:
+            if self._drained is None:
+                self._drained = trio.Event()
+            await self._drained.wait()
+
+    # -- receiving -----------------------------------------------------------------
+
+    async def receive(self) -> list[bytes]:
+        """The next messages (at least one); `Closed` at the end of the stream."""
+        while True:
+            if self._recv_burst >= BURST:
+                self._recv_burst = 0
+                await trio.lowlevel.checkpoint()
+            try:
+                n = self.sock.recv_into(self._buffer)
+            except BlockingIOError:
+                self._recv_burst = 0
+                try:
+                    await trio.lowlevel.wait_readable(self.sock)
+                except trio.ClosedResourceError:
+                    raise Closed() from None
+                continue
+            except OSError as exc:
+                raise Closed(str(exc)) from None
+            if not n:
+                raise Closed()
+            self._recv_burst += 1
+            messages = self.reader.feed(memoryview(self._buffer)[:n])
+            if messages:
+                return messages
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self._out.clear()
+        self._out_bytes = 0
+        self._wake_drained()
+        try:
+            trio.lowlevel.notify_closing(self.sock)
+        except RuntimeError:
+            pass  # not inside trio (a test, or shutdown)
+        self.sock.close()
+
+
+def conn(sock: socket.socket, nursery: trio.Nursery) -> LinkConn:
+    """A link end as a connection."""
+    return LinkConn(sock, nursery)

@@ -778,14 +778,6 @@ class ProbeEvent(Event, tag="probe", kw_only=True):
     client_id: str = ""
 
 
-class EventsLost(Event, tag="events_lost", kw_only=True):
-    """Published on a client's topic once its subscription has caught up after the
-    daemon dropped some of its events (it fell too far behind): ask `replay` for every
-    request of yours still in progress, at once, rather than after a silence."""
-
-    client_id: str = ""
-
-
 class BusEvent(Event, tag="bus", kw_only=True):
     """Observability, on topic `bus`: `llm.call_started`, `llm.call_completed`,
     `llm.call_failed`, `llm.retrying`, `llm.rate_limited`, `worker.*`."""
@@ -820,7 +812,7 @@ StreamEvent = (
     | Finish
     | ErrorEvent
 )
-AnyEvent = StreamEvent | ProbeEvent | EventsLost | BusEvent
+AnyEvent = StreamEvent | ProbeEvent | BusEvent
 TERMINAL_EVENTS = (Finish, ErrorEvent)
 
 

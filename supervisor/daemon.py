@@ -20,9 +20,7 @@ import trio
 from ..protocol import __version__
 from ..config.catalog import Catalog
 from ..config.loader import Config
-from ..protocol import trace
-from ..protocol.sp_conn import AddressInUse
-from ..protocol.sp_server import Publisher, ReplyServer
+from ..protocol import nng, trace
 from ..protocol.codec import BUS_TOPIC, frame_event
 from ..protocol.messages import (
     RETRYABLE,
@@ -31,7 +29,6 @@ from ..protocol.messages import (
     ErrorEvent,
     ErrorInfo,
     Event,
-    EventsLost,
     Finish,
     FinishReason,
     Relay,
@@ -42,9 +39,6 @@ from .requests import RequestState, RequestTable
 from .slot import WorkerSlot
 
 log = logging.getLogger("trunkline.supervisor")
-
-BUS_TOPIC_BYTES = BUS_TOPIC.encode()
-
 
 class StartupError(Exception):
     """The daemon cannot start (another daemon holds the endpoint, a bad directory...)."""
@@ -96,14 +90,6 @@ class Daemon:
 
     def bus(self, name: str, **fields: Any) -> None:
         self.publish(frame_event(BUS_TOPIC, BusEvent(name=name, **fields)))
-
-    def _events_lost(self, conn_id: int, topics: set[bytes]) -> None:
-        """A subscriber that lost events has caught up: tell each client it lost some
-        (the bus is not replayable; its watchers just missed events)."""
-        for topic in topics:
-            if topic != BUS_TOPIC_BYTES:
-                client_id = topic.decode(errors="replace")
-                self.pub.send_to(conn_id, frame_event(client_id, EventsLost(client_id=client_id)))
 
     def relay(self, msg: Relay) -> None:
         """Publish a worker's frames and keep them for replay; drop those of requests
@@ -200,26 +186,49 @@ class Daemon:
     # -- lifecycle -----------------------------------------------------------------
 
     def _bind(self) -> None:
-        if self.control_url.startswith("ipc://") or self.events_url.startswith("ipc://"):
+        urls = (self.control_url, self.events_url)
+        try:
+            for url in urls:
+                nng.check_url(url)
+        except ValueError as exc:
+            raise StartupError(str(exc)) from None
+        if any(nng.ipc_path(url) is not None for url in urls):
             prepare_runtime_dir(self.runtime_dir)
         if self.router.needs_token and not self.router.token:
-            raise StartupError(f"the tcp control endpoint {self.control_url} needs a token: set TRUNKLINE_TOKEN")
+            raise StartupError(f"the network control endpoint {self.control_url} needs a token: set TRUNKLINE_TOKEN")
+        tls = self._tls() if any(nng.is_tls(url) for url in urls) else None
+        soft, hard = nng.raise_fd_limit()
+        limits = self.config.limits
+        if soft < 2 * limits.fd_reserve:
+            log.warning("only %d file descriptors may be open (hard limit %d): few connections will fit", soft, hard)
         try:
-            self.rep = ReplyServer(self.control_url, max_size=self.config.limits.max_message_bytes)
-        except AddressInUse:
+            self.rep = nng.ControlServer(
+                self.control_url, max_size=limits.max_message_bytes, max_connections=limits.max_connections,
+                fd_reserve=limits.fd_reserve, tls=tls if nng.is_tls(self.control_url) else None,
+                on_gone=self.router.pipe_gone)
+        except nng.AddressInUse:
             raise StartupError(f"another trunkline daemon is already serving {self.control_url}") from None
-        except (ValueError, OSError) as exc:
+        except (ValueError, OSError, nng.NNGException) as exc:
             raise StartupError(f"cannot listen on {self.control_url}: {exc}") from None
         try:
-            self.pub = Publisher(self.events_url)
-        except AddressInUse:
+            self.pub = nng.EventPublisher(
+                self.events_url, queue=limits.subscriber_queue, max_connections=limits.max_connections,
+                fd_reserve=limits.fd_reserve, tls=tls if nng.is_tls(self.events_url) else None)
+        except nng.AddressInUse:
             self.rep.close()
             raise StartupError(f"another trunkline daemon is already serving {self.events_url}") from None
-        except (ValueError, OSError) as exc:
+        except (ValueError, OSError, nng.NNGException) as exc:
             self.rep.close()
             raise StartupError(f"cannot listen on {self.events_url}: {exc}") from None
-        self.rep.on_close = self.router.pipe_gone
-        self.pub.on_lost = self._events_lost
+
+    def _tls(self) -> object:
+        eps = self.config.endpoints
+        if not eps.tls_cert_file or not eps.tls_key_file:
+            raise StartupError("a tls+tcp endpoint needs endpoints.tls_cert_file and endpoints.tls_key_file")
+        try:
+            return nng.server_tls(eps.tls_cert_file, eps.tls_key_file)
+        except (OSError, ValueError, nng.NNGException) as exc:
+            raise StartupError(f"cannot load the TLS certificate or key: {exc}") from None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self.started_at = trio.current_time()
@@ -227,7 +236,6 @@ class Daemon:
         log.info("trunkline %s serving %s (events %s)", __version__, self.control_url, self.events_url)
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(self.pub.serve)
                 workers = await nursery.start(self._run_workers)
                 nursery.start_soon(self.router.serve, nursery)
                 nursery.start_soon(self._housekeeping)
@@ -283,11 +291,9 @@ class Daemon:
             for slot in self.slots.values():
                 stopping.start_soon(slot.stop, 2.0)
         workers.cancel_scope.cancel()
-        # The last terminal events may still wait for a subscriber to read: give them a
-        # moment to leave before the sockets close.
-        with trio.move_on_after(0.5):
-            for conn in list(self.pub.subscribers.values()):
-                await conn.wait_pending_below(1)
+        # The last terminal events may still be in nng's queues: closing the socket
+        # would drop them, so give them a moment to leave.
+        await trio.sleep(0.2)
         log.info("stopped")
 
 

@@ -18,7 +18,7 @@ import msgspec
 import trio
 
 from ..config.catalog import UnknownModel
-from ..protocol import codec, trace
+from ..protocol import codec, nng, trace
 from ..protocol.codec import frame_event
 from ..protocol.ids import ulid
 from ..protocol.messages import (
@@ -55,7 +55,6 @@ from ..protocol.messages import (
     TokenCount,
     Welcome,
 )
-from ..protocol.sp_wire import Oversize, split_url
 from ..protocol.tokens import estimate_request_tokens
 from .requests import RequestState
 from .validate import Invalid, validate
@@ -82,44 +81,50 @@ class Router:
         self.clients: dict[str, set[int]] = {}  # client id -> its live pipes
         self.max_bytes = daemon.config.limits.max_message_bytes
         self.token = os.environ.get("TRUNKLINE_TOKEN")
-        # On a tcp control endpoint a connection must say hello with the token before
-        # anything else; these are the connections that did.
-        self.needs_token = split_url(daemon.control_url)[0] == "tcp"
+        # On a network control endpoint (tcp, tls+tcp, ws) a connection must say hello
+        # with the token before anything else; these are the connections that did.
+        self.needs_token = nng.is_remote(daemon.control_url)
         self.authenticated: set[int] = set()
         self.received_ns = 0  # when the request being handled arrived (TRUNKLINE_TRACE_HOPS)
 
     async def serve(self, nursery: trio.Nursery) -> None:
+        """Read control requests and answer each before reading the next (a slow one,
+        which needs a worker, is answered by a task of its own)."""
         self._nursery = nursery
-        await self.d.rep.serve(self.on_request)
+        rep = self.d.rep
+        while True:
+            body, header, pipe_id = await rep.recv()
+            reply = self.on_request(body, header, pipe_id)
+            if reply is not None:
+                rep.reply(header, reply, nursery)
 
-    def on_request(self, data: bytes | Oversize, backtrace: bytes, conn_id: int) -> bytes | None:
-        """One control request, answered before the next is read; None when the answer
-        needs a worker (`ready`, `count_tokens`) and comes later."""
+    def on_request(self, data: bytes, header: bytes, pipe_id: int) -> bytes | None:
+        """One control request; None when the answer needs a worker (`ready`,
+        `count_tokens`) and comes later."""
         if trace.ENABLED:
             self.received_ns = trace.now_ns()
         try:
-            reply = self.handle(data, conn_id)
+            reply = self.handle(data, pipe_id)
         except Exception as exc:  # noqa: BLE001 - a bug here must not stop the daemon
             log.exception("control request failed")
             reply = ProtocolError(error=_error("other", f"internal error: {exc!r}"))
         if isinstance(reply, _Deferred):
-            self._nursery.start_soon(self._answer_later, backtrace, conn_id, reply)
+            self._nursery.start_soon(self._answer_later, header, reply)
             return None
         return codec.encode(reply)
 
-    async def _answer_later(self, backtrace: bytes, conn_id: int, deferred: _Deferred) -> None:
+    async def _answer_later(self, header: bytes, deferred: _Deferred) -> None:
         try:
             reply = await deferred.run()
         except Exception as exc:  # noqa: BLE001
             log.exception("control request failed")
             reply = ProtocolError(error=_error("other", f"internal error: {exc!r}"))
-        if not self.d.rep.reply(conn_id, backtrace, codec.encode(reply)):
-            log.debug("reply not delivered: client connection %d has gone", conn_id)
+        self.d.rep.reply(header, codec.encode(reply), self._nursery)
 
     # -- dispatch --------------------------------------------------------------------
 
-    def handle(self, data: bytes | Oversize, pipe_id: int) -> Any:
-        size = data.size if type(data) is Oversize else len(data)  # type: ignore[union-attr]
+    def handle(self, data: bytes, pipe_id: int) -> Any:
+        size = len(data)
         if size > self.max_bytes:
             return ProtocolError(error=_error(
                 "invalid_request", f"message of {size} bytes exceeds the limit of {self.max_bytes} bytes"))

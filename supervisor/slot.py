@@ -17,7 +17,7 @@ import trio
 
 from ..config.loader import ProviderConfig, WorkerSettings
 from ..protocol import codec, link, trace
-from ..protocol.sp_conn import Closed, Conn, WireError
+from ..protocol.link import Closed, LinkConn as Conn
 from ..protocol.messages import (
     CallResult,
     ErrorInfo,
@@ -171,7 +171,7 @@ class WorkerSlot:
             while True:
                 for data in await conn.receive():
                     self._on_message(data)  # type: ignore[arg-type]
-        except (Closed, WireError):
+        except Closed:
             pass
         finally:
             done.set()

@@ -19,7 +19,7 @@ import trio
 
 from ..config.loader import RetryPolicy, WorkerSettings
 from ..protocol import codec, link, trace
-from ..protocol.sp_conn import Closed, Conn
+from ..protocol.link import Closed, LinkConn as Conn
 from ..protocol.codec import BUS_TOPIC, frame_event
 from ..protocol.messages import (
     BusEvent,

@@ -205,10 +205,11 @@ async def test_a_vanished_client_has_its_request_cancelled(daemon):
 
 
 async def test_a_subscriber_that_falls_behind_recovers_everything_by_replay(start_daemon):
-    """The daemon drops the newest events for a subscriber too far behind, the terminal
-    one included, so no later event shows the gap: its `events_lost` notice does, at
-    once (the client's silence check is set far beyond the test's deadline)."""
-    n = 90_000  # ~8 MB of events: more than the daemon holds for one subscriber (4 MiB) plus the kernel's buffer
+    """A subscriber that stops reading overflows its own queue, which keeps the newest
+    events and drops the oldest: the first event it then sees shows the gap in `seq`,
+    and replay brings back the rest (the client's silence check is set far beyond the
+    test's deadline, so the gap alone must do it)."""
+    n = 90_000  # far more than the client's nng queue (8192 events) and the daemon's per-subscriber queue
     daemon = await start_daemon({"replay": {"ring_events": 100_000}})
     request = Request(model="mock:echo", messages=[Message.user("x")],
                       provider_options=steps({"text": "a"}, {"text": "b"}, {"text": "c"}, repeat=n // 3))
@@ -234,14 +235,14 @@ async def test_a_subscriber_that_falls_behind_recovers_everything_by_replay(star
 async def test_malformed_control_messages_get_typed_errors_and_the_daemon_keeps_serving(daemon):
     sock = pynng.Req0(resend_time=-1)  # a plain nng client, as another language would use
     sock.dial(daemon.control, block=True)
-    huge = codec.encode(Hello(client_name="x" * (17 * 1024 * 1024)))
+    over = codec.encode(Hello(client_name="x" * (16 * 1024 * 1024 + 100)))
     bad = [
         (b"\xc1\xff\x00garbage", "malformed"),
         (codec.encode({"type": "launch_missiles"}), "Invalid value 'launch_missiles'"),
         (codec.encode({"type": "submit", "request_id": "r"}), "missing required field"),
         (codec.encode({"type": "cancel", "request_id": 5}), "Expected `str`"),
         (codec.encode([1, 2, 3]), "Expected `object`"),
-        (huge, "exceeds the limit"),
+        (over, "exceeds the limit"),
     ]
     try:
         with trio.fail_after(20):
@@ -252,6 +253,12 @@ async def test_malformed_control_messages_get_typed_errors_and_the_daemon_keeps_
                 assert type(reply) is ProtocolError, reply
                 assert reply.error.error_class == "invalid_request"
                 assert words in reply.error.message, reply.error.message
+            # Far beyond the limit, nng does not even read it: that connection is closed
+            # (the call fails at once rather than hanging), and nobody else notices.
+            with sock.new_context() as ctx:
+                await ctx.asend(codec.encode(Hello(client_name="x" * (20 * 1024 * 1024))))
+                with pytest.raises(pynng.NNGException):
+                    await ctx.arecv()
             async with Client(daemon.runtime_dir) as client:
                 assert (await client.complete("mock:echo", "still here")).text == "still here"
     finally:

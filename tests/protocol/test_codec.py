@@ -81,7 +81,7 @@ SAMPLES: list[m.Msg] = [
                         data={"content": []}, model=None),
     m.Finish(request_id="r", seq=11, response=RESPONSE),
     m.ErrorEvent(request_id="r", seq=11, error=ERROR, partial=RESPONSE),
-    m.ProbeEvent(client_id="c"), m.EventsLost(client_id="c"), m.BusEvent(name="llm.call_started", provider="p", attempt=1, usage=m.Usage()),
+    m.ProbeEvent(client_id="c"), m.BusEvent(name="llm.call_started", provider="p", attempt=1, usage=m.Usage()),
     m.Job(request_id="r", client_id="c", request=REQUEST, model=MODEL, operation_id="op", generation=3),
     m.StopJob(request_id="r"), m.CheckReady(call_id=1, model=MODEL),
     m.EstimateTokens(call_id=2, request=REQUEST, model=MODEL), m.Shutdown(grace_s=1.0),

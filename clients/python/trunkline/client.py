@@ -29,7 +29,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 
 from .config.loader import default_runtime_dir
 from .errors import DaemonNotRunning, DaemonUnavailable, error_from_info
-from .protocol import codec, sp_wire
+from .protocol import codec, nng
 from .protocol.accumulate import StreamAccumulator
 from .protocol.ids import request_id as new_request_id
 from .protocol.messages import (
@@ -40,7 +40,6 @@ from .protocol.messages import (
     CountTokens,
     ErrorEvent,
     ErrorInfo,
-    EventsLost,
     Finish,
     Goodbye,
     Hello,
@@ -66,7 +65,6 @@ from .protocol.messages import (
     TokenCount,
     Welcome,
 )
-from .transport import ControlSocket, Disconnected, EventSocket
 
 PROBE_INTERVAL_S = 0.05
 
@@ -171,6 +169,10 @@ class Client:
         timeout_s: float = 30.0,
         silence_check_s: float = 5.0,
         watch_bus: bool = False,
+        tls_ca_file: str | None = None,
+        tls_cert_file: str | None = None,
+        tls_key_file: str | None = None,
+        tls_server_name: str | None = None,
     ) -> None:
         self.runtime_dir = Path(runtime_dir).expanduser() if runtime_dir else default_runtime_dir()
         self.control_endpoint = control_endpoint or f"ipc://{self.runtime_dir / 'control.ipc'}"
@@ -180,8 +182,14 @@ class Client:
         self.silence_check_s = silence_check_s
         self.client_id = ""
         self.welcome: Welcome | None = None
-        self._control: ControlSocket | None = None
-        self._event_socket: EventSocket | None = None
+        #: For `tls+tcp://` endpoints: the CA that signed the daemon's certificate (the
+        #: server is verified), and optionally this client's own certificate and key.
+        self.tls_ca_file = tls_ca_file or os.environ.get("TRUNKLINE_TLS_CA_FILE")
+        self.tls_cert_file = tls_cert_file
+        self.tls_key_file = tls_key_file
+        self.tls_server_name = tls_server_name
+        self._control: nng.Requester | None = None
+        self._sub: nng.Subscriber | None = None
         self._routes: dict[str, _Route] = {}
         self._tg: Any = None
         self._probe_seen: anyio.Event | None = None
@@ -204,16 +212,18 @@ class Client:
 
     async def _connect(self) -> None:
         try:
-            kind, path = sp_wire.split_url(self.control_endpoint)
+            nng.check_url(self.control_endpoint)
         except ValueError as exc:
             raise DaemonNotRunning(str(exc)) from None
-        if kind == "ipc" and not Path(path).exists():
+        path = nng.ipc_path(self.control_endpoint)
+        if path is not None and not path.exists():
             raise DaemonNotRunning(f"no trunkline daemon is running (no socket at {path}); start one with "
                                    "`trunkline serve`, or point TRUNKLINE_RUNTIME_DIR at its runtime directory")
-        self._control = ControlSocket(self.control_endpoint)
         try:
-            await self._control.connect()
-        except (OSError, Disconnected) as exc:
+            # Dialling waits for the connection (and a TLS handshake): off the event loop.
+            self._control = await anyio.to_thread.run_sync(
+                nng.Requester, self.control_endpoint, self._tls(self.control_endpoint))
+        except (OSError, nng.NNGException) as exc:
             raise DaemonNotRunning(f"no trunkline daemon answers at {self.control_endpoint} ({exc}); start one "
                                    "with `trunkline serve`") from None
         try:
@@ -224,11 +234,11 @@ class Client:
             topics = (codec.topic_prefix(self.client_id),)
             if self.watch_bus:
                 topics += (codec.topic_prefix(codec.BUS_TOPIC),)
-            self._event_socket = EventSocket(welcome.event_endpoint, topics)
+            url = event_url(welcome.event_endpoint, self.control_endpoint)
             try:
-                await self._event_socket.connect()
-            except (OSError, Disconnected) as exc:
-                raise DaemonUnavailable(f"cannot subscribe to {welcome.event_endpoint}: {exc}") from None
+                self._sub = await anyio.to_thread.run_sync(nng.Subscriber, url, topics, self._tls(url))
+            except (OSError, nng.NNGException) as exc:
+                raise DaemonUnavailable(f"cannot subscribe to {url}: {exc}") from None
             self._probe_seen = anyio.Event()
             self._tg = anyio.create_task_group()
             await self._tg.__aenter__()
@@ -238,6 +248,15 @@ class Client:
         except BaseException:
             await self._teardown()
             raise
+
+    def _tls(self, url: str) -> Any:
+        if not nng.is_tls(url):
+            return None
+        try:
+            return nng.client_tls(self.tls_ca_file, self.tls_cert_file, self.tls_key_file,
+                                  self.tls_server_name or host_of(url))
+        except (OSError, ValueError, nng.NNGException) as exc:
+            raise DaemonNotRunning(f"cannot set up TLS for {url}: {exc}") from None
 
     async def _probe(self) -> None:
         """Publish-subscribe loses what is sent before the subscription is live; ask the
@@ -267,23 +286,28 @@ class Client:
             self._tg = None
         for route in list(self._routes.values()):
             route.fail(ErrorInfo(error_class="cancelled", message="the client was closed"))
-        if self._event_socket is not None:
-            self._event_socket.close()
+        if self._sub is not None:
+            self._sub.close()
         if self._control is not None:
             self._control.close()
 
-    async def _call(self, msg: Any, timeout_s: float | None = None) -> Any:
-        """One control round trip. Any number may be in flight; a slow one (`ready`)
-        never holds up the others."""
+    async def _call(self, msg: Any, timeout_s: float | None = None, slow: bool = False) -> Any:
+        """One control round trip. Any number may be in flight; a slow one (`ready`,
+        `count_tokens`) never holds up the others."""
         assert self._control is not None
         data = codec.encode(msg)
+        limits = self.welcome.limits if self.welcome is not None else None
+        if limits is not None and len(data) > limits.max_message_bytes:
+            # nng would close the connection for it: say why here instead.
+            raise error_from_info(ErrorInfo(error_class="invalid_request", message=(
+                f"message of {len(data)} bytes exceeds the daemon's limit of {limits.max_message_bytes} bytes")))
         limit = timeout_s or self.timeout_s
         try:
             with anyio.fail_after(limit):
-                raw = await self._control.call(data)
+                raw = await self._control.call(data, slow)
         except TimeoutError:
             raise DaemonUnavailable(f"the trunkline daemon did not answer within {limit:g}s") from None
-        except (Disconnected, OSError) as exc:
+        except (nng.NNGException, OSError) as exc:
             raise DaemonUnavailable(f"lost the trunkline daemon at {self.control_endpoint} ({exc})") from None
         reply = codec.decode_control_reply(raw)
         if type(reply) is ProtocolError:
@@ -291,8 +315,8 @@ class Client:
         return reply
 
     async def _read_events(self) -> None:
-        events = self._event_socket
-        assert events is not None
+        assert self._sub is not None
+        receiver = self._sub.receiver
         mine = codec.topic_prefix(self.client_id)
         cut = len(mine)
         bus = codec.topic_prefix(codec.BUS_TOPIC)
@@ -302,20 +326,16 @@ class Client:
         while True:
             if self.reader_gate is not None:
                 await self.reader_gate.wait()
-            try:
-                batch = events.ready()
-                if batch is None:
+            batch = receiver.ready_many()
+            if not batch:
+                burst = 0
+                batch = await receiver.recv_many()
+            else:
+                burst += 1
+                if burst >= 8:
+                    # A long burst: let the consumers run before reading on.
                     burst = 0
-                    batch = await events.receive()
-                else:
-                    burst += 1
-                    if burst >= 8:
-                        # A long burst: let the consumers run before reading on.
-                        burst = 0
-                        await anyio.lowlevel.checkpoint()
-            except Disconnected:
-                await self._resubscribe()
-                continue
+                    await anyio.lowlevel.checkpoint()
             for data in batch:
                 try:
                     if data.startswith(mine):
@@ -332,23 +352,6 @@ class Client:
                     route.deliver(ev)
                 elif type(ev) is ProbeEvent and self._probe_seen is not None:
                     self._probe_seen.set()
-                elif type(ev) is EventsLost:
-                    for lost in list(routes.values()):
-                        self._recover(lost)
-
-    async def _resubscribe(self) -> None:
-        """The daemon went away (a restart): subscribe again as soon as one listens.
-        What was published meanwhile comes back by `replay`, or the request fails."""
-        assert self._event_socket is not None
-        self._event_socket.close()
-        delay = 0.01
-        while True:
-            try:
-                await self._event_socket.connect()
-                return
-            except (OSError, Disconnected):
-                await anyio.sleep(delay)
-                delay = min(delay * 2, 0.5)
 
     async def _watch_silence(self) -> None:
         """A request whose consumer has waited `silence_check_s` with nothing arriving may
@@ -464,11 +467,11 @@ class Client:
 
     async def ready(self, model: str, provider: str | None = None) -> ReadyResult:
         return await self._call(Ready(model=model, provider=provider),  # type: ignore[no-any-return]
-                                timeout_s=max(self.timeout_s, 35.0))
+                                timeout_s=max(self.timeout_s, 35.0), slow=True)
 
     async def count_tokens(self, model: str | Request, messages: str | Message | Sequence[Message] | None = None,
                            **fields: Any) -> TokenCount:
-        reply = await self._call(CountTokens(request=build_request(model, messages, **fields)))
+        reply = await self._call(CountTokens(request=build_request(model, messages, **fields)), slow=True)
         if type(reply) is Rejected:
             raise error_from_info(reply.error)
         return reply  # type: ignore[no-any-return]
@@ -560,6 +563,30 @@ class ResponseStream:
 
     async def cancel(self) -> bool:
         return await self.client.cancel(self.request_id)
+
+
+def host_of(url: str) -> str:
+    """The host part of a network endpoint URL (brackets of an IPv6 address removed)."""
+    rest = url.partition("://")[2]
+    if rest.startswith("["):
+        return rest[1:rest.index("]")]
+    return rest.rpartition(":")[0] if ":" in rest else rest
+
+
+def event_url(announced: str, control: str) -> str:
+    """The event endpoint to dial: as the daemon announced it, except that a wildcard
+    listening address (`0.0.0.0`, `::`, `*`) is replaced by the host the control
+    endpoint was reached at."""
+    head, sep, rest = announced.partition("://")
+    if not sep or nng.ipc_path(announced) is not None:
+        return announced
+    host, colon, port = rest.rpartition(":")
+    if colon and host.strip("[]") in ("0.0.0.0", "::", "*", ""):
+        control_host = host_of(control)
+        if ":" in control_host:
+            control_host = f"[{control_host}]"
+        return f"{head}://{control_host}:{port}"
+    return announced
 
 
 __all__ = ["Client", "ResponseStream", "build_request"]

@@ -1,0 +1,149 @@
+"""The protocol through real pynng sockets on both sides, over every transport the
+daemon serves: ipc, tcp with a token, and tls+tcp with a token and a verified
+server certificate (made at test time: no private key is committed)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import trustme
+
+from helpers import check_invariants, steps
+from trunkline import Client
+from trunkline.errors import AuthenticationError, DaemonNotRunning, DaemonUnavailable
+from trunkline.protocol import codec
+from trunkline.protocol.messages import Message, Request, StatusQuery, TextDelta
+
+pytestmark = pytest.mark.e2e
+
+TOKEN = "transport-test-token"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tls_files(directory: Path) -> dict[str, str]:
+    """A throwaway CA, and a server certificate for `localhost` signed by it."""
+    ca = trustme.CA()
+    cert = ca.issue_cert("localhost")
+    paths = {"ca": directory / "ca.pem", "cert": directory / "server.pem", "key": directory / "server.key"}
+    ca.cert_pem.write_to_path(str(paths["ca"]))
+    cert.private_key_pem.write_to_path(str(paths["key"]))
+    with open(paths["cert"], "wb") as f:
+        for blob in cert.cert_chain_pems:
+            f.write(blob.bytes())
+    return {k: str(v) for k, v in paths.items()}
+
+
+async def serve(start_daemon: Any, transport: str, tmp: Path,
+                extra: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+    """A daemon on `transport`, and the keyword arguments a client needs to reach it."""
+    if transport == "ipc":
+        daemon = await start_daemon(extra)
+        return daemon, {"runtime_dir": daemon.runtime_dir}
+    scheme = "tcp" if transport == "tcp" else "tls+tcp"
+    control, events = f"{scheme}://127.0.0.1:{free_port()}", f"{scheme}://0.0.0.0:{free_port()}"
+    config: dict[str, Any] = {**(extra or {}), "endpoints": {"control": control, "events": events}}
+    client: dict[str, Any] = {"control_endpoint": control, "token": TOKEN}
+    if transport == "tls":
+        files = tls_files(tmp)
+        config["endpoints"].update(tls_cert_file=files["cert"], tls_key_file=files["key"])
+        client.update(tls_ca_file=files["ca"], tls_server_name="localhost")
+    daemon = await start_daemon(config, env={"TRUNKLINE_TOKEN": TOKEN})
+    return daemon, client
+
+
+@pytest.fixture(params=["ipc", "tcp", "tls"])
+def transport(request: pytest.FixtureRequest) -> str:
+    return request.param  # type: ignore[no-any-return]
+
+
+async def test_handshake_submit_stream_cancel_and_replay(start_daemon, transport, tmp_path):
+    daemon, reach = await serve(start_daemon, transport, tmp_path)
+    slow = Request(model="mock:echo", messages=[Message.user("x")],
+                   provider_options=steps(*[{"text": f"w{i} ", "delay": 0.05} for i in range(200)]))
+    with trio.fail_after(30):
+        async with Client(**reach) as client:
+            assert client.client_id  # hello, welcome, subscription and probe all went through
+            response = await client.complete("mock:echo", "over the wire")
+            assert response.text == "over the wire"
+            async with client.stream("mock:echo", "a streamed answer", request_id="req-stream") as stream:
+                events = [ev async for ev in stream]
+            check_invariants(events)
+            # Cancel mid-stream: the stream ends with reason `cancelled` and its partial text.
+            async with client.stream(slow, request_id="req-cancel") as stream:
+                async for ev in stream:
+                    if type(ev) is TextDelta:
+                        assert await stream.cancel()
+                rest = stream.accumulator.response()
+            assert rest.finish_reason.reason == "cancelled" and rest.text.startswith("w0 ")
+            # Replay returns the very events that were published.
+            replay = await client.replay("req-stream")
+    assert replay.state == "ended" and replay.last_seq == events[-1].seq
+    assert [codec.decode_event(raw) for raw in replay.events] == events
+
+
+async def test_a_gap_is_recovered_by_replay_over_every_transport(start_daemon, transport, tmp_path):
+    """The client stops reading; its own queue keeps the newest events and drops the
+    oldest, so the first event it sees next shows the gap in `seq`."""
+    n = 30_000
+    daemon, reach = await serve(start_daemon, transport, tmp_path, {"replay": {"ring_events": 100_000}})
+    request = Request(model="mock:echo", messages=[Message.user("x")],
+                      provider_options=steps({"text": "ab"}, repeat=n))
+    with trio.fail_after(60):
+        async with Client(**reach, watch_bus=True) as watcher, Client(**reach, silence_check_s=600) as client:
+            gate = trio.Event()
+            client.reader_gate = gate
+            stream = client.stream(request, request_id="req-gap")
+            await stream.start()
+            # Held until the request has ended at the daemon (the watcher's bus says so).
+            while True:
+                ev = await watcher.bus_events.receive()
+                if ev.name == "llm.call_completed" and ev.operation_id == "req-gap":
+                    break
+            client.reader_gate = None
+            gate.set()
+            events = [ev async for ev in stream]
+        assert stream.recovered_events > 0, "the test meant to lose events but none were lost"
+    check_invariants(events)
+    assert events[-1].response.text == "ab" * n
+
+
+async def test_a_call_times_out_instead_of_hanging_and_the_client_recovers(start_daemon, transport, tmp_path):
+    daemon, reach = await serve(start_daemon, transport, tmp_path)
+    with trio.fail_after(30):
+        async with Client(**reach) as client:
+            os.kill(daemon.proc.pid, signal.SIGSTOP)
+            try:
+                with pytest.raises(DaemonUnavailable, match="did not answer"):
+                    await client._call(StatusQuery(), timeout_s=0.5)
+            finally:
+                os.kill(daemon.proc.pid, signal.SIGCONT)
+            assert (await client.complete("mock:echo", "after the stall")).text == "after the stall"
+
+
+async def test_tls_needs_the_token_and_a_server_the_client_can_verify(start_daemon, tmp_path):
+    daemon, reach = await serve(start_daemon, "tls", tmp_path)
+    with trio.fail_after(30):
+        with pytest.raises(AuthenticationError):
+            async with Client(**{**reach, "token": "wrong"}):
+                pass
+        # A client that trusts another CA refuses the daemon's certificate.
+        other = tmp_path / "other"
+        other.mkdir()
+        stranger = tls_files(other)["ca"]
+        with pytest.raises((DaemonNotRunning, DaemonUnavailable)):
+            async with Client(**{**reach, "tls_ca_file": stranger, "timeout_s": 3.0}):
+                pass
+        async with Client(**reach) as client:
+            response = await client.complete("mock:echo", "over tls")
+    assert response.text == "over tls"
