@@ -1,0 +1,232 @@
+"""What one client can hold at the socket level, each bound tried by an attack that
+would exceed it, with an innocent client served beside it.
+
+The attackers are plain pynng programs in their own processes, as a client in any
+language would be. Two of them must not read: one stops itself (SIGSTOP), the
+other uses nng's raw Req0, whose application supplies each request's id (pynng
+frames the messages; the attacker only never reads its replies)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pynng
+import pytest
+import trio
+
+from helpers import DaemonProcess, steps
+from trunkline import Client
+from trunkline.errors import UnavailableError
+from trunkline.protocol.messages import Message, Request
+
+pytestmark = pytest.mark.e2e
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+async def spawn(script: str, *args: str) -> trio.Process:
+    return await trio.lowlevel.open_process([sys.executable, "-c", textwrap.dedent(script), *args],
+                                            stdout=subprocess.PIPE)
+
+
+async def read_until(proc: trio.Process, word: bytes) -> None:
+    assert proc.stdout is not None
+    seen = b""
+    while word not in seen:
+        chunk = await proc.stdout.receive_some()
+        assert chunk, f"the attacker ended before saying {word!r}"
+        seen += chunk
+
+
+async def stopped(pid: int) -> None:
+    """Until the process has stopped itself (waitpid sees it: no polling)."""
+    await trio.to_thread.run_sync(lambda: os.waitpid(pid, os.WUNTRACED))
+
+
+def kill(proc: trio.Process) -> None:
+    if proc.returncode is None:
+        proc.kill()
+        os.kill(proc.pid, signal.SIGCONT)
+
+
+class PipeWatch:
+    """Tells, from nng's own threads, when a socket's connections come and go."""
+
+    def __init__(self, sock: pynng.Socket) -> None:
+        self.token = trio.lowlevel.current_trio_token()
+        self.added = trio.Event()
+        self.removed = trio.Event()
+        sock.add_post_pipe_connect_cb(lambda pipe: self.token.run_sync_soon(self.added.set))
+        sock.add_post_pipe_remove_cb(lambda pipe: self.token.run_sync_soon(self.removed.set))
+
+
+async def test_one_connection_too_many_is_refused_and_the_others_are_untouched(start_daemon):
+    daemon = await start_daemon({"limits": {"max_connections": 4}})
+    extra = pynng.Req0(resend_time=-1, reconnect_time_min=1000, reconnect_time_max=1000)
+    listener = pynng.Sub0(reconnect_time_min=1000, reconnect_time_max=1000)
+    try:
+        with trio.fail_after(30):
+            async with Client(daemon.runtime_dir) as a, Client(daemon.runtime_dir) as b, \
+                    Client(daemon.runtime_dir) as c, Client(daemon.runtime_dir) as d:
+                # Four clients hold four connections on each endpoint: a fifth is closed
+                # as soon as it is made, on either endpoint.
+                for sock, url in ((extra, daemon.control), (listener, daemon.control.replace("control", "events"))):
+                    watch = PipeWatch(sock)
+                    sock.dial(url, block=False)
+                    await watch.added.wait()
+                    await watch.removed.wait()
+                for client in (a, b, c, d):
+                    assert (await client.complete("mock:echo", "still served")).text == "still served"
+                status = await a.status()
+            # Once they have gone, there is room again.
+            async with Client(daemon.runtime_dir) as again:
+                assert (await again.complete("mock:echo", "room again")).text == "room again"
+    finally:
+        extra.close()
+        listener.close()
+    assert status.in_flight == 0
+
+
+PIPELINER = """
+    import signal, sys
+    import pynng
+    from pynng._nng import lib
+    from trunkline.protocol import codec
+    sock = pynng.Req0(opener=lib.nng_req0_open_raw, recv_buffer_size=1)
+    sock.dial(sys.argv[1], block=True)
+    body = codec.encode({"type": "list_models"})
+    for i in range(int(sys.argv[2])):
+        msg = pynng.Message(body)
+        lib.nng_msg_header_append_u32(msg._nng_msg, 0x80000000 | i)  # the request id raw Req0 leaves to us
+        sock.send_msg(msg)
+    print("sent", flush=True)
+    signal.pause()
+"""
+
+
+async def test_replies_a_client_never_reads_cost_the_daemon_nothing(daemon):
+    """30,000 requests whose large replies (the catalog, ~20 KB each) are never read:
+    unbounded, the daemon would hold over half a gigabyte for them."""
+    with trio.fail_after(120):
+        async with Client(daemon.runtime_dir) as innocent:
+            await innocent.list_models()
+            before = rss_mib(daemon.proc.pid)
+            attacker = await spawn(PIPELINER, daemon.control, "30000")
+            try:
+                await read_until(attacker, b"sent")
+                # The daemon answered every request: the attacker's last one was sent
+                # after all the others, on the same connection, and is handled in order.
+                assert (await innocent.complete("mock:echo", "served beside it")).text == "served beside it"
+                await innocent.list_models()
+                grown = rss_mib(daemon.proc.pid) - before
+            finally:
+                kill(attacker)
+    assert grown < 40, f"the daemon grew {grown:.0f} MiB for replies nobody reads"
+
+
+SLEEPER = """
+    import os, signal, sys
+    import pynng
+    sock = pynng.Sub0(recv_buffer_size=1)
+    sock.subscribe(b"")  # everything, and never read it
+    sock.dial(sys.argv[1], block=True)
+    print("subscribed", flush=True)
+    os.kill(os.getpid(), signal.SIGSTOP)
+"""
+
+
+async def test_a_subscriber_that_never_reads_holds_only_its_queue(start_daemon):
+    queue = 256
+    # Finished requests' replay rings get a tiny budget, so what is measured is what the
+    # subscribers hold.
+    daemon = await start_daemon({"limits": {"subscriber_queue": queue}, "replay": {"max_bytes": 1_000_000}})
+    events_url = daemon.control.replace("control", "events")
+    chunk = "x" * 4000
+    requests = 150  # each 50 deltas of 4 KB, then its whole text twice (text_end, finish): ~60 MB in all
+    request = Request(model="mock:echo", messages=[Message.user("x")], provider_options=steps({"text": chunk}, repeat=50))
+    sleepers = [await spawn(SLEEPER, events_url) for _ in range(3)]
+    try:
+        with trio.fail_after(120):
+            for proc in sleepers:
+                await read_until(proc, b"subscribed")
+                await stopped(proc.pid)
+            async with Client(daemon.runtime_dir) as innocent:
+                before = rss_mib(daemon.proc.pid)
+                for _ in range(requests):
+                    async with innocent.stream(request) as stream:
+                        response = await stream.response()
+                    assert response.text == chunk * 50
+                grown = rss_mib(daemon.proc.pid) - before
+    finally:
+        for proc in sleepers:
+            kill(proc)
+    # Each sleeper pins at most `queue` events (copies shared between subscribers):
+    # ~1-3 MB here; unbounded, three sleepers would hold ~180 MB.
+    assert grown < 30, f"the daemon grew {grown:.0f} MiB for three subscribers that never read"
+
+
+LIMITED = "import os, resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, ({soft}, {hard})); os.execv(sys.argv[1], sys.argv[1:])"
+
+
+class LimitedDaemon(DaemonProcess):
+    def __init__(self, soft: int, hard: int, config: dict | None = None) -> None:
+        super().__init__(config)
+        self.limits = (soft, hard)
+
+    def command(self) -> list[str]:
+        soft, hard = self.limits
+        return [sys.executable, "-c", LIMITED.format(soft=soft, hard=hard), *super().command()]
+
+
+async def test_idle_connections_never_keep_a_worker_from_restarting(nursery):
+    """Under `ulimit -n 256`, 400 idle connections used to take every descriptor, and a
+    crashed worker could not be started again: the provider was unavailable."""
+    daemon = LimitedDaemon(256, 256)
+    hogs: list[pynng.Req0] = []
+    try:
+        await daemon.start(nursery)
+        with trio.fail_after(90):
+            async with Client(daemon.runtime_dir, watch_bus=True) as innocent:
+                watches = []
+                for _ in range(400):
+                    sock = pynng.Req0(resend_time=-1, reconnect_time_min=2000, reconnect_time_max=2000)
+                    watches.append(PipeWatch(sock))
+                    sock.dial(daemon.control, block=False)
+                    hogs.append(sock)
+                # Every hog has been answered, admitted or refused (both connect first).
+                for watch in watches:
+                    await watch.added.wait()
+                crash = Request(model="mock:echo", messages=[Message.user("x")], provider_options=steps({"crash": True}))
+                with pytest.raises(UnavailableError):
+                    await innocent.complete(crash)
+                while (ev := await innocent.bus_events.receive()).name != "worker.up" or ev.provider != "mock":
+                    pass
+                assert (await innocent.complete("mock:echo", "after the restart")).text == "after the restart"
+                assert len(os.listdir(f"/proc/{daemon.proc.pid}/fd")) <= 256
+    finally:
+        for sock in hogs:
+            sock.close()
+        await daemon.stop()
+        daemon.cleanup()
+
+
+async def test_the_daemon_raises_its_descriptor_limit_to_the_hard_limit(nursery):
+    daemon = LimitedDaemon(128, 512)
+    try:
+        await daemon.start(nursery)
+        limits = Path(f"/proc/{daemon.proc.pid}/limits").read_text()
+        line = next(line for line in limits.splitlines() if line.startswith("Max open files"))
+        assert line.split()[3:5] == ["512", "512"], line
+    finally:
+        await daemon.stop()
+        daemon.cleanup()
