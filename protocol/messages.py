@@ -46,6 +46,11 @@ ErrorClass = Literal[
     "other",
 ]
 
+#: `ErrorInfo.provider_code` of a request refused because its `client_id` was not
+#: given to the connection it came on (a restarted daemon, a dropped connection):
+#: say `hello` again and use the new client id.
+UNKNOWN_CLIENT = "unknown_client"
+
 #: Whether a retry of the same request can succeed, per error class.
 RETRYABLE: dict[str, bool] = {
     "authentication": False,

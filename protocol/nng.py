@@ -459,9 +459,16 @@ class Requester:
 
     def __init__(self, url: str, tls: pynng.TLSConfig | None = None) -> None:
         self.sock = pynng.Req0(resend_time=-1, reconnect_time_min=10, reconnect_time_max=500, recv_max_size=0)
+        #: Connections made so far: one more than before means nng reconnected (a
+        #: restarted daemon, or a dropped network connection).
+        self.connects = 0
+        self.sock.add_post_pipe_connect_cb(self._connected)
         _dial(self.sock, url, tls)
         self._receiver = Receiver(self.sock)
         self._busy = False
+
+    def _connected(self, pipe: pynng.Pipe) -> None:
+        self.connects += 1  # from nng's thread; an int store is atomic under the GIL
 
     async def call(self, data: bytes, slow: bool = False) -> bytes:
         if slow or self._busy:

@@ -24,6 +24,7 @@ from ..protocol.ids import ulid
 from ..protocol.messages import (
     PROTOCOL_VERSION,
     RETRYABLE,
+    UNKNOWN_CLIENT,
     Accepted,
     Cancel,
     CancelResult,
@@ -77,8 +78,11 @@ def _error(error_class: ErrorClass, message: str, **extra: Any) -> ErrorInfo:
 class Router:
     def __init__(self, daemon: Daemon) -> None:
         self.d = daemon
-        self.pipes: dict[int, set[str]] = {}  # control pipe -> client ids seen on it
-        self.clients: dict[str, set[int]] = {}  # client id -> its live pipes
+        # A client id belongs to the control connection that said the `hello` it came
+        # from: only that connection may submit under it, cancel, replay or say goodbye
+        # for its requests.
+        self.pipes: dict[int, set[str]] = {}  # control pipe -> the client ids it owns
+        self.owner: dict[str, int] = {}  # client id -> its control pipe
         self.max_bytes = daemon.config.limits.max_message_bytes
         self.token = os.environ.get("TRUNKLINE_TOKEN")
         # On a network control endpoint (tcp, tls+tcp, ws) a connection must say hello
@@ -138,11 +142,12 @@ class Router:
         if t is Submit:
             return self.submit(msg, pipe_id)  # type: ignore[arg-type]
         if t is Cancel:
-            return self.cancel(msg)  # type: ignore[arg-type]
+            return self.cancel(msg, pipe_id)  # type: ignore[arg-type]
         if t is Replay:
-            return self.replay(msg)  # type: ignore[arg-type]
+            return self.replay(msg, pipe_id)  # type: ignore[arg-type]
         if t is Probe:
-            self._seen(msg.client_id, pipe_id)  # type: ignore[union-attr]
+            if self.owner.get(msg.client_id) != pipe_id:  # type: ignore[union-attr]
+                return ProtocolError(error=_not_yours(msg.client_id))  # type: ignore[union-attr]
             self.d.publish(frame_event(msg.client_id, ProbeEvent(client_id=msg.client_id)))  # type: ignore[union-attr]
             return ProbeSent()
         if t is Hello:
@@ -156,31 +161,28 @@ class Router:
         if t is CountTokens:
             return _Deferred(self.count_tokens(msg))  # type: ignore[arg-type]
         if t is Goodbye:
-            return GoodbyeAck(cancelled=self.client_gone(msg.client_id))  # type: ignore[union-attr]
+            return self.goodbye(msg, pipe_id)  # type: ignore[arg-type]
         return ProtocolError(error=_error("invalid_request", f"unexpected message type {t.__name__}"))
 
     # -- clients -----------------------------------------------------------------------
 
-    def _seen(self, client_id: str, pipe_id: int) -> None:
-        pipes = self.clients.setdefault(client_id, set())
-        if pipe_id not in pipes:
-            pipes.add(pipe_id)
-            self.pipes.setdefault(pipe_id, set()).add(client_id)
-
     def pipe_gone(self, pipe_id: int) -> None:
-        """A control connection closed: a client whose last connection it was has
-        gone away, and its unfinished requests are cancelled upstream."""
+        """A control connection closed: its clients have gone away, and their
+        unfinished requests are cancelled upstream."""
         self.authenticated.discard(pipe_id)
         for client_id in self.pipes.pop(pipe_id, set()):
-            pipes = self.clients.get(client_id)
-            if pipes is None:
-                continue
-            pipes.discard(pipe_id)
-            if not pipes:
-                del self.clients[client_id]
-                n = self.client_gone(client_id)
-                if n:
-                    log.info("client %s went away; cancelled %d request(s)", client_id, n)
+            self.owner.pop(client_id, None)
+            n = self.client_gone(client_id)
+            if n:
+                log.info("client %s went away; cancelled %d request(s)", client_id, n)
+
+    def goodbye(self, msg: Goodbye, pipe_id: int) -> Any:
+        """The client leaves: its unfinished requests are cancelled and its id retired."""
+        if self.owner.get(msg.client_id) != pipe_id:
+            return ProtocolError(error=_not_yours(msg.client_id))
+        del self.owner[msg.client_id]
+        self.pipes.get(pipe_id, set()).discard(msg.client_id)
+        return GoodbyeAck(cancelled=self.client_gone(msg.client_id))
 
     def client_gone(self, client_id: str) -> int:
         n = 0
@@ -198,7 +200,8 @@ class Router:
                 return ProtocolError(error=_error("authentication", "this endpoint needs a valid token in hello"))
             self.authenticated.add(pipe_id)
         client_id = "c" + ulid()
-        self._seen(client_id, pipe_id)
+        self.owner[client_id] = pipe_id
+        self.pipes.setdefault(pipe_id, set()).add(client_id)
         cfg = self.d.config
         return Welcome(
             client_id=client_id,
@@ -227,9 +230,14 @@ class Router:
 
     def submit(self, msg: Submit, pipe_id: int) -> Any:
         d = self.d
-        self._seen(msg.client_id, pipe_id)
+        if self.owner.get(msg.client_id) != pipe_id:
+            return Rejected(request_id=msg.request_id, error=_not_yours(msg.client_id))
         known = d.requests.get(msg.request_id)
         if known is not None:
+            if known.client_id != msg.client_id:
+                return Rejected(request_id=msg.request_id, error=_error(
+                    "invalid_request", f"request_id {msg.request_id!r} is in use by another client; choose another "
+                    "(a ULID or a UUID never collides)"))
             return Accepted(request_id=msg.request_id, provider=known.provider, model=known.model, duplicate=True)
         if not d.accepting:
             return Rejected(request_id=msg.request_id, error=_error("unavailable", "the daemon is shutting down"))
@@ -259,16 +267,18 @@ class Router:
                       stream=msg.stream, operation_id=operation_id))
         return Accepted(request_id=msg.request_id, provider=slot.name, model=resolved.id)
 
-    def cancel(self, msg: Cancel) -> CancelResult:
+    def cancel(self, msg: Cancel, pipe_id: int) -> CancelResult:
+        """Only the client that submitted a request may cancel it; another's request
+        looks like one that does not exist."""
         state = self.d.requests.active.get(msg.request_id)
-        if state is None:
+        if state is None or self.owner.get(state.client_id) != pipe_id:
             return CancelResult(request_id=msg.request_id, cancelled=False)
         self.d.cancel_request(state)
         return CancelResult(request_id=msg.request_id, cancelled=True)
 
-    def replay(self, msg: Replay) -> ReplayResult:
+    def replay(self, msg: Replay, pipe_id: int) -> ReplayResult:
         state = self.d.requests.get(msg.request_id)
-        if state is None or state.evicted:
+        if state is None or state.evicted or self.owner.get(state.client_id) != pipe_id:
             return ReplayResult(request_id=msg.request_id, state="unknown", last_seq=-1)
         skip = 0
         frames = state.frames_from(msg.from_seq, REPLAY_BATCH)
@@ -316,6 +326,11 @@ class Router:
             if result.ok:
                 return TokenCount(input_tokens=result.input_tokens, exact=False)
         return TokenCount(input_tokens=estimate_request_tokens(msg.request), exact=False)
+
+
+def _not_yours(client_id: str) -> ErrorInfo:
+    return _error("invalid_request", f"client_id {client_id!r} was not given to this connection: say hello on it "
+                  "first and use the client_id its welcome names", provider_code=UNKNOWN_CLIENT)
 
 
 class _Deferred:

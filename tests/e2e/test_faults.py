@@ -15,13 +15,15 @@ import trio
 
 from helpers import check_invariants, steps
 from trunkline import Client, Message, Request
-from trunkline.errors import UnavailableError
+from trunkline.errors import InvalidRequestError, UnavailableError, error_from_info
 from trunkline.protocol import codec
 from trunkline.protocol.messages import (
     ErrorEvent,
     Finish,
+    Goodbye,
     Hello,
     ProtocolError,
+    Submit,
     TextDelta,
     ToolCallDelta,
     ToolCallEnd,
@@ -199,9 +201,9 @@ async def test_a_vanished_client_has_its_request_cancelled(daemon):
             proc.kill()
             await proc.wait()
             await wait_bus(watcher, "llm.call_cancelled", "req-orphan")
+            # Its events belong to the client that went: nobody else may replay them.
             replay = await watcher.replay("req-orphan")
-    last = codec.decode_event(replay.events[-1])
-    assert type(last) is Finish and last.response.finish_reason.reason == "cancelled"
+    assert replay.state == "unknown" and not replay.events
 
 
 async def test_a_subscriber_that_falls_behind_recovers_everything_by_replay(start_daemon):
@@ -343,3 +345,28 @@ async def test_workers_live_as_long_as_the_supervisor_and_no_longer(start_daemon
             await trio.lowlevel.wait_readable(pidfd)  # readable once the worker has exited
         finally:
             os.close(pidfd)
+
+
+async def test_a_client_owns_its_requests(daemon):
+    """Another client can neither cancel, replay nor say goodbye for a request it did
+    not submit, nor borrow its request_id or its client_id."""
+    slow = Request(model="mock:echo", messages=[Message.user("x")],
+                   provider_options=steps(*[{"text": f"w{i} ", "delay": 0.02} for i in range(50)]))
+    with trio.fail_after(30):
+        async with Client(daemon.runtime_dir) as victim, Client(daemon.runtime_dir) as attacker:
+            async with victim.stream(slow, request_id="req-victim") as stream:
+                assert not await attacker.cancel("req-victim")
+                assert (await attacker.replay("req-victim")).state == "unknown"
+                with pytest.raises(InvalidRequestError, match="in use by another client"):
+                    await attacker.complete("mock:echo", "mine now", request_id="req-victim")
+                with pytest.raises(InvalidRequestError, match="not given to this connection"):
+                    await attacker._call(Goodbye(client_id=victim.client_id))
+                with pytest.raises(InvalidRequestError, match="not given to this connection"):
+                    attacker_submit = Submit(request_id="req-borrowed", client_id=victim.client_id,
+                                             request=Request(model="mock:echo", messages=[Message.user("x")]))
+                    reply = await attacker._call(attacker_submit)
+                    raise error_from_info(reply.error)
+                response = await stream.response()
+            assert response.text == "".join(f"w{i} " for i in range(50))
+            # Its owner can replay it.
+            assert (await victim.replay("req-victim")).state == "ended"

@@ -62,6 +62,7 @@ from .protocol.messages import (
     StreamEvent,
     Submit,
     TextDelta,
+    UNKNOWN_CLIENT,
     TokenCount,
     Welcome,
 )
@@ -190,6 +191,8 @@ class Client:
         self.tls_server_name = tls_server_name
         self._control: nng.Requester | None = None
         self._sub: nng.Subscriber | None = None
+        self._hello_at = 0  # the control socket's connection count when we said hello
+        self._rehello_lock = anyio.Lock()
         self._routes: dict[str, _Route] = {}
         self._tg: Any = None
         self._probe_seen: anyio.Event | None = None
@@ -227,6 +230,7 @@ class Client:
             raise DaemonNotRunning(f"no trunkline daemon answers at {self.control_endpoint} ({exc}); start one "
                                    "with `trunkline serve`") from None
         try:
+            self._hello_at = self._control.connects
             welcome = await self._call(Hello(client_name=self.client_name, token=self.token), timeout_s=10.0)
             assert type(welcome) is Welcome
             self.welcome = welcome
@@ -248,6 +252,23 @@ class Client:
         except BaseException:
             await self._teardown()
             raise
+
+    async def _hello_again(self, force: bool = False) -> None:
+        """Our control connection was made anew since our hello: the daemon restarted
+        (or the connection dropped, and the daemon let our client id go with it). Say
+        hello on it, subscribe to the new client id, and probe, once for all callers."""
+        assert self._control is not None and self._sub is not None
+        async with self._rehello_lock:
+            if self._control.connects == self._hello_at and not force:
+                return
+            self._hello_at = self._control.connects
+            welcome = await self._call(Hello(client_name=self.client_name, token=self.token), timeout_s=10.0)
+            assert type(welcome) is Welcome
+            self.welcome = welcome
+            self.client_id = welcome.client_id
+            self._sub.subscribe(codec.topic_prefix(self.client_id))
+            self._probe_seen = anyio.Event()
+            await self._probe()
 
     def _tls(self, url: str) -> Any:
         if not nng.is_tls(url):
@@ -317,8 +338,6 @@ class Client:
     async def _read_events(self) -> None:
         assert self._sub is not None
         receiver = self._sub.receiver
-        mine = codec.topic_prefix(self.client_id)
-        cut = len(mine)
         bus = codec.topic_prefix(codec.BUS_TOPIC)
         decode = codec.decode_event
         routes = self._routes
@@ -336,6 +355,8 @@ class Client:
                     # A long burst: let the consumers run before reading on.
                     burst = 0
                     await anyio.lowlevel.checkpoint()
+            mine = codec.topic_prefix(self.client_id)  # a new one after a daemon restart
+            cut = len(mine)
             for data in batch:
                 try:
                     if data.startswith(mine):
@@ -403,12 +424,20 @@ class Client:
     async def submit(self, request: Request, *, stream: bool = True, request_id: str | None = None,
                      operation_id: str | None = None) -> tuple[Accepted, _Route]:
         """Start a request; its events arrive on the returned route."""
+        assert self._control is not None
+        if self._control.connects != self._hello_at:
+            await self._hello_again()
         rid = request_id or new_request_id()
         route = self._routes.get(rid) or _Route(self, rid)
         self._routes[rid] = route
         try:
             reply = await self._call(Submit(request_id=rid, client_id=self.client_id, request=request,
                                             stream=stream, operation_id=operation_id))
+            if type(reply) is Rejected and reply.error.provider_code == UNKNOWN_CLIENT:
+                # Sent before nng had reconnected to a restarted daemon: hello, then once more.
+                await self._hello_again(force=True)
+                reply = await self._call(Submit(request_id=rid, client_id=self.client_id, request=request,
+                                                stream=stream, operation_id=operation_id))
         except BaseException:
             self._routes.pop(rid, None)
             raise
