@@ -180,3 +180,21 @@ def test_user_catalog_entries_take_the_richer_price_form(tmp_path):
     path.write_text("models:\n  vllm:q:\n    wire_name: q\n    price: {input: 1.0, long_context: {input: 3.0}}\n")
     with pytest.raises(ConfigError, match=r"models\.vllm:q.*above_input_tokens"):
         load_config(path)
+
+
+def test_the_emitter_prices_a_response_with_the_service_tier_the_request_asked_for():
+    from trunkline.protocol.messages import Job, Message, Request, Response
+    from trunkline.workers._emit import Emitter
+
+    model = SHIPPED.resolve("openai:gpt-5.4")
+
+    def priced(options: dict) -> Response:
+        job = Job(request_id="r", client_id="c", operation_id="o", model=model, stream=False,
+                  request=Request(model=model.id, messages=[Message.user("x")], provider_options=options))
+        emitter = Emitter(job, "openai", lambda *_: None, lambda pid: "tu_1")
+        return emitter.finalize(Response(usage=Usage(input_tokens=100_000, output_tokens=10_000)))
+
+    # 100,000 * $2.50 + 10,000 * $15 = $0.40 standard; flex halves it.
+    assert priced({}).cost_usd == pytest.approx(0.40)
+    flex = priced({"openai": {"service_tier": "flex"}})
+    assert flex.cost_usd == pytest.approx(0.20) and flex.pricing_version == "2026-11-23"
