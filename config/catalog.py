@@ -7,14 +7,16 @@ day it ships.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
+from datetime import date, datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import msgspec
 import yaml
 
-from ..protocol.messages import ModelInfo, Price, Usage
+from ..protocol.messages import ModelInfo, Price, PriceTier, Usage
 from .loader import ConfigError, ModelEntry
 
 MODELS_PATH = Path(__file__).resolve().with_name("models.yaml")
@@ -53,10 +55,22 @@ def _info(model_id: str, entry: ModelEntry, pricing_version: str | None) -> Mode
         thinking=entry.thinking,
         streaming=entry.streaming,
         structured_output=entry.structured_output,
-        price=Price(**msgspec.structs.asdict(entry.price)),
+        price=msgspec.convert(msgspec.to_builtins(entry.price), Price),
         pricing_version=pricing_version,
         rules=entry.rules,
     )
+
+
+#: A dated snapshot id (`claude-haiku-4-5-20251001`, `gpt-4o-2024-08-06`).
+_SNAPSHOT = re.compile(r".*-(\d{8}|\d{4}-\d{2}-\d{2})")
+
+
+def _pinned(info: ModelInfo, alias: str) -> ModelInfo:
+    """The entry for `alias`; a dated snapshot the caller names is served as named (the
+    provider may pin behaviour to it), with the entry's prices and rules."""
+    if not _SNAPSHOT.fullmatch(alias) or alias == info.wire_name:
+        return info
+    return msgspec.structs.replace(info, id=f"{info.provider}:{alias}", wire_name=alias)
 
 
 class Catalog:
@@ -116,7 +130,7 @@ class Catalog:
             if found is None:
                 alias = self._by_alias.get(model)
                 if alias is not None and alias.provider == provider:
-                    found = alias
+                    found = _pinned(alias, model)
             if found is None:
                 found = next((m for m in self._by_wire.get(model, []) if m.provider == provider), None)
             if found is not None:
@@ -139,7 +153,9 @@ class Catalog:
                 configured=provider in self.configured,
                 in_catalog=False,
             )
-        found = self._by_id.get(model) or self._by_alias.get(model)
+        found = self._by_id.get(model)
+        if found is None and model in self._by_alias:
+            found = _pinned(self._by_alias[model], model)
         if found is None:
             matches = self._by_wire.get(model, [])
             if len(matches) == 1:
@@ -155,19 +171,53 @@ class Catalog:
         return found
 
 
-def compute_cost(usage: Usage, price: Price) -> float | None:
+def price_on(price: Price, day: date | None = None) -> tuple[Price, str | None]:
+    """The rates that apply on `day` (today, UTC, by default): the base price with the
+    latest scheduled change already in effect laid over it, and that change's date."""
+    today = (day or datetime.now(timezone.utc).date()).isoformat()
+    due = [s for s in price.scheduled if s.effective <= today]
+    if not due:
+        return price, None
+    change = max(due, key=lambda s: s.effective)
+    rates = {k: v for k, v in msgspec.structs.asdict(change).items() if v is not None and k != "effective"}
+    return msgspec.structs.replace(price, **rates), change.effective
+
+
+def compute_cost(usage: Usage, price: Price, *, service_tier: str | None = None,
+                 day: date | None = None) -> float | None:
     """USD for `usage` at `price` (per million tokens); None when a needed price is unknown.
 
     Cached tokens are part of `input_tokens`, so they are taken out of the
-    full-price input and billed at their own rates."""
-    if price.input is None or price.output is None:
+    full-price input and billed at their own rates. A prompt over the long-context
+    threshold bills the whole request at the long-context rates; a service tier the
+    request asked for multiplies everything."""
+    base, _ = price_on(price, day)
+    if base.input is None or base.output is None:
         return None
+    rates: Price | PriceTier = base
+    tier = base.long_context
+    if tier is not None and usage.input_tokens > tier.above_input_tokens:
+        rates = tier
+
+    def rate(name: str, *fallbacks: str) -> float:
+        for key in (name, *fallbacks):
+            value = getattr(rates, key)
+            if value is None and rates is not base:
+                value = getattr(base, key)
+            if value is not None:
+                return float(value)
+        raise AssertionError("input and output are always priced")
+
     read = usage.cache_read_tokens
     write = usage.cache_write_tokens
+    write_long = min(usage.cache_write_long_tokens, write)
     plain = max(usage.input_tokens - read - write, 0)
-    total = plain * price.input + usage.output_tokens * price.output
-    total += read * (price.cache_read if price.cache_read is not None else price.input)
-    total += write * (price.cache_write if price.cache_write is not None else price.input)
+    total = plain * rate("input") + usage.output_tokens * rate("output")
+    total += read * rate("cache_read", "input")
+    total += (write - write_long) * rate("cache_write", "input")
+    total += write_long * rate("cache_write_long", "cache_write", "input")
+    if service_tier:
+        total *= base.service_tiers.get(service_tier, 1.0)
     return total / 1_000_000
 
 

@@ -99,11 +99,37 @@ class ProviderConfig(_Section):
     options: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
-class PriceEntry(_Section):
+class PriceTierEntry(_Section):
+    above_input_tokens: int
     input: float | None = None
     output: float | None = None
     cache_read: float | None = None
     cache_write: float | None = None
+    cache_write_long: float | None = None
+
+
+class ScheduledPriceEntry(_Section):
+    #: ISO date (UTC) from which these rates apply.
+    effective: str
+    input: float | None = None
+    output: float | None = None
+    cache_read: float | None = None
+    cache_write: float | None = None
+    cache_write_long: float | None = None
+    long_context: PriceTierEntry | None = None
+
+
+class PriceEntry(_Section):
+    """USD per million tokens; see `Price` in protocol/messages.py for each field."""
+
+    input: float | None = None
+    output: float | None = None
+    cache_read: float | None = None
+    cache_write: float | None = None
+    cache_write_long: float | None = None
+    long_context: PriceTierEntry | None = None
+    service_tiers: dict[str, float] = msgspec.field(default_factory=dict)
+    scheduled: list[ScheduledPriceEntry] = msgspec.field(default_factory=list)
 
 
 class ModelEntry(_Section):

@@ -146,11 +146,13 @@ class ToolResultPart(Msg, tag="tool_result", kw_only=True):
 
 
 class ThinkingPart(Msg, tag="thinking", kw_only=True):
-    """Model reasoning. `signature` is opaque and only valid with the `provider` that made it."""
+    """Model reasoning. `signature` is opaque and only valid with the `provider` that made it
+    (and, where the provider ties reasoning to a model, with `model`, the model that wrote it)."""
 
     text: str
     signature: str | None = None
     provider: str | None = None
+    model: str | None = None
 
 
 class RedactedThinkingPart(Msg, tag="redacted_thinking", kw_only=True):
@@ -158,6 +160,7 @@ class RedactedThinkingPart(Msg, tag="redacted_thinking", kw_only=True):
 
     data: str
     provider: str | None = None
+    model: str | None = None
 
 
 class ProviderPart(Msg, tag="provider_part", kw_only=True):
@@ -319,6 +322,9 @@ class Usage(Data, kw_only=True):
     reasoning_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    #: The part of `cache_write_tokens` written with the longer lifetime (Anthropic's
+    #: 1-hour writes, OpenAI's 12-hour ones), billed at `Price.cache_write_long`.
+    cache_write_long_tokens: int = 0
     estimated: bool = False
 
     def __add__(self, other: Usage) -> Usage:
@@ -329,6 +335,7 @@ class Usage(Data, kw_only=True):
             reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
             cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
             cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+            cache_write_long_tokens=self.cache_write_long_tokens + other.cache_write_long_tokens,
             estimated=self.estimated or other.estimated,
         )
 
@@ -401,13 +408,47 @@ class ErrorInfo(Data, kw_only=True):
 # Catalog and status records
 
 
+class PriceTier(Data, kw_only=True):
+    """The rates of a whole request whose prompt is longer than `above_input_tokens`
+    (USD per million tokens; a null rate: the same as the base price's)."""
+
+    above_input_tokens: int
+    input: float | None = None
+    output: float | None = None
+    cache_read: float | None = None
+    cache_write: float | None = None
+    cache_write_long: float | None = None
+
+
+class ScheduledPrice(Data, kw_only=True):
+    """A price that applies from `effective` (an ISO date, UTC) on, replacing the
+    base rates it sets (null: unchanged)."""
+
+    effective: str
+    input: float | None = None
+    output: float | None = None
+    cache_read: float | None = None
+    cache_write: float | None = None
+    cache_write_long: float | None = None
+    long_context: PriceTier | None = None
+
+
 class Price(Data, kw_only=True):
-    """USD per million tokens; null when unknown."""
+    """USD per million tokens; null when unknown. `cache_write` is the default cache
+    lifetime's write price (Anthropic 5 minutes, OpenAI 30 minutes), `cache_write_long`
+    the longer one's (Anthropic 1 hour, OpenAI 12 hours). `long_context` prices the
+    whole request when its prompt is long; `service_tiers` multiplies every rate when
+    the request asks for that tier (`provider_options.<provider>.service_tier`);
+    `scheduled` holds announced price changes, each from its day on."""
 
     input: float | None = None
     output: float | None = None
     cache_read: float | None = None
     cache_write: float | None = None
+    cache_write_long: float | None = None
+    long_context: PriceTier | None = None
+    service_tiers: dict[str, float] = msgspec.field(default_factory=dict)
+    scheduled: list[ScheduledPrice] = msgspec.field(default_factory=list)
 
 
 class ModelRules(Data, kw_only=True):
@@ -423,8 +464,13 @@ class ModelRules(Data, kw_only=True):
     sampling_needs_no_reasoning: bool = False
     #: Effort values the model takes; null: any.
     efforts: list[ReasoningEffort] | None = None
+    #: The effort the provider applies when the request names none.
+    default_effort: ReasoningEffort | None = None
     #: Reasoning cannot be turned off.
     thinking_always_on: bool = False
+    #: The model reasons when the request does not mention reasoning (turning it off
+    #: takes an explicit `none`).
+    thinking_default_on: bool = False
     #: Forced tool choice (`required`, a named tool) is allowed while thinking is on.
     forced_tool_with_thinking: bool = True
     #: Reasoning parts (signatures) are valid only for the model that wrote them.

@@ -26,10 +26,12 @@ from ..protocol.messages import (
     ToolResultPart,
 )
 from ..protocol.tokens import estimate_request_tokens
+from ..config.rules import effort_refusal, forced_tool_refusal
 
-#: The strictest tool-name form all providers accept (Gemini and OpenAI allow a
-#: little more, Anthropic a little less; this is inside all of them).
-TOOL_NAME = re.compile(r"[a-zA-Z][a-zA-Z0-9_]{0,63}")
+#: The intersection of the providers' own tool-name rules (Anthropic, OpenAI and
+#: Gemini all take letters, digits, `_` and `-`, up to 64 characters; Gemini wants a
+#: letter or underscore first).
+TOOL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_-]{0,63}")
 
 #: An estimate this far over the context window is certainly too long.
 CONTEXT_MARGIN = 1.15
@@ -149,7 +151,7 @@ def check_tools(request: Request) -> None:
     for i, tool in enumerate(request.tools):
         if not TOOL_NAME.fullmatch(tool.name):
             raise Invalid(
-                f"tools[{i}]: name {tool.name!r} must match [a-zA-Z][a-zA-Z0-9_]{{0,63}} "
+                f"tools[{i}]: name {tool.name!r} must match ^[a-zA-Z_][a-zA-Z0-9_-]{{0,63}}$ "
                 "(the form every provider accepts)"
             )
         if tool.name in names:
@@ -204,13 +206,21 @@ def check_capabilities(request: Request, model: ModelInfo, stream: bool) -> None
                         raise Invalid(f"{_where(i)}.content[{j}]: model {name} does not accept images or documents")
     if model.max_output is not None and request.max_tokens is not None and request.max_tokens > model.max_output:
         raise Invalid(f"max_tokens {request.max_tokens} exceeds the {model.max_output} output tokens of {name}")
-    if model.context_window and _upper_bound_tokens(request) > model.context_window * CONTEXT_MARGIN:
+    limit = min(filter(None, (model.context_window, model.rules.max_input_tokens)), default=None)
+    if limit and _upper_bound_tokens(request) > limit * CONTEXT_MARGIN:
         estimate = estimate_request_tokens(request)
-        if estimate > model.context_window * CONTEXT_MARGIN:
-            raise Invalid(
-                f"the prompt is about {estimate} tokens, over the {model.context_window}-token context of {name}",
-                "context_length",
-            )
+        if estimate > limit * CONTEXT_MARGIN:
+            what = "context" if limit == model.context_window else "input limit"
+            raise Invalid(f"the prompt is about {estimate} tokens, over the {limit}-token {what} of {name}",
+                          "context_length")
+
+
+def check_rules(request: Request, model: ModelInfo) -> None:
+    """What the model's catalog rules say it cannot serve at all (what it merely does not
+    take, the translators leave out with a warning)."""
+    for problem in (effort_refusal(request, model), forced_tool_refusal(request, model)):
+        if problem:
+            raise Invalid(problem)
 
 
 def _upper_bound_tokens(request: Request) -> int:
@@ -235,3 +245,4 @@ def validate(request: Request, model: ModelInfo, stream: bool) -> None:
     check_tools(request)
     check_settings(request)
     check_capabilities(request, model, stream)
+    check_rules(request, model)

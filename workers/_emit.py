@@ -130,7 +130,7 @@ class Emitter:
         usage = response.usage
         if usage.total_tokens != usage.input_tokens + usage.output_tokens:
             usage.total_tokens = usage.input_tokens + usage.output_tokens
-        response.cost_usd = compute_cost(usage, self.job.model.price)
+        response.cost_usd = compute_cost(usage, self.job.model.price, service_tier=self._service_tier())
         response.pricing_version = self.job.model.pricing_version if response.cost_usd is not None else None
         response.latency_ms = round((time.monotonic() - self.started_at) * 1000.0, 3)
         response.warnings = self.warnings + [w for w in response.warnings if w not in self.warnings]
@@ -142,9 +142,20 @@ class Emitter:
                 if not part.id:  # type: ignore[union-attr]
                     part.id = self._canonical_id(part.provider_id or "")  # type: ignore[union-attr]
                 part.provider = self.provider  # type: ignore[union-attr]
-            elif t is ThinkingPart or t is RedactedThinkingPart or t is ProviderPart:
+            elif t is ThinkingPart or t is RedactedThinkingPart:
+                part.provider = self.provider  # type: ignore[union-attr]
+                # Some providers accept reasoning back only from the model that wrote it.
+                part.model = part.model or response.model or None  # type: ignore[union-attr]
+            elif t is ProviderPart:
                 part.provider = self.provider  # type: ignore[union-attr]
         return response
+
+    def _service_tier(self) -> str | None:
+        """The service tier the request asked for (it multiplies the price)."""
+        options = self.job.request.provider_options
+        mine = options.get(self.provider) or options.get(self.job.model.provider) or {}
+        tier = mine.get("service_tier")
+        return tier if isinstance(tier, str) else None
 
     def finish(self, skeleton: Response) -> None:
         """End a stream normally. `skeleton` carries finish reason, usage, id, model, raw;

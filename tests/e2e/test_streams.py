@@ -134,7 +134,7 @@ async def test_invalid_requests_are_rejected_before_any_call(daemon):
             with pytest.raises(InvalidRequestError, match="duplicate tool name"):
                 await client.complete("mock:echo", "hi", tools=[{"name": "a"}, {"name": "a"}])
             with pytest.raises(InvalidRequestError, match=r"must match"):
-                await client.complete("mock:echo", "hi", tools=[{"name": "bad-name"}])
+                await client.complete("mock:echo", "hi", tools=[{"name": "bad.name"}])
             with pytest.raises(InvalidRequestError, match="does not support tools"):
                 await client.complete("mock:basic", "hi", tools=[{"name": "a"}])
             image = Message.user("what is this", {"type": "image", "url": "https://example.com/cat.png"})

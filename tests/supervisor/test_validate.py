@@ -10,6 +10,7 @@ from trunkline.protocol.messages import (
     ImagePart,
     Message,
     ModelInfo,
+    ModelRules,
     Request,
     ResponseFormat,
     TextPart,
@@ -36,6 +37,8 @@ VALID = [
     req(Message.user("hi"), Message(role="assistant", content=[CALL]), Message.tool_result(CALL.id, "ok")),
     req(Message.user("hi"), Message(role="assistant", content=[CALL]),
         Message(role="tool", tool_call_id=CALL.id, content=[TextPart(text="ok")])),
+    # Hyphens and a leading underscore are legal on every provider (issue 12: `get-weather` was refused).
+    req(Message.user("hi"), tools=[Tool(name="get-weather"), Tool(name="_private"), Tool(name="a" * 64)]),
     req(Message.user("hi"), Message.assistant("yes"), Message.user("and?"), tools=[Tool(name="a_b9")],
         tool_choice=ToolChoice(mode="tool", name="a_b9")),
 ]
@@ -59,7 +62,8 @@ INVALID = [
     ("only system", req(Message.system("x")), "only system"),
     ("starts with assistant", req(Message.assistant("x"), Message.user("y")), "start with a user"),
     ("ends with assistant", req(Message.user("x"), Message.assistant("y")), "last message"),
-    ("tool name with dash", req(Message.user("x"), tools=[Tool(name="read-file")]), "must match"),
+    ("tool name with a dot", req(Message.user("x"), tools=[Tool(name="read.file")]), "must match"),
+    ("tool name with a space", req(Message.user("x"), tools=[Tool(name="read file")]), "must match"),
     ("tool name too long", req(Message.user("x"), tools=[Tool(name="a" * 65)]), "must match"),
     ("tool name starts with digit", req(Message.user("x"), tools=[Tool(name="1a")]), "must match"),
     ("choice of unknown tool", req(Message.user("x"), tools=[Tool(name="a")],
@@ -107,3 +111,42 @@ def test_prompt_far_over_the_context_window_is_context_length():
 def test_models_outside_the_catalog_skip_capability_checks():
     unknown = ModelInfo(id="mock:new", provider="mock", wire_name="new", tools=False, in_catalog=False)
     validate(req(Message.user("x"), tools=[Tool(name="a")]), unknown, stream=True)
+
+
+# -- per-model rules: what a model cannot serve at all is refused before any call ------------
+
+OPUS_55 = ModelInfo(id="anthropic:claude-opus-5-5", provider="anthropic", wire_name="claude-opus-5-5", tools=True,
+                    reasoning=True, thinking="adaptive",
+                    rules=ModelRules(sampling=[], efforts=["low", "medium", "high", "xhigh", "max"],
+                                     thinking_always_on=True, forced_tool_with_thinking=False))
+SONNET_45 = ModelInfo(id="anthropic:claude-sonnet-4-5", provider="anthropic", wire_name="claude-sonnet-4-5",
+                      tools=True, reasoning=True, thinking="budget",
+                      rules=ModelRules(forced_tool_with_thinking=False))
+
+
+def test_an_effort_the_model_lacks_is_refused_naming_what_it_takes():
+    request = req(Message.user("hi"), reasoning_effort="none")
+    with pytest.raises(Invalid) as info:
+        validate(request, OPUS_55, stream=True)
+    assert info.value.error_class == "invalid_request"
+    assert info.value.message == ("reasoning_effort 'none' is not available on anthropic:claude-opus-5-5, which "
+                                  "takes low, medium, high, xhigh, max (rule `efforts`)")
+    validate(req(Message.user("hi"), reasoning_effort="xhigh"), OPUS_55, stream=True)
+
+
+@pytest.mark.parametrize("choice", [ToolChoice(mode="required"), ToolChoice(mode="tool", name="f")])
+def test_forced_tool_with_always_on_thinking_is_refused(choice):
+    request = req(Message.user("hi"), tools=[Tool(name="f")], tool_choice=choice)
+    with pytest.raises(Invalid, match=r"forces a tool, which anthropic:claude-opus-5-5 refuses while it reasons"):
+        validate(request, OPUS_55, stream=True)
+    # Where thinking can be turned off, the translator does that instead: no refusal.
+    validate(request, SONNET_45, stream=True)
+    validate(req(Message.user("hi"), tools=[Tool(name="f")], tool_choice=ToolChoice(mode="auto")), OPUS_55, True)
+
+
+def test_prompt_over_the_input_limit_is_context_length_even_inside_the_window():
+    model = ModelInfo(id="openai:gpt-6-sol", provider="openai", wire_name="gpt-6-sol", context_window=1000,
+                      rules=ModelRules(max_input_tokens=100))
+    with pytest.raises(Invalid, match="over the 100-token input limit of openai:gpt-6-sol") as info:
+        validate(req(Message.user("word " * 400)), model, stream=True)
+    assert info.value.error_class == "context_length"

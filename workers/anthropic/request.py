@@ -6,9 +6,19 @@ Rules worth knowing (the tests hold each one):
   one role are merged, and tool results travel as `tool_result` blocks in a
   user message;
 * thinking goes back byte for byte only to the provider that made it (its
-  signature is meaningless elsewhere); from anyone else it is dropped with a
-  warning;
-* `max_tokens` is always sent; `tool_choice: none` leaves the tools out;
+  signature is meaningless elsewhere) and, where the model's rules tie it to
+  the model (`thinking_tied_to_model`), only to the model that wrote it; from
+  anyone else it is dropped with a warning;
+* the model's catalog rules decide the rest (workers/_rules.py): sampling
+  parameters it does not take are left out with a warning; adaptive-thinking
+  models get `thinking: {type: adaptive}` and `output_config.effort`, the older
+  ones a token budget; a tool loop whose last assistant turn does not open with
+  a thinking block runs with thinking off (Anthropic refuses it otherwise);
+* `max_tokens` is always sent (the model's `default_max_tokens` when the request
+  gives none); `tool_choice: none` is sent as Anthropic's own `none`, tools kept,
+  as a history holding tool calls needs them;
+* structured output: object schemas get the `additionalProperties: false` that
+  Anthropic requires; `json_object` (any object) has no schema form and is refused;
 * cache breakpoints (at most 4) go on the system prompt, the last tool, and the
   ends of the last two user turns, unless `auto_cache` is false.
 """
@@ -33,6 +43,7 @@ from ...protocol.messages import (
     ToolResultPart,
     WarningInfo,
 )
+from .. import _rules
 from .._warnings import warn
 from ..errors import ProviderError
 
@@ -41,9 +52,13 @@ DEFAULT_MAX_TOKENS = 4096
 MAX_BREAKPOINTS = 4
 
 #: Extended-thinking budget per reasoning effort (`none` leaves thinking off).
-THINKING_BUDGET = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 24576}
-#: For adaptive-thinking models (which refuse a budget): the effort level instead.
-THINKING_EFFORT = {"minimal": "low", "low": "low", "medium": "medium", "high": "high"}
+THINKING_BUDGET = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 24576, "xhigh": 32768, "max": 49152}
+#: For adaptive-thinking models (which refuse a budget): Anthropic's effort level. Catalog
+#: models list the levels they take (rules.efforts); `minimal` only reaches here for a
+#: model the catalog does not know.
+THINKING_EFFORT = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "xhigh",
+                   "max": "max"}
+_THINKING_BLOCKS = ("thinking", "redacted_thinking")
 
 #: provider_options.anthropic keys this module reads itself; any other key is merged into the body.
 OWN_OPTIONS = {"beta_headers", "thinking", "auto_cache"}
@@ -90,10 +105,25 @@ def _result_content(part: ToolResultPart) -> str | list[dict[str, Any]]:
 
 
 class _Translator:
-    def __init__(self, provider: str, wire_ids: dict[str, str], warnings: list[WarningInfo]) -> None:
+    def __init__(self, provider: str, wire_ids: dict[str, str], warnings: list[WarningInfo],
+                 model: ModelInfo) -> None:
         self.provider = provider
         self.wire_ids = wire_ids
         self.warnings = warnings
+        self.model = model
+
+    def keep_thinking(self, part: ThinkingPart | RedactedThinkingPart) -> bool:
+        signed = isinstance(part, RedactedThinkingPart) or bool(part.signature)
+        if part.provider != self.provider or not signed:
+            warn(self.warnings, "thinking_dropped", "reasoning from another provider (or without a "
+                 "signature) cannot be sent to Anthropic; it was dropped")
+            return False
+        if self.model.rules.thinking_tied_to_model and part.model != self.model.wire_name:
+            warn(self.warnings, "thinking_dropped",
+                 f"{self.model.id} accepts only its own thinking blocks (rule `thinking_tied_to_model`); "
+                 f"reasoning written by {part.model or 'an unrecorded model'} was dropped")
+            return False
+        return True
 
     def wire_id(self, canonical: str) -> str:
         return self.wire_ids.get(canonical, canonical)
@@ -120,17 +150,11 @@ class _Translator:
                     block["is_error"] = True
                 out.append(block)
             elif isinstance(part, ThinkingPart):
-                if part.provider == self.provider and part.signature:
+                if self.keep_thinking(part):
                     out.append({"type": "thinking", "thinking": part.text, "signature": part.signature})
-                else:
-                    warn(self.warnings, "thinking_dropped", "reasoning from another provider (or without a "
-                          "signature) cannot be sent to Anthropic; it was dropped")
             elif isinstance(part, RedactedThinkingPart):
-                if part.provider == self.provider:
+                if self.keep_thinking(part):
                     out.append({"type": "redacted_thinking", "data": part.data})
-                else:
-                    warn(self.warnings, "thinking_dropped", "reasoning from another provider (or without a "
-                          "signature) cannot be sent to Anthropic; it was dropped")
         if message.role == "tool" and message.tool_call_id and not any(b["type"] == "tool_result" for b in out):
             # The OpenAI-style form: the message's own text is the result.
             out = [{"type": "tool_result", "tool_use_id": self.wire_id(message.tool_call_id),
@@ -198,8 +222,12 @@ def _all_blocks(body: dict[str, Any]) -> list[dict[str, Any]]:
 def _thinking(request: Request, model: ModelInfo, body: dict[str, Any], warnings: list[WarningInfo],
               user_max: int | None) -> dict[str, Any] | None:
     effort = request.reasoning_effort
-    if effort is None or effort == "none":
-        return None
+    rules = model.rules
+    if effort is None:
+        return None  # the model's own default (on or off) applies
+    if effort == "none":
+        # A model that thinks unasked is turned off explicitly; the rest are off by default.
+        return {"type": "disabled"} if rules.thinking_default_on and not rules.thinking_always_on else None
     if not model.reasoning:
         warn(warnings, "reasoning_unsupported", f"{model.id} has no extended thinking; reasoning_effort ignored")
         return None
@@ -221,14 +249,76 @@ def _thinking(request: Request, model: ModelInfo, body: dict[str, Any], warnings
     return {"type": "enabled", "budget_tokens": budget}
 
 
+def _thinks(thinking: dict[str, Any] | None, model: ModelInfo) -> bool:
+    """Whether the model will think on a call sent with `thinking`."""
+    if model.rules.thinking_always_on:
+        return True
+    if thinking is None:
+        return model.rules.thinking_default_on
+    return thinking.get("type") not in ("disabled", None)
+
+
+def _thinking_off(model: ModelInfo) -> dict[str, Any] | None:
+    return {"type": "disabled"} if model.rules.thinking_default_on else None
+
+
+def _tool_loop_without_thinking(messages: list[dict[str, Any]]) -> bool:
+    """A tool loop whose last assistant turn does not open with a thinking block: Anthropic
+    refuses it while thinking is on (history from another provider, or dropped thinking)."""
+    if len(messages) < 2 or messages[-1]["role"] != "user" or messages[-2]["role"] != "assistant":
+        return False
+    if not any(b.get("type") == "tool_result" for b in messages[-1]["content"]):
+        return False
+    turn = messages[-2]["content"]
+    return not turn or turn[0].get("type") not in _THINKING_BLOCKS
+
+
+def _strict_schema(schema: Any, path: str = "schema") -> Any:
+    """`schema` with `additionalProperties: false` on every object, as structured outputs require."""
+    if isinstance(schema, list):
+        return [_strict_schema(s, f"{path}[{i}]") for i, s in enumerate(schema)]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _strict_schema(v, f"{path}.{k}") for k, v in schema.items()}
+    is_object = out.get("type") == "object" or (isinstance(out.get("type"), list) and "object" in out["type"]) \
+        or "properties" in out
+    if is_object:
+        extra = out.get("additionalProperties")
+        if extra not in (None, False):
+            raise ProviderError("invalid_request", f"response_format {path} allows additional properties; "
+                                "Anthropic structured outputs need `additionalProperties: false` on every object")
+        out["additionalProperties"] = False
+    return out
+
+
+def _output_format(request: Request, model: ModelInfo) -> dict[str, Any] | None:
+    fmt = request.response_format
+    if fmt is None or fmt.kind == "text":
+        return None
+    if fmt.kind == "json_object":
+        raise ProviderError("invalid_request", "response_format json_object (any JSON object) has no form in "
+                            f"Anthropic structured outputs, which need a schema; send json_schema to {model.id}")
+    return {"type": "json_schema", "schema": _strict_schema(fmt.schema)}
+
+
+def _tool(tool: Any, model: ModelInfo) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": tool.name}
+    if tool.description:
+        out["description"] = tool.description
+    out["input_schema"] = tool.parameters
+    if tool.strict is not None and model.structured_output:
+        out["strict"] = tool.strict
+    return out
+
+
 def build(request: Request, model: ModelInfo, *, provider: str, wire_ids: dict[str, str], stream: bool) -> Built:
     warnings: list[WarningInfo] = []
     options = dict(request.provider_options.get(provider) or request.provider_options.get("anthropic") or {})
-    translator = _Translator(provider, wire_ids, warnings)
+    translator = _Translator(provider, wire_ids, warnings, model)
     user_max = request.max_tokens
     body: dict[str, Any] = {
         "model": model.wire_name,
-        "max_tokens": user_max or model.max_output or DEFAULT_MAX_TOKENS,
+        "max_tokens": user_max or model.rules.default_max_tokens or DEFAULT_MAX_TOKENS,
         "messages": translator.messages(request.messages),
     }
     system = _system(request.messages)
@@ -236,43 +326,55 @@ def build(request: Request, model: ModelInfo, *, provider: str, wire_ids: dict[s
     if system:
         body["system"] = [{"type": "text", "text": system}] if auto_cache else system
     choice = request.tool_choice
-    if request.tools and not (choice is not None and choice.mode == "none"):
-        body["tools"] = [{"name": t.name, "description": t.description, "input_schema": t.parameters}
-                         if t.description else {"name": t.name, "input_schema": t.parameters} for t in request.tools]
-        if choice is not None and choice.mode == "required":
+    if request.tools:
+        body["tools"] = [_tool(t, model) for t in request.tools]
+        if choice is not None and choice.mode == "none":
+            body["tool_choice"] = {"type": "none"}
+        elif choice is not None and choice.mode == "required":
             body["tool_choice"] = {"type": "any"}
         elif choice is not None and choice.mode == "tool":
             body["tool_choice"] = {"type": "tool", "name": choice.name}
     if request.stop_sequences:
         body["stop_sequences"] = list(request.stop_sequences)
-    if request.temperature is not None:
-        body["temperature"] = request.temperature
-    if request.top_p is not None:
-        body["top_p"] = request.top_p
+    body.update(_rules.sampling({"temperature": request.temperature, "top_p": request.top_p}, request, model,
+                                warnings))
     if request.seed is not None:
         warn(warnings, "unsupported_setting", "Anthropic has no seed; it was ignored")
     user_id = request.metadata.get("user_id")
     if user_id:
         body["metadata"] = {"user_id": user_id}
-    fmt = request.response_format
-    if fmt is not None and fmt.kind == "json_schema" and fmt.schema is not None:
-        body["output_config"] = {"format": {"type": "json_schema", "schema": fmt.schema}}
-    elif fmt is not None and fmt.kind == "json_object":
-        body["output_config"] = {"format": {"type": "json_schema", "schema": {"type": "object"}}}
+    output_format = _output_format(request, model)
+    if output_format is not None:
+        body["output_config"] = {"format": output_format}
     thinking = options.get("thinking") or _thinking(request, model, body, warnings, user_max)
+    if _thinks(thinking, model) and "thinking" not in options and not model.rules.thinking_always_on:
+        forced = body.get("tool_choice", {}).get("type") in ("any", "tool")
+        if request.reasoning_effort is None and forced:
+            # Thinking was not asked for, a tool was: honour the tool.
+            thinking = _thinking_off(model)
+            warn(warnings, "thinking_off", f"{model.id} cannot force a tool while thinking, and thinking was "
+                 "not asked for; thinking is off for this call so the tool choice holds")
+        elif _tool_loop_without_thinking(body["messages"]):
+            thinking = _thinking_off(model)
+            body.get("output_config", {}).pop("effort", None)
+            if not body.get("output_config", True):
+                body.pop("output_config")
+            warn(warnings, "thinking_off", "the last assistant turn of this tool loop does not begin with a "
+                 "thinking block (history from another provider or model), which Anthropic refuses while "
+                 "thinking; thinking is off for this call")
     if thinking is not None:
         body["thinking"] = thinking
-        if thinking.get("type") in ("enabled", "adaptive"):
-            # Extended thinking allows neither a sampling temperature nor a forced tool.
-            if body.pop("temperature", None) is not None:
-                warn(warnings, "unsupported_setting", "temperature cannot be set with extended thinking; ignored")
-            if "top_p" in body and body["top_p"] < 0.95:
-                body.pop("top_p")
-                warn(warnings, "unsupported_setting", "top_p below 0.95 cannot be used with extended thinking; ignored")
-            if body.get("tool_choice", {}).get("type") in ("any", "tool"):
-                body.pop("tool_choice")
-                warn(warnings, "unsupported_setting",
-                      "a forced tool_choice cannot be used with extended thinking; the model chooses (auto)")
+    if _thinks(thinking, model):
+        # Extended thinking allows neither a sampling temperature nor a forced tool.
+        if body.pop("temperature", None) is not None:
+            warn(warnings, "unsupported_setting", "temperature cannot be set with extended thinking; ignored")
+        if "top_p" in body and body["top_p"] < 0.95:
+            body.pop("top_p")
+            warn(warnings, "unsupported_setting", "top_p below 0.95 cannot be used with extended thinking; ignored")
+        if body.get("tool_choice", {}).get("type") in ("any", "tool"):
+            body.pop("tool_choice")
+            warn(warnings, "unsupported_setting",
+                  "a forced tool_choice cannot be used with extended thinking; the model chooses (auto)")
     if stream:
         body["stream"] = True
     for key, value in options.items():

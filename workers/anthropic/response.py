@@ -44,6 +44,9 @@ def usage(raw: dict[str, Any], thinking_text: str = "") -> Usage:
     """Canonical usage from Anthropic's usage object (the last report wins, never summed)."""
     read = int(raw.get("cache_read_input_tokens") or 0)
     write = int(raw.get("cache_creation_input_tokens") or 0)
+    # The 1-hour writes inside that total cost more than the 5-minute ones.
+    split = raw.get("cache_creation") if isinstance(raw.get("cache_creation"), dict) else {}
+    write_long = min(int(split.get("ephemeral_1h_input_tokens") or 0), write)
     prompt = int(raw.get("input_tokens") or 0) + read + write
     output = int(raw.get("output_tokens") or 0)
     details = raw.get("output_tokens_details") or {}
@@ -56,7 +59,8 @@ def usage(raw: dict[str, Any], thinking_text: str = "") -> Usage:
         estimated = bool(thinking_text)
     return Usage(input_tokens=prompt, output_tokens=output, total_tokens=prompt + output,
                  reasoning_tokens=min(int(reported), output) if output else int(reported),
-                 cache_read_tokens=read, cache_write_tokens=write, estimated=estimated)
+                 cache_read_tokens=read, cache_write_tokens=write, cache_write_long_tokens=write_long,
+                 estimated=estimated)
 
 
 def content(blocks: list[dict[str, Any]]) -> tuple[list[ContentPart], str]:

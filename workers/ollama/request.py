@@ -4,6 +4,10 @@ Tool calls carry their arguments as an object and tool results name their
 tool (`tool_name`), not an id; images travel as bare base64. What Ollama
 cannot do is said in a warning, never faked: it cannot force a tool
 (`required` or a named tool) and cannot fetch images by URL.
+
+`think` is a level ("low", "medium", "high") for models that take levels
+(gpt-oss, or a catalog entry whose `rules.efforts` lists them) and a boolean
+for the rest.
 """
 
 from __future__ import annotations
@@ -50,6 +54,29 @@ def _images(parts: list[Any], warnings: list[WarningInfo]) -> list[str]:
                 warn(warnings, "unsupported_content", "Ollama takes images as base64 data only; an image URL "
                       "was dropped (send `data`, or a local `path`)")
     return images
+
+
+_LEVELS = ("low", "medium", "high")
+#: The nearest level Ollama takes for each step of the effort ladder.
+_NEAREST = {"none": "low", "minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "high",
+            "max": "high"}
+
+
+def _takes_levels(model: ModelInfo) -> bool:
+    efforts = model.rules.efforts
+    if efforts is not None:
+        return any(e in _LEVELS for e in efforts) and "none" not in efforts
+    return model.wire_name.startswith("gpt-oss")
+
+
+def _think(effort: str, model: ModelInfo, warnings: list[WarningInfo]) -> bool | str:
+    if not _takes_levels(model):
+        return effort != "none"
+    level = _NEAREST[effort]
+    if level != effort:
+        warn(warnings, "unsupported_setting", f"{model.wire_name} thinks at low, medium or high "
+             f"(it cannot stop thinking); reasoning_effort {effort} was sent as {level}")
+    return level
 
 
 def build(request: Request, model: ModelInfo, *, provider: str, stream: bool) -> Built:
@@ -117,7 +144,7 @@ def build(request: Request, model: ModelInfo, *, provider: str, stream: bool) ->
         options["stop"] = list(request.stop_sequences)
     extra = dict(request.provider_options.get(provider) or request.provider_options.get("ollama") or {})
     if request.reasoning_effort is not None and "think" not in extra:
-        body["think"] = request.reasoning_effort not in ("none",)
+        body["think"] = _think(request.reasoning_effort, model, warnings)
     for key in ("keep_alive", "think"):
         if key in extra:
             body[key] = extra.pop(key)

@@ -4,6 +4,12 @@ System and developer messages become one leading `system` message; tool
 results become `role: tool` messages (an error result is prefixed `ERROR: `,
 as the format has no error flag); reasoning from any provider is dropped with
 a warning, as Chat Completions has no way to send it back.
+
+For a catalog model the model's rules apply (workers/_rules.py): sampling
+parameters it does not take are left out with a warning, a reasoning model
+gets `max_completion_tokens` even where the instance asks for the legacy
+`max_tokens` (reasoning models refuse it), and function tools go only to a
+model that takes them over Chat Completions (rule `chat_completions_tools`).
 """
 
 from __future__ import annotations
@@ -26,7 +32,9 @@ from ...protocol.messages import (
     ToolResultPart,
     WarningInfo,
 )
+from .. import _rules
 from .._warnings import warn
+from ..errors import ProviderError
 
 #: Instance options (the `options:` of a provider in the config) this module reads.
 #:   legacy_max_tokens: send `max_tokens` instead of `max_completion_tokens`
@@ -108,6 +116,17 @@ class _Translator:
         return out
 
 
+def _check_tools(request: Request, model: ModelInfo) -> None:
+    """Refuse function tools a model does not take over Chat Completions, before the call."""
+    rule = model.rules.chat_completions_tools
+    if rule == "no":
+        raise ProviderError("invalid_request", f"{model.id} takes no function tools over Chat Completions "
+                            "(rule `chat_completions_tools`); use the Responses API for tools")
+    if rule == "no_reasoning" and _rules.effective_effort(request, model) not in (None, "none"):
+        raise ProviderError("invalid_request", f"{model.id} takes function tools over Chat Completions only with "
+                            "reasoning_effort none (rule `chat_completions_tools`)")
+
+
 def build(request: Request, model: ModelInfo, *, provider: str, wire_ids: dict[str, str], stream: bool,
           instance: dict[str, Any]) -> Built:
     warnings: list[WarningInfo] = []
@@ -137,14 +156,23 @@ def build(request: Request, model: ModelInfo, *, provider: str, wire_ids: dict[s
         if choice is not None:
             body["tool_choice"] = ({"type": "function", "function": {"name": choice.name}} if choice.mode == "tool"
                                    else choice.mode)
+    if request.tools:
+        _check_tools(request, model)
     if request.max_tokens is not None:
-        body["max_tokens" if instance.get("legacy_max_tokens") else "max_completion_tokens"] = request.max_tokens
+        legacy = bool(instance.get("legacy_max_tokens"))
+        # A model with a documented effort ladder is a provider's reasoning model (OpenAI's
+        # refuse `max_tokens`); a local server's reasoning model keeps what the instance asks.
+        if legacy and model.reasoning and model.rules.efforts is not None:
+            legacy = False
+            warn(warnings, "unsupported_setting", f"{model.id} is a reasoning model, which refuses the legacy "
+                 "max_tokens; max_completion_tokens was sent instead")
+        body["max_tokens" if legacy else "max_completion_tokens"] = request.max_tokens
     if request.stop_sequences:
         body["stop"] = list(request.stop_sequences)
-    for key in ("temperature", "top_p", "seed"):
-        value = getattr(request, key)
-        if value is not None:
-            body[key] = value
+    body.update(_rules.sampling({"temperature": request.temperature, "top_p": request.top_p}, request, model,
+                                warnings))
+    if request.seed is not None:
+        body["seed"] = request.seed
     fmt = request.response_format
     if fmt is not None and fmt.kind == "json_schema":
         schema: dict[str, Any] = {"name": fmt.name or "response", "schema": fmt.schema}

@@ -207,3 +207,53 @@ async def test_without_a_key_the_provider_is_not_configured(start_daemon):
             assert (await client.complete("mock:echo", "still works")).text == "still works"
             status = {w.provider: w.state for w in (await client.status()).workers}
     assert status["anthropic"] == "not_configured" and status["mock"] == "running"
+
+
+def _reply(model: str, usage: dict, stream: bool = True) -> Reply:
+    if not stream:
+        return Reply.json({"id": "msg_r", "type": "message", "role": "assistant", "model": model,
+                           "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn", "usage": usage})
+    events = [
+        ("message_start", {"type": "message_start", "message": {
+            "id": "msg_r", "type": "message", "role": "assistant", "model": model, "content": [],
+            "stop_reason": None, "usage": usage}}),
+        ("content_block_start", {"type": "content_block_start", "index": 0,
+                                 "content_block": {"type": "text", "text": ""}}),
+        ("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                 "delta": {"type": "text_delta", "text": "ok"}}),
+        ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
+                           "usage": {"output_tokens": usage["output_tokens"]}}),
+        ("message_stop", {"type": "message_stop"})]
+    return Reply.sse("".join(f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events).encode())
+
+
+async def test_model_rules_through_the_daemon(daemon, upstream):
+    """Issue 12 end to end: a dated snapshot is sent and accepted as named; a parameter the model
+    does not take is left out with a warning; a request it cannot serve never reaches the provider;
+    the cost counts the 1-hour cache writes at their own price."""
+    upstream.route("POST", "/v1/messages",
+                   _reply("claude-haiku-4-5-20251001", {
+                       "input_tokens": 1000, "output_tokens": 100, "cache_creation_input_tokens": 3000,
+                       "cache_creation": {"ephemeral_5m_input_tokens": 2000, "ephemeral_1h_input_tokens": 1000}}),
+                   _reply("claude-opus-5-5", {"input_tokens": 10, "output_tokens": 2}, stream=False))
+    with trio.fail_after(20):
+        async with Client(daemon.runtime_dir) as client:
+            async with client.stream(Request(model="claude-haiku-4-5-20251001", messages=[Message.user("hi")],
+                                             temperature=0.2, top_p=0.5)) as stream:
+                response = await stream.response()
+            assert stream.accepted.model == "anthropic:claude-haiku-4-5-20251001"
+            with pytest.raises(InvalidRequestError, match=r"reasoning_effort 'none' is not available on "
+                                                          r"anthropic:claude-opus-5-5"):
+                await client.complete("opus", "hi", reasoning_effort="none")
+            opus = await client.complete("opus", "hi", temperature=0.9)
+    sent = [r.json() for r in upstream.requests]
+    assert len(sent) == 2  # the refused request never reached the provider
+    assert sent[0]["model"] == "claude-haiku-4-5-20251001" and sent[0]["temperature"] == 0.2
+    assert "top_p" not in sent[0] and sent[0]["max_tokens"] == 16000
+    assert [w.code for w in response.warnings] == ["sampling_unsupported"]
+    # Haiku 4.5: 1,000 plain * $1 + 2,000 * $1.25 (5 min) + 1,000 * $2 (1 h) + 100 * $5 = 6,000 -> $0.006
+    assert response.usage.cache_write_long_tokens == 1000
+    assert response.cost_usd == pytest.approx(0.006) and response.pricing_version == "2026-11-23"
+    assert sent[1]["model"] == "claude-opus-5-5" and "temperature" not in sent[1]
+    assert "rule `sampling`" in opus.warnings[0].message

@@ -30,6 +30,13 @@ SONNET = ModelInfo(id="anthropic:claude-sonnet-4-5", provider="anthropic", wire_
                    max_output=64000, reasoning=True)
 PLAIN = ModelInfo(id="anthropic:x", provider="anthropic", wire_name="x", max_output=None, reasoning=False)
 NO_CACHE = {"anthropic": {"auto_cache": False}}
+
+
+def catalog(model: str) -> ModelInfo:
+    from trunkline.config.catalog import Catalog
+
+    return Catalog.load(providers={"anthropic"}).resolve(model)
+
 WEATHER = Tool(name="weather", description="Weather for a city",
                parameters={"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})
 
@@ -43,14 +50,16 @@ def body(*messages: Message, model: ModelInfo = SONNET, wire_ids=None, stream=Fa
 
 def test_minimal_request():
     built = body(Message.user("Hello"))
-    assert built.body == {"model": "claude-sonnet-4-5", "max_tokens": 64000,
+    assert built.body == {"model": "claude-sonnet-4-5", "max_tokens": 4096,
                           "messages": [{"role": "user", "content": [{"type": "text", "text": "Hello"}]}]}
     assert built.headers == {"anthropic-version": "2023-06-01"} and built.warnings == []
 
 
-def test_max_tokens_falls_back_to_the_catalog_then_4096():
+def test_max_tokens_falls_back_to_the_models_default_then_4096_never_its_maximum():
     assert body(Message.user("x"), max_tokens=100).body["max_tokens"] == 100
     assert body(Message.user("x"), model=PLAIN).body["max_tokens"] == 4096
+    # Anthropic counts max_tokens against the output rate limit: the default, not the 64K maximum.
+    assert body(Message.user("x"), model=catalog("anthropic:claude-sonnet-4-5")).body["max_tokens"] == 16000
 
 
 def test_system_and_developer_are_hoisted_and_joined():
@@ -166,9 +175,18 @@ def test_tool_choice(choice, expected):
     assert built.body.get("tool_choice") == expected and "tools" in built.body
 
 
-def test_tool_choice_none_leaves_the_tools_out():
-    built = body(Message.user("x"), tools=[WEATHER], tool_choice=ToolChoice(mode="none"))
-    assert "tools" not in built.body and "tool_choice" not in built.body
+def test_tool_choice_none_is_anthropics_none_and_keeps_the_tools():
+    # A history holding tool_use / tool_result needs the tools defined, so they stay.
+    call = ToolCallPart(id="tu_1", name="weather", arguments={"city": "Oslo"})
+    built = body(Message.user("x"), Message(role="assistant", content=[call]), Message.tool_result("tu_1", "cold"),
+                 tools=[WEATHER], tool_choice=ToolChoice(mode="none"), wire_ids={"tu_1": "toolu_1"})
+    assert built.body["tool_choice"] == {"type": "none"}
+    assert built.body["tools"] == [{"name": "weather", "description": "Weather for a city",
+                                    "input_schema": WEATHER.parameters}]
+    assert built.body["messages"][1:] == [
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "weather",
+                                           "input": {"city": "Oslo"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "cold"}]}]
 
 
 def test_sampling_and_stop_sequences():
@@ -273,8 +291,10 @@ def test_adaptive_models_get_an_effort_not_a_budget(effort, level):
     built = body(Message.user("x"), model=ADAPTIVE, reasoning_effort=effort,
                  response_format=ResponseFormat(kind="json_schema", schema=schema))
     assert built.body["thinking"] == {"type": "adaptive"}
-    assert built.body["output_config"] == {"format": {"type": "json_schema", "schema": schema}, "effort": level}
-    assert built.body["max_tokens"] == 128000
+    assert built.body["output_config"] == {
+        "format": {"type": "json_schema", "schema": {"type": "object", "additionalProperties": False}},
+        "effort": level}
+    assert built.body["max_tokens"] == 4096
 
 
 def test_the_shipped_catalog_says_which_claude_models_think_adaptively():

@@ -92,6 +92,8 @@ def test_thinking_signature_and_redacted_thinking(chunking):
     parts = response.message.content
     assert parts[0].signature == "EqQBCkgIARABGAIiQL+sig==" and parts[0].provider == "anthropic"
     assert parts[1].data == "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT" and parts[1].provider == "anthropic"
+    # Each reasoning part records the model that wrote it (some models accept only their own back).
+    assert response.model and parts[0].model == parts[1].model == response.model
     assert response.text == "4"
     assert response.finish_reason.reason == "stop" and response.finish_reason.stop_sequence == "\n\nHuman:"
     # message_delta's totals replace message_start's: output 120, of which 100 thinking (reported)

@@ -88,6 +88,27 @@ def test_tool_choice_none_drops_tools_and_forcing_is_a_warning_not_a_pretence():
     assert required.warnings[0].code == "tool_choice_unsupported"
 
 
+GPT_OSS = ModelInfo(id="ollama:gpt-oss:20b", provider="ollama", wire_name="gpt-oss:20b", reasoning=True,
+                    in_catalog=False)
+
+
+@pytest.mark.parametrize(("effort", "think", "warned"), [
+    ("low", "low", False), ("medium", "medium", False), ("high", "high", False),
+    ("xhigh", "high", True), ("minimal", "low", True), ("none", "low", True)])
+def test_think_is_a_level_for_models_that_take_levels(effort, think, warned):
+    built = build(Request(model="ollama:gpt-oss:20b", messages=[Message.user("x")], reasoning_effort=effort),
+                  GPT_OSS, provider="ollama", stream=True)
+    assert built.body["think"] == think
+    assert [w.code for w in built.warnings] == (["unsupported_setting"] if warned else [])
+    if warned:
+        assert f"reasoning_effort {effort} was sent as {think}" in built.warnings[0].message
+
+
+def test_think_stays_a_boolean_elsewhere():
+    for effort, think in (("high", True), ("low", True), ("none", False)):
+        assert body(Message.user("x"), reasoning_effort=effort).body["think"] is think
+
+
 def test_options_format_think_and_keep_alive():
     schema = {"type": "object", "properties": {"city": {"type": "string"}}}
     built = body(Message.user("x"), temperature=0.0, top_p=0.9, seed=7, max_tokens=50, stop_sequences=["\n\n"],

@@ -355,3 +355,52 @@ def test_recorded_stream(case):
             assert response.usage.input_tokens == expected["usage"]["prompt_tokens"]
             assert response.usage.output_tokens == expected["usage"]["completion_tokens"]
         assert response.model  # from a non-empty chunk, even when the first is blank (Azure)
+
+
+# -- catalog rules over Chat Completions (an openai_compat instance serving OpenAI's models) ---
+
+def _catalog(model_id: str) -> ModelInfo:
+    from trunkline.config.catalog import Catalog
+    return Catalog.load(providers=["openai"]).resolve(model_id)
+
+
+def test_a_reasoning_model_gets_no_sampling_and_never_the_legacy_max_tokens():
+    gpt5 = _catalog("openai:gpt-5")
+    built = build(Request(model=gpt5.id, messages=[Message.user("x")], temperature=0.2, top_p=0.5, max_tokens=99,
+                          seed=1), gpt5, provider="openai", wire_ids={}, stream=False,
+                  instance={"legacy_max_tokens": True})
+    assert built.body == {"model": "gpt-5", "messages": [{"role": "user", "content": "x"}],
+                          "max_completion_tokens": 99, "seed": 1}
+    assert [w.message for w in built.warnings] == [
+        "openai:gpt-5 is a reasoning model, which refuses the legacy max_tokens; max_completion_tokens was sent "
+        "instead",
+        "openai:gpt-5 does not take temperature (rule `sampling`); it was left out",
+        "openai:gpt-5 does not take top_p (rule `sampling`); it was left out"]
+
+
+def test_sampling_only_with_effort_none_follows_the_rule():
+    sol = _catalog("openai:gpt-6-sol")
+    def sent(**fields):
+        return build(Request(model=sol.id, messages=[Message.user("x")], temperature=0.3, **fields), sol,
+                     provider="openai", wire_ids={}, stream=False, instance={})
+    assert sent(reasoning_effort="none").body["temperature"] == 0.3
+    assert sent().body["temperature"] == 0.3  # GPT-6 Sol's default effort is none
+    high = sent(reasoning_effort="high")
+    assert "temperature" not in high.body and high.body["reasoning_effort"] == "high"
+    assert "rule `sampling_needs_no_reasoning`" in high.warnings[0].message
+
+
+def test_function_tools_over_chat_completions_follow_the_endpoint_rule():
+    tools = [Tool(name="get-weather")]
+    astra = _catalog("openai:gpt-6-astra")
+    with pytest.raises(ProviderError, match=r"takes no function tools over Chat Completions") as info:
+        build(Request(model=astra.id, messages=[Message.user("x")], tools=tools), astra, provider="openai",
+              wire_ids={}, stream=False, instance={})
+    assert info.value.error_class == "invalid_request"
+    luna = _catalog("openai:gpt-6-luna")
+    with pytest.raises(ProviderError, match=r"only with reasoning_effort none"):
+        build(Request(model=luna.id, messages=[Message.user("x")], tools=tools, reasoning_effort="low"), luna,
+              provider="openai", wire_ids={}, stream=False, instance={})
+    ok = build(Request(model=luna.id, messages=[Message.user("x")], tools=tools, reasoning_effort="none"), luna,
+               provider="openai", wire_ids={}, stream=False, instance={})
+    assert ok.body["tools"][0]["function"]["name"] == "get-weather"
