@@ -306,7 +306,9 @@ class Usage(Data, kw_only=True):
     """Token counts. `input_tokens` counts every prompt token, cached ones included
     (`cache_read_tokens` and `cache_write_tokens` are parts of it); `output_tokens`
     counts everything generated, reasoning included (`reasoning_tokens` is part of it).
-    `estimated` is true when any figure is a local estimate, not the provider's."""
+    `estimated` is true when any figure is a local estimate, not the provider's;
+    `estimated_fields` names those figures (`reasoning_tokens` alone when only the
+    reasoning count was estimated, say), so the others can be trusted."""
 
     input_tokens: int = 0
     output_tokens: int = 0
@@ -315,6 +317,15 @@ class Usage(Data, kw_only=True):
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     estimated: bool = False
+    estimated_fields: list[str] = msgspec.field(default_factory=list)
+
+    def mark_estimated(self, *fields: str) -> Usage:
+        """Record `fields` as local estimates (and set `estimated`); returns self."""
+        for name in fields:
+            if name not in self.estimated_fields:
+                self.estimated_fields.append(name)
+        self.estimated = self.estimated or bool(fields)
+        return self
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
@@ -325,6 +336,8 @@ class Usage(Data, kw_only=True):
             cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
             cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
             estimated=self.estimated or other.estimated,
+            estimated_fields=self.estimated_fields + [f for f in other.estimated_fields
+                                                      if f not in self.estimated_fields],
         )
 
 

@@ -51,7 +51,8 @@ def summary(response: Response) -> str:
     if u.reasoning_tokens:
         parts.append(f"{u.reasoning_tokens} reasoning")
     cost = f"${response.cost_usd:.6f}" if response.cost_usd is not None else "cost unknown"
-    estimated = " (estimated)" if u.estimated else ""
+    estimated = (f" (estimated: {', '.join(u.estimated_fields)})" if u.estimated_fields
+                 else " (estimated)" if u.estimated else "")
     reason = response.finish_reason.reason
     return (f"[{response.provider}:{response.model}] {', '.join(parts)} tokens{estimated} · {cost} · "
             f"{response.latency_ms:.0f} ms · {reason}")
