@@ -17,6 +17,7 @@ from ..protocol.messages import (
     DocumentPart,
     ErrorClass,
     ImagePart,
+    ProviderPart,
     ModelInfo,
     RedactedThinkingPart,
     Request,
@@ -25,7 +26,7 @@ from ..protocol.messages import (
     ToolCallPart,
     ToolResultPart,
 )
-from ..protocol.tokens import estimate_request_tokens
+from ..protocol.tokens import estimate_request_tokens, provider_part_chars
 
 #: The strictest tool-name form all providers accept (Gemini and OpenAI allow a
 #: little more, Anthropic a little less; this is inside all of them).
@@ -76,7 +77,10 @@ def check_messages(request: Request) -> None:
     if not opened:
         raise Invalid("messages holds only system messages: add a user message")
     last = messages[-1]
-    if last.role not in ("user", "tool"):
+    paused = last.role == "assistant" and any(type(p) is ProviderPart for p in last.content)
+    # A turn the provider paused (Anthropic's `pause_turn`, mid server tool) is continued by
+    # sending it back as it came, so it may end the conversation; no other assistant turn may.
+    if last.role not in ("user", "tool") and not paused:
         raise Invalid(f"{_where(len(messages) - 1)}: the last message must be from the user or a tool, not {last.role}")
 
 
@@ -121,7 +125,7 @@ def _check_assistant(content: list, where: str, seen_calls: set[str]) -> None:  
             if p.provider_id:
                 seen_calls.add(p.provider_id)
             has_substance = True
-        elif t in (ThinkingPart, RedactedThinkingPart):
+        elif t in (ThinkingPart, RedactedThinkingPart, ProviderPart):
             has_substance = True
         else:
             raise Invalid(f"{where}.content[{j}]: an assistant message cannot hold {p.__struct_config__.tag} parts")
@@ -224,6 +228,8 @@ def _upper_bound_tokens(request: Request) -> int:
                 size += len(p.text) + 4  # type: ignore[union-attr]
             elif t is ToolResultPart:
                 size += len(p.content) if isinstance(p.content, str) else 4000  # type: ignore[union-attr]
+            elif t is ProviderPart:
+                size += provider_part_chars(p)  # type: ignore[arg-type]
             else:
                 size += 4000
     return size + sum(len(str(t.parameters)) + len(t.description) for t in request.tools)

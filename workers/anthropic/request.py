@@ -8,6 +8,9 @@ Rules worth knowing (the tests hold each one):
 * thinking goes back byte for byte only to the provider that made it (its
   signature is meaningless elsewhere); from anyone else it is dropped with a
   warning;
+* opaque Anthropic parts (server tool blocks, MCP, compaction) go back verbatim,
+  in place; the last code-execution container of the history becomes
+  `container`; anyone else's opaque parts are dropped with a warning;
 * `max_tokens` is always sent; `tool_choice: none` leaves the tools out;
 * cache breakpoints (at most 4) go on the system prompt, the last tool, and the
   ends of the last two user turns, unless `auto_cache` is false.
@@ -25,6 +28,7 @@ from ...protocol.messages import (
     ImagePart,
     Message,
     ModelInfo,
+    ProviderPart,
     RedactedThinkingPart,
     Request,
     TextPart,
@@ -33,8 +37,10 @@ from ...protocol.messages import (
     ToolResultPart,
     WarningInfo,
 )
+from .._provider_parts import keep_provider_part
 from .._warnings import warn
 from ..errors import ProviderError
+from .response import API, CONTAINER
 
 API_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
@@ -90,10 +96,29 @@ def _result_content(part: ToolResultPart) -> str | list[dict[str, Any]]:
 
 
 class _Translator:
-    def __init__(self, provider: str, wire_ids: dict[str, str], warnings: list[WarningInfo]) -> None:
+    def __init__(self, provider: str, wire_ids: dict[str, str], warnings: list[WarningInfo],
+                 wire_model: str = "") -> None:
         self.provider = provider
         self.wire_ids = wire_ids
         self.warnings = warnings
+        self.wire_model = wire_model
+        #: The id of the last code-execution container in the history, sent as `container`.
+        self.container: str | None = None
+
+    def provider_block(self, part: ProviderPart) -> dict[str, Any] | None:
+        if not keep_provider_part(part, API, self.wire_model, self.warnings):
+            return None
+        data = part.data
+        if part.kind == CONTAINER:
+            if not isinstance(data, dict) or not isinstance(data.get("id"), str):
+                raise ProviderError("invalid_request", "an anthropic provider_part of kind container must carry "
+                                    "an object with the container's `id`")
+            self.container = data["id"]
+            return None
+        if not isinstance(data, dict) or data.get("type") != part.kind:
+            raise ProviderError("invalid_request", f"an anthropic provider_part of kind {part.kind} must carry the "
+                                f"block as Anthropic sent it: an object whose `type` is {part.kind!r}")
+        return dict(data)
 
     def wire_id(self, canonical: str) -> str:
         return self.wire_ids.get(canonical, canonical)
@@ -131,6 +156,10 @@ class _Translator:
                 else:
                     warn(self.warnings, "thinking_dropped", "reasoning from another provider (or without a "
                           "signature) cannot be sent to Anthropic; it was dropped")
+            elif isinstance(part, ProviderPart):
+                provider_block = self.provider_block(part)
+                if provider_block is not None:
+                    out.append(provider_block)
         if message.role == "tool" and message.tool_call_id and not any(b["type"] == "tool_result" for b in out):
             # The OpenAI-style form: the message's own text is the result.
             out = [{"type": "tool_result", "tool_use_id": self.wire_id(message.tool_call_id),
@@ -224,7 +253,7 @@ def _thinking(request: Request, model: ModelInfo, body: dict[str, Any], warnings
 def build(request: Request, model: ModelInfo, *, provider: str, wire_ids: dict[str, str], stream: bool) -> Built:
     warnings: list[WarningInfo] = []
     options = dict(request.provider_options.get(provider) or request.provider_options.get("anthropic") or {})
-    translator = _Translator(provider, wire_ids, warnings)
+    translator = _Translator(provider, wire_ids, warnings, model.wire_name)
     user_max = request.max_tokens
     body: dict[str, Any] = {
         "model": model.wire_name,
@@ -243,6 +272,8 @@ def build(request: Request, model: ModelInfo, *, provider: str, wire_ids: dict[s
             body["tool_choice"] = {"type": "any"}
         elif choice is not None and choice.mode == "tool":
             body["tool_choice"] = {"type": "tool", "name": choice.name}
+    if translator.container is not None:
+        body["container"] = translator.container  # provider_options.anthropic.container still wins
     if request.stop_sequences:
         body["stop_sequences"] = list(request.stop_sequences)
     if request.temperature is not None:
