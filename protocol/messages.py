@@ -563,8 +563,14 @@ class Goodbye(Msg, tag="goodbye", kw_only=True):
     client_id: str
 
 
+class Reload(Msg, tag="reload", kw_only=True):
+    """Re-read the daemon's config file and the catalog (as SIGHUP does). Requests in
+    flight finish as they started; new ones use what was read. A file that cannot be
+    used is refused with its error and the running configuration stays."""
+
+
 ControlRequest = (
-    Hello | Probe | Submit | Cancel | Replay | ListModels | StatusQuery | Ready | CountTokens | Goodbye
+    Hello | Probe | Submit | Cancel | Replay | ListModels | StatusQuery | Ready | CountTokens | Goodbye | Reload
 )
 
 
@@ -651,6 +657,19 @@ class GoodbyeAck(Msg, tag="goodbye_ack", kw_only=True):
     cancelled: int = 0
 
 
+class ReloadResult(Msg, tag="reload_result", kw_only=True):
+    """Reply to `reload`. `ok` false: `error` says what is wrong with which file, and
+    nothing changed. `pricing_version` names the price table now in use;
+    `restart_needed` lists the settings that changed but apply only from the next
+    daemon start (providers' endpoints, keys and options, sockets, limits...)."""
+
+    ok: bool
+    error: ErrorInfo | None = None
+    pricing_version: str | None = None
+    config_path: str = ""
+    restart_needed: list[str] = msgspec.field(default_factory=list)
+
+
 class ProtocolError(Msg, tag="protocol_error", kw_only=True):
     """The request could not be read (malformed, unknown type, missing field, too large)."""
 
@@ -669,6 +688,7 @@ ControlReply = (
     | ReadyResult
     | TokenCount
     | GoodbyeAck
+    | ReloadResult
     | ProtocolError
 )
 
@@ -851,6 +871,10 @@ class Job(Msg, tag="job", kw_only=True):
     operation_id: str
     stream: bool = True
     generation: int = 0
+    #: The provider's retry and timeout policies (config `retry` / `timeouts`) when a
+    #: reload changed them since the worker started; null: the worker's own.
+    retry: dict[str, Any] | None = None
+    timeouts: dict[str, Any] | None = None
 
 
 class StopJob(Msg, tag="stop_job", kw_only=True):
