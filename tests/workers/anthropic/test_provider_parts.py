@@ -241,3 +241,33 @@ def test_the_recorded_tool_search_continues_as_the_recording_did():
         Message.tool_result(call.id, [TextPart(text=result["content"][0]["text"])])]),
         SONNET, provider="anthropic", wire_ids={call.id: call.provider_id}, stream=True).body
     assert body["messages"][1] == sent_back["messages"][1]
+
+
+def recorded_messages() -> list[Path]:
+    """Every recorded whole (non-streamed) Anthropic message."""
+    out = []
+    for case in sorted(RECORDINGS.glob("*/*")) if RECORDINGS.exists() else []:
+        meta = json.loads((case / "meta.json").read_text())
+        if meta.get("stream_kind") is None and (meta.get("status") or 200) == 200:
+            out.append(case)
+    return out
+
+
+@pytest.mark.skipif(not RECORDINGS.exists(), reason="../shared/recordings/anthropic is not present")
+@pytest.mark.parametrize("case", recorded_messages(), ids=lambda p: p.name[-60:])
+def test_recorded_messages_keep_every_block(case: Path):
+    body = json.loads((case / "response.body").read_text())
+    response = parse(body)
+    canonical = {"text", "thinking", "redacted_thinking", "tool_use"}
+    expected = [(b["type"], b) for b in body["content"] if b["type"] not in canonical]
+    if body.get("container"):
+        expected.append(("container", body["container"]))
+    assert [(p.kind, p.data) for p in response.message.content if type(p) is ProviderPart] == expected
+    assert len(response.message.content) == len(body["content"]) + bool(body.get("container"))
+    # and they go back as they came
+    if expected:
+        sent = build(Request(model=SONNET.id, provider_options=NO_CACHE, messages=[
+            Message.user("x"), response.message, Message.user("y")]), SONNET, provider="anthropic", wire_ids={},
+            stream=True).body
+        assert [b for b in sent["messages"][1]["content"] if b["type"] not in canonical] == [
+            b for kind, b in expected if kind != "container"]
