@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import re
 
+import msgspec
+
 from ..protocol.messages import (
     AudioPart,
     DocumentPart,
@@ -209,12 +211,24 @@ def check_capabilities(request: Request, model: ModelInfo, stream: bool) -> None
     if model.max_output is not None and request.max_tokens is not None and request.max_tokens > model.max_output:
         raise Invalid(f"max_tokens {request.max_tokens} exceeds the {model.max_output} output tokens of {name}")
     if model.context_window and _upper_bound_tokens(request) > model.context_window * CONTEXT_MARGIN:
-        estimate = estimate_request_tokens(request)
+        estimate = estimate_request_tokens(_since_compaction(request))
         if estimate > model.context_window * CONTEXT_MARGIN:
             raise Invalid(
                 f"the prompt is about {estimate} tokens, over the {model.context_window}-token context of {name}",
                 "context_length",
             )
+
+
+def _since_compaction(request: Request) -> Request:
+    """What the model will read: a provider's compaction part stands for everything
+    before it (the provider drops those turns), so a compacted history longer than
+    the context is not refused for its old turns."""
+    last = max((i for i, m in enumerate(request.messages)
+                if any(type(p) is ProviderPart and p.kind == "compaction" for p in m.content)), default=None)
+    if last is None:
+        return request
+    kept = [m for m in request.messages[:last] if m.role in ("system", "developer")] + request.messages[last:]
+    return msgspec.structs.replace(request, messages=kept)
 
 
 def _upper_bound_tokens(request: Request) -> int:

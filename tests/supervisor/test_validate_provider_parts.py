@@ -44,3 +44,15 @@ def test_a_large_provider_part_counts_against_the_context_window():
         validate(req(Message.user("x"), Message(role="assistant", content=[big]), Message.user("y")),
                  MODEL, stream=True)
     assert info.value.error_class == "context_length"
+
+
+def test_turns_before_a_compaction_do_not_count_against_the_context():
+    compaction = ProviderPart(api="anthropic", kind="compaction",
+                              data={"type": "compaction", "content": "The user pasted a long text; say hello."})
+    long = Message.user("The quick brown fox jumps over the lazy dog. " * 300)
+    compacted = req(long, Message(role="assistant", content=[compaction, TextPart(text="Hello!")]),
+                    Message.user("Again?"))
+    validate(compacted, MODEL, stream=True)
+    with pytest.raises(Invalid) as info:  # the same history without the compaction is too long
+        validate(req(long, Message.assistant("Hello!"), Message.user("Again?")), MODEL, stream=True)
+    assert info.value.error_class == "context_length"
