@@ -99,6 +99,7 @@ async def test_a_compaction_is_billed_in_full_and_goes_back(daemon, upstream):
             history = [Message.user("Remember this context: ... Now say hello."), first.message,
                        Message.user("Once more.")]
             second = await client.complete(model, history, provider_options=options)
+            moved = await client.complete("mock:echo", history)  # the conversation moves elsewhere
     u = first.usage
     # the compaction step (100 in + 55,096 cache read, 83 out) is billed with the message (181 in, 8 out)
     assert (u.input_tokens, u.cache_read_tokens, u.output_tokens) == (100 + 55096 + 181, 55096, 83 + 8)
@@ -112,3 +113,5 @@ async def test_a_compaction_is_billed_in_full_and_goes_back(daemon, upstream):
     assert body["messages"][1]["content"][0] == compaction.data == {"type": "compaction",
                                                                    "content": compaction.data["content"]}
     assert upstream.sent("/v1/messages")[1].headers["anthropic-beta"] == "compact-2026-01-12"
+    assert moved.text == "Once more." and [w.code for w in moved.warnings] == ["provider_part_dropped"]
+    assert "anthropic content (compaction)" in moved.warnings[0].message

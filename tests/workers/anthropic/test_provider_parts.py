@@ -12,6 +12,8 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from helpers import check_invariants
 from trunkline.protocol.messages import (
@@ -271,3 +273,25 @@ def test_recorded_messages_keep_every_block(case: Path):
             stream=True).body
         assert [b for b in sent["messages"][1]["content"] if b["type"] not in canonical] == [
             b for kind, b in expected if kind != "container"]
+
+
+@settings(max_examples=100, deadline=None)
+@given(cuts=st.lists(st.integers(min_value=1), max_size=60), kinds=st.lists(st.sampled_from(list(BLOCKS)),
+                                                                           min_size=1, max_size=6))
+def test_any_chunking_of_any_blocks_gives_the_same_parts(cuts, kinds):
+    data = stream_of([BLOCKS[k] for k in kinds], container=CONTAINER)
+    points = sorted({c % len(data) for c in cuts} - {0})
+    chunks = [data[a:b] for a, b in zip([0, *points], [*points, len(data)])]
+    events = run(chunks)
+    check_invariants(events)
+    assert [(e.kind, e.data) for e in events if type(e) is ProviderPartEvent] == [
+        *((k, BLOCKS[k]) for k in kinds), ("container", CONTAINER)]
+
+
+@settings(max_examples=100, deadline=None)
+@given(junk=st.binary(max_size=200))
+def test_garbage_in_a_provider_block_never_escapes_as_an_exception(junk):
+    head = stream_of([BLOCKS["server_tool_use"]])
+    cut = head.index(b"event: content_block_stop")
+    events = run([head[:cut], junk, head[cut:]])
+    assert type(events[-1]).__name__ in ("Finish", "ErrorEvent")
