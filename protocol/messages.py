@@ -314,7 +314,9 @@ class Usage(Data, kw_only=True):
     """Token counts. `input_tokens` counts every prompt token, cached ones included
     (`cache_read_tokens` and `cache_write_tokens` are parts of it); `output_tokens`
     counts everything generated, reasoning included (`reasoning_tokens` is part of it).
-    `estimated` is true when any figure is a local estimate, not the provider's."""
+    `estimated` is true when any figure is a local estimate, not the provider's;
+    `estimated_fields` names those figures (`reasoning_tokens` alone when only the
+    reasoning count was estimated, say), so the others can be trusted."""
 
     input_tokens: int = 0
     output_tokens: int = 0
@@ -326,6 +328,15 @@ class Usage(Data, kw_only=True):
     #: 1-hour writes, OpenAI's 12-hour ones), billed at `Price.cache_write_long`.
     cache_write_long_tokens: int = 0
     estimated: bool = False
+    estimated_fields: list[str] = msgspec.field(default_factory=list)
+
+    def mark_estimated(self, *fields: str) -> Usage:
+        """Record `fields` as local estimates (and set `estimated`); returns self."""
+        for name in fields:
+            if name not in self.estimated_fields:
+                self.estimated_fields.append(name)
+        self.estimated = self.estimated or bool(fields)
+        return self
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
@@ -337,6 +348,8 @@ class Usage(Data, kw_only=True):
             cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
             cache_write_long_tokens=self.cache_write_long_tokens + other.cache_write_long_tokens,
             estimated=self.estimated or other.estimated,
+            estimated_fields=self.estimated_fields + [f for f in other.estimated_fields
+                                                      if f not in self.estimated_fields],
         )
 
 
@@ -601,8 +614,14 @@ class Goodbye(Msg, tag="goodbye", kw_only=True):
     client_id: str
 
 
+class Reload(Msg, tag="reload", kw_only=True):
+    """Re-read the daemon's config file and the catalog (as SIGHUP does). Requests in
+    flight finish as they started; new ones use what was read. A file that cannot be
+    used is refused with its error and the running configuration stays."""
+
+
 ControlRequest = (
-    Hello | Probe | Submit | Cancel | Replay | ListModels | StatusQuery | Ready | CountTokens | Goodbye
+    Hello | Probe | Submit | Cancel | Replay | ListModels | StatusQuery | Ready | CountTokens | Goodbye | Reload
 )
 
 
@@ -689,6 +708,19 @@ class GoodbyeAck(Msg, tag="goodbye_ack", kw_only=True):
     cancelled: int = 0
 
 
+class ReloadResult(Msg, tag="reload_result", kw_only=True):
+    """Reply to `reload`. `ok` false: `error` says what is wrong with which file, and
+    nothing changed. `pricing_version` names the price table now in use;
+    `restart_needed` lists the settings that changed but apply only from the next
+    daemon start (providers' endpoints, keys and options, sockets, limits...)."""
+
+    ok: bool
+    error: ErrorInfo | None = None
+    pricing_version: str | None = None
+    config_path: str = ""
+    restart_needed: list[str] = msgspec.field(default_factory=list)
+
+
 class ProtocolError(Msg, tag="protocol_error", kw_only=True):
     """The request could not be read (malformed, unknown type, missing field, too large)."""
 
@@ -707,6 +739,7 @@ ControlReply = (
     | ReadyResult
     | TokenCount
     | GoodbyeAck
+    | ReloadResult
     | ProtocolError
 )
 
@@ -881,6 +914,10 @@ class Job(Msg, tag="job", kw_only=True):
     operation_id: str
     stream: bool = True
     generation: int = 0
+    #: The provider's retry and timeout policies (config `retry` / `timeouts`) when a
+    #: reload changed them since the worker started; null: the worker's own.
+    retry: dict[str, Any] | None = None
+    timeouts: dict[str, Any] | None = None
 
 
 class StopJob(Msg, tag="stop_job", kw_only=True):

@@ -11,11 +11,14 @@ import json
 import math
 import re
 
+import msgspec
+
 from .messages import (
     AudioPart,
     DocumentPart,
     ImagePart,
     Message,
+    ProviderPart,
     RedactedThinkingPart,
     Request,
     TextPart,
@@ -70,7 +73,18 @@ def _part_tokens(part: object) -> int:
         return estimate_text_tokens(part.text)
     if isinstance(part, RedactedThinkingPart):
         return len(part.data) // 4
+    if isinstance(part, ProviderPart):
+        # Opaque JSON (search results, often encrypted): about four characters a token.
+        return provider_part_chars(part) // 4
     return 0
+
+
+def provider_part_chars(part: ProviderPart) -> int:
+    """The size of an opaque part's JSON, in characters."""
+    try:
+        return len(msgspec.json.encode(part.data))
+    except (TypeError, msgspec.EncodeError):
+        return len(str(part.data))
 
 
 def estimate_content_tokens(parts: list[object]) -> int:

@@ -79,6 +79,10 @@ class Daemon:
         self.rep: Any = None
         self.drained = trio.Event()
         self.hurry = trio.Event()  # a second signal: skip the grace period
+        # Set by `reload` (supervisor/reload.py): the config the running workers started
+        # with, and per provider the retry/timeout policies its jobs carry since.
+        self.spawned_config: Config | None = None
+        self.job_policies: dict[str, tuple[dict[str, Any] | None, dict[str, Any] | None]] = {}
         from .router import Router
 
         self.router = Router(self)
@@ -237,6 +241,7 @@ class Daemon:
         try:
             async with trio.open_nursery() as nursery:
                 workers = await nursery.start(self._run_workers)
+                await nursery.start(self._reload_on_sighup)  # before any client can ask for one
                 nursery.start_soon(self.router.serve, nursery)
                 nursery.start_soon(self._housekeeping)
                 with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -258,6 +263,14 @@ class Daemon:
                 self.rep.close()
             if self.pub is not None:
                 self.pub.close()
+
+    async def _reload_on_sighup(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        from .reload import reload
+
+        with trio.open_signal_receiver(signal.SIGHUP) as signals:
+            task_status.started()
+            async for _ in signals:
+                reload(self)
 
     async def _run_workers(self, *, task_status: trio.TaskStatus[trio.Nursery]) -> None:
         async with trio.open_nursery() as nursery:

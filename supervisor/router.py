@@ -48,6 +48,7 @@ from ..protocol.messages import (
     Ready,
     ReadyResult,
     Rejected,
+    Reload,
     Replay,
     ReplayResult,
     StatusQuery,
@@ -57,6 +58,7 @@ from ..protocol.messages import (
     Welcome,
 )
 from ..protocol.tokens import estimate_request_tokens
+from .reload import reload
 from .requests import RequestState
 from .validate import Invalid, validate
 
@@ -162,6 +164,8 @@ class Router:
             return _Deferred(self.count_tokens(msg))  # type: ignore[arg-type]
         if t is Goodbye:
             return self.goodbye(msg, pipe_id)  # type: ignore[arg-type]
+        if t is Reload:
+            return reload(self.d)
         return ProtocolError(error=_error("invalid_request", f"unexpected message type {t.__name__}"))
 
     # -- clients -----------------------------------------------------------------------
@@ -263,8 +267,11 @@ class Router:
             state.trace = {"supervisor_received": self.received_ns}
         d.requests.add(state)
         slot.in_flight.add(msg.request_id)
-        slot.send(Job(request_id=msg.request_id, client_id=msg.client_id, request=msg.request, model=resolved,
-                      stream=msg.stream, operation_id=operation_id))
+        job = Job(request_id=msg.request_id, client_id=msg.client_id, request=msg.request, model=resolved,
+                  stream=msg.stream, operation_id=operation_id)
+        if slot.name in d.job_policies:  # a reload changed them since the worker started
+            job.retry, job.timeouts = d.job_policies[slot.name]
+        slot.send(job)
         return Accepted(request_id=msg.request_id, provider=slot.name, model=resolved.id)
 
     def cancel(self, msg: Cancel, pipe_id: int) -> CancelResult:

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import re
 
+import msgspec
+
 from ..protocol.messages import (
     AudioPart,
     DocumentPart,
     ErrorClass,
     ImagePart,
+    ProviderPart,
     ModelInfo,
     RedactedThinkingPart,
     Request,
@@ -25,7 +28,7 @@ from ..protocol.messages import (
     ToolCallPart,
     ToolResultPart,
 )
-from ..protocol.tokens import estimate_request_tokens
+from ..protocol.tokens import estimate_request_tokens, provider_part_chars
 from ..config.rules import effort_refusal, forced_tool_refusal
 
 #: The intersection of the providers' own tool-name rules (Anthropic, OpenAI and
@@ -78,7 +81,10 @@ def check_messages(request: Request) -> None:
     if not opened:
         raise Invalid("messages holds only system messages: add a user message")
     last = messages[-1]
-    if last.role not in ("user", "tool"):
+    paused = last.role == "assistant" and any(type(p) is ProviderPart for p in last.content)
+    # A turn the provider paused (Anthropic's `pause_turn`, mid server tool) is continued by
+    # sending it back as it came, so it may end the conversation; no other assistant turn may.
+    if last.role not in ("user", "tool") and not paused:
         raise Invalid(f"{_where(len(messages) - 1)}: the last message must be from the user or a tool, not {last.role}")
 
 
@@ -123,7 +129,7 @@ def _check_assistant(content: list, where: str, seen_calls: set[str]) -> None:  
             if p.provider_id:
                 seen_calls.add(p.provider_id)
             has_substance = True
-        elif t in (ThinkingPart, RedactedThinkingPart):
+        elif t in (ThinkingPart, RedactedThinkingPart, ProviderPart):
             has_substance = True
         else:
             raise Invalid(f"{where}.content[{j}]: an assistant message cannot hold {p.__struct_config__.tag} parts")
@@ -208,7 +214,7 @@ def check_capabilities(request: Request, model: ModelInfo, stream: bool) -> None
         raise Invalid(f"max_tokens {request.max_tokens} exceeds the {model.max_output} output tokens of {name}")
     limit = min(filter(None, (model.context_window, model.rules.max_input_tokens)), default=None)
     if limit and _upper_bound_tokens(request) > limit * CONTEXT_MARGIN:
-        estimate = estimate_request_tokens(request)
+        estimate = estimate_request_tokens(_since_compaction(request))
         if estimate > limit * CONTEXT_MARGIN:
             what = "context" if limit == model.context_window else "input limit"
             raise Invalid(f"the prompt is about {estimate} tokens, over the {limit}-token {what} of {name}",
@@ -223,6 +229,18 @@ def check_rules(request: Request, model: ModelInfo) -> None:
             raise Invalid(problem)
 
 
+def _since_compaction(request: Request) -> Request:
+    """What the model will read: a provider's compaction part stands for everything
+    before it (the provider drops those turns), so a compacted history longer than
+    the context is not refused for its old turns."""
+    last = max((i for i, m in enumerate(request.messages)
+                if any(type(p) is ProviderPart and p.kind == "compaction" for p in m.content)), default=None)
+    if last is None:
+        return request
+    kept = [m for m in request.messages[:last] if m.role in ("system", "developer")] + request.messages[last:]
+    return msgspec.structs.replace(request, messages=kept)
+
+
 def _upper_bound_tokens(request: Request) -> int:
     """A cheap bound (a token is at least one character) so the real estimate,
     which costs time on the submit path, runs only for prompts that may be too long."""
@@ -234,6 +252,8 @@ def _upper_bound_tokens(request: Request) -> int:
                 size += len(p.text) + 4  # type: ignore[union-attr]
             elif t is ToolResultPart:
                 size += len(p.content) if isinstance(p.content, str) else 4000  # type: ignore[union-attr]
+            elif t is ProviderPart:
+                size += provider_part_chars(p)  # type: ignore[arg-type]
             else:
                 size += 4000
     return size + sum(len(str(t.parameters)) + len(t.description) for t in request.tools)

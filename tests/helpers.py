@@ -17,6 +17,7 @@ import yaml
 from trunkline.protocol.messages import (
     ErrorEvent,
     Finish,
+    ProviderPartEvent,
     ReasoningDelta,
     ReasoningEnd,
     ReasoningStart,
@@ -163,6 +164,11 @@ def check_invariants(events: list[Any]) -> None:
             ended.add(e.index)
             if t is TextEnd:
                 assert "".join(texts.get(e.index, [])) == e.text, "text deltas do not add up to text_end"
+        elif t is ProviderPartEvent:  # whole in one event: no start, no end
+            assert e.index not in open_parts and e.index not in ended, f"index {e.index} used twice"
+            assert e.index >= last_index, "indexes went backwards"
+            last_index = e.index
+            ended.add(e.index)
         elif t is StreamStart:
             raise AssertionError("stream_start twice")
     assert not open_parts, f"parts never ended: {open_parts}"

@@ -187,7 +187,8 @@ class Emitter:
             model=self.acc.model,
             message=Message(role="assistant", content=content),
             finish_reason=FinishReason(reason=reason, raw=raw),  # type: ignore[arg-type]
-            usage=Usage(input_tokens=prompt, output_tokens=output, total_tokens=prompt + output, estimated=True),
+            usage=Usage(input_tokens=prompt, output_tokens=output, total_tokens=prompt + output).mark_estimated(
+                "input_tokens", "output_tokens", "total_tokens"),
         )
         return self.finalize(resp)
 

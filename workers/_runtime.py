@@ -14,10 +14,13 @@ import random
 import signal
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import trio
 
-from ..config.loader import RetryPolicy, WorkerSettings
+import msgspec
+
+from ..config.loader import RetryPolicy, TimeoutPolicy, WorkerSettings
 from ..protocol import codec, link, trace
 from ..protocol.link import Closed, LinkConn as Conn
 from ..protocol.codec import BUS_TOPIC, frame_event
@@ -199,7 +202,7 @@ class JobRunner:
 
     async def run(self, job: Job) -> None:
         emitter = Emitter(job, self.adapter.name, self.outbox.push_frames, self._canonical(job))
-        deadlines = Deadlines.resolve(self.adapter.timeouts, job)
+        deadlines = Deadlines.resolve(reloaded(job.timeouts, TimeoutPolicy) or self.adapter.timeouts, job)
         with trio.CancelScope() as scope:
             self.scopes[job.request_id] = scope
             if self._idle.is_set():
@@ -231,7 +234,7 @@ class JobRunner:
 
     async def _attempts(self, job: Job, emitter: Emitter, deadlines: Deadlines) -> None:
         adapter = self.adapter
-        policy: RetryPolicy = adapter.retry
+        policy: RetryPolicy = reloaded(job.retry, RetryPolicy) or adapter.retry
         deadline = trio.current_time() + deadlines.request_s
         wire_ids = self._wire_ids(job)
         retries = 0
@@ -294,6 +297,14 @@ class JobRunner:
                             attempt=call.attempt + 1, retry_count=retries + 1, **common)
             await trio.sleep(decision.wait_s)
             retries += 1
+
+
+_P = TypeVar("_P", RetryPolicy, TimeoutPolicy)
+
+
+def reloaded(raw: dict[str, Any] | None, kind: type[_P]) -> _P | None:
+    """A policy the supervisor sent with a job after `trunkline reload` changed it."""
+    return msgspec.convert(raw, kind) if raw else None
 
 
 #: Provider type -> "module:class" of its adapter (imported only by the worker that needs it).

@@ -25,6 +25,8 @@ class Reply:
     delay_s: float = 0.0  # pause before each chunk
     stall_after: int | None = None  # after this many chunks, send nothing more (connection stays open)
     disconnect_after: int | None = None  # after this many chunks, drop the connection
+    hold_after: int | None = None  # after this many chunks, wait for `release` before the rest
+    release: trio.Event | None = None
 
     @classmethod
     def json(cls, body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Reply:
@@ -135,7 +137,8 @@ class FakeUpstream:
 
     async def _send(self, stream: trio.SocketStream, conn: h11.Connection, reply: Reply) -> bool:
         headers = [(k, v) for k, v in reply.headers.items()]
-        whole = reply.delay_s == 0 and reply.stall_after is None and reply.disconnect_after is None
+        whole = (reply.delay_s == 0 and reply.stall_after is None and reply.disconnect_after is None
+                 and reply.hold_after is None)
         if whole:
             headers.append(("content-length", str(sum(len(c) for c in reply.chunks))))
         else:
@@ -150,6 +153,8 @@ class FakeUpstream:
                     raise trio.BrokenResourceError
                 if reply.disconnect_after is not None and i >= reply.disconnect_after:
                     return False
+                if i == reply.hold_after and reply.release is not None:
+                    await reply.release.wait()
                 if reply.delay_s:
                     await trio.sleep(reply.delay_s)
                 if chunk:

@@ -281,6 +281,7 @@ async def test_a_cancelled_stream_reports_estimated_usage_and_cost(autojump_cloc
     response = events[-1].response
     assert response.finish_reason.reason == "cancelled" and response.text == "word " * 5
     assert response.usage.estimated and response.usage.input_tokens > 0 and response.usage.output_tokens >= 5
+    assert response.usage.estimated_fields == ["input_tokens", "output_tokens", "total_tokens"]
     assert response.cost_usd and response.cost_usd > 0
 
 

@@ -19,6 +19,9 @@ Rules worth knowing (the tests hold each one):
   as a history holding tool calls needs them;
 * structured output: object schemas get the `additionalProperties: false` that
   Anthropic requires; `json_object` (any object) has no schema form and is refused;
+* opaque Anthropic parts (server tool blocks, MCP, compaction) go back verbatim,
+  in place; the last code-execution container of the history becomes
+  `container`; anyone else's opaque parts are dropped with a warning;
 * cache breakpoints (at most 4) go on the system prompt, the last tool, and the
   ends of the last two user turns, unless `auto_cache` is false.
 """
@@ -35,6 +38,7 @@ from ...protocol.messages import (
     ImagePart,
     Message,
     ModelInfo,
+    ProviderPart,
     RedactedThinkingPart,
     Request,
     TextPart,
@@ -44,8 +48,10 @@ from ...protocol.messages import (
     WarningInfo,
 )
 from .. import _rules
+from .._provider_parts import keep_provider_part
 from .._warnings import warn
 from ..errors import ProviderError
+from .response import API, CONTAINER
 
 API_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
@@ -111,6 +117,9 @@ class _Translator:
         self.wire_ids = wire_ids
         self.warnings = warnings
         self.model = model
+        self.wire_model = model.wire_name
+        #: The id of the last code-execution container in the history, sent as `container`.
+        self.container: str | None = None
 
     def keep_thinking(self, part: ThinkingPart | RedactedThinkingPart) -> bool:
         signed = isinstance(part, RedactedThinkingPart) or bool(part.signature)
@@ -124,6 +133,21 @@ class _Translator:
                  f"reasoning written by {part.model or 'an unrecorded model'} was dropped")
             return False
         return True
+
+    def provider_block(self, part: ProviderPart) -> dict[str, Any] | None:
+        if not keep_provider_part(part, API, self.wire_model, self.warnings):
+            return None
+        data = part.data
+        if part.kind == CONTAINER:
+            if not isinstance(data, dict) or not isinstance(data.get("id"), str):
+                raise ProviderError("invalid_request", "an anthropic provider_part of kind container must carry "
+                                    "an object with the container's `id`")
+            self.container = data["id"]
+            return None
+        if not isinstance(data, dict) or data.get("type") != part.kind:
+            raise ProviderError("invalid_request", f"an anthropic provider_part of kind {part.kind} must carry the "
+                                f"block as Anthropic sent it: an object whose `type` is {part.kind!r}")
+        return dict(data)
 
     def wire_id(self, canonical: str) -> str:
         return self.wire_ids.get(canonical, canonical)
@@ -155,6 +179,10 @@ class _Translator:
             elif isinstance(part, RedactedThinkingPart):
                 if self.keep_thinking(part):
                     out.append({"type": "redacted_thinking", "data": part.data})
+            elif isinstance(part, ProviderPart):
+                provider_block = self.provider_block(part)
+                if provider_block is not None:
+                    out.append(provider_block)
         if message.role == "tool" and message.tool_call_id and not any(b["type"] == "tool_result" for b in out):
             # The OpenAI-style form: the message's own text is the result.
             out = [{"type": "tool_result", "tool_use_id": self.wire_id(message.tool_call_id),
@@ -334,6 +362,8 @@ def build(request: Request, model: ModelInfo, *, provider: str, wire_ids: dict[s
             body["tool_choice"] = {"type": "any"}
         elif choice is not None and choice.mode == "tool":
             body["tool_choice"] = {"type": "tool", "name": choice.name}
+    if translator.container is not None:
+        body["container"] = translator.container  # provider_options.anthropic.container still wins
     if request.stop_sequences:
         body["stop_sequences"] = list(request.stop_sequences)
     body.update(_rules.sampling({"temperature": request.temperature, "top_p": request.top_p}, request, model,

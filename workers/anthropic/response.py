@@ -1,8 +1,11 @@
 """Anthropic Messages response body -> canonical Response. Pure.
 
-Also the mappings the stream translator shares: stop reasons and usage.
-Anthropic reports cached prompt tokens beside `input_tokens`; the canonical
-`input_tokens` counts all of them, so they are added in here.
+Also the mappings the stream translator shares: stop reasons, usage and the
+opaque parts. Anthropic reports cached prompt tokens beside `input_tokens`; the
+canonical `input_tokens` counts all of them, so they are added in here. Blocks
+with no canonical type (server tools' calls and results, MCP, compaction) and
+the code-execution container become `ProviderPart`s, kept verbatim so that a
+continuation can send them back.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from ...protocol.messages import (
     FinishReason,
     FinishReasonName,
     Message,
+    ProviderPart,
     RedactedThinkingPart,
     Response,
     TextPart,
@@ -24,6 +28,12 @@ from ...protocol.messages import (
 )
 from ...protocol.tokens import estimate_text_tokens
 from ..errors import invalid_response
+
+#: `ProviderPart.api` for everything this folder produces: the Messages wire format.
+API = "anthropic"
+#: The kind of the part that carries the code-execution container (`{id, expires_at}`):
+#: it is not a block, the request translator sends its id back as `container`.
+CONTAINER = "container"
 
 _STOP: dict[str, FinishReasonName] = {
     "end_turn": "stop",
@@ -40,15 +50,30 @@ def finish_reason(stop_reason: str | None, stop_sequence: str | None = None) -> 
                         stop_sequence=stop_sequence if stop_reason == "stop_sequence" else None)
 
 
+def _billed_steps(raw: dict[str, Any]) -> list[dict[str, Any]]:
+    """The model calls a response was billed for. With server-side compaction, `iterations`
+    lists each one (the compaction step, then the message) and the top-level figures
+    are the final message's alone; without it, the top level is the only step."""
+    iterations = raw.get("iterations")
+    steps = [it for it in iterations if isinstance(it, dict)] if isinstance(iterations, list) else []
+    if not steps:
+        return [raw]
+    if not any(it.get("type") == "message" for it in steps):
+        steps.append(raw)  # never seen: the message's own step missing from the list
+    return steps
+
+
 def usage(raw: dict[str, Any], thinking_text: str = "") -> Usage:
-    """Canonical usage from Anthropic's usage object (the last report wins, never summed)."""
-    read = int(raw.get("cache_read_input_tokens") or 0)
-    write = int(raw.get("cache_creation_input_tokens") or 0)
+    """Canonical usage from Anthropic's usage object (the last report wins, never summed),
+    over every billed step (`iterations`)."""
+    steps = _billed_steps(raw)
+    read = sum(int(s.get("cache_read_input_tokens") or 0) for s in steps)
+    write = sum(int(s.get("cache_creation_input_tokens") or 0) for s in steps)
+    prompt = sum(int(s.get("input_tokens") or 0) for s in steps) + read + write
+    output = sum(int(s.get("output_tokens") or 0) for s in steps)
     # The 1-hour writes inside that total cost more than the 5-minute ones.
-    split = raw.get("cache_creation") if isinstance(raw.get("cache_creation"), dict) else {}
-    write_long = min(int(split.get("ephemeral_1h_input_tokens") or 0), write)
-    prompt = int(raw.get("input_tokens") or 0) + read + write
-    output = int(raw.get("output_tokens") or 0)
+    write_long = min(sum(int(s["cache_creation"].get("ephemeral_1h_input_tokens") or 0)
+                         for s in steps if isinstance(s.get("cache_creation"), dict)), write)
     details = raw.get("output_tokens_details") or {}
     reported = details.get("thinking_tokens") if isinstance(details, dict) else None
     estimated = False
@@ -57,10 +82,11 @@ def usage(raw: dict[str, Any], thinking_text: str = "") -> Usage:
         # newer models, so this can only undercount) and say it is an estimate.
         reported = estimate_text_tokens(thinking_text) if thinking_text else 0
         estimated = bool(thinking_text)
-    return Usage(input_tokens=prompt, output_tokens=output, total_tokens=prompt + output,
-                 reasoning_tokens=min(int(reported), output) if output else int(reported),
-                 cache_read_tokens=read, cache_write_tokens=write, cache_write_long_tokens=write_long,
-                 estimated=estimated)
+    result = Usage(input_tokens=prompt, output_tokens=output, total_tokens=prompt + output,
+                   reasoning_tokens=min(int(reported), output) if output else int(reported),
+                   cache_read_tokens=read, cache_write_tokens=write,
+                   cache_write_long_tokens=write_long)
+    return result.mark_estimated("reasoning_tokens") if estimated else result
 
 
 def content(blocks: list[dict[str, Any]]) -> tuple[list[ContentPart], str]:
@@ -85,15 +111,27 @@ def content(blocks: list[dict[str, Any]]) -> tuple[list[ContentPart], str]:
                 raise invalid_response(f"tool_use block {block.get('id')!r} has input that is not an object")
             parts.append(ToolCallPart(id="", name=block.get("name", ""), arguments=arguments,
                                       provider_id=block.get("id")))
-        # server tools' blocks (server_tool_use, web_search_tool_result, mcp_*...) are the
-        # provider's own business: they stay in `raw`.
+        elif isinstance(kind, str) and kind:
+            # server_tool_use, *_tool_result, mcp_tool_use/result, compaction... Anthropic ties
+            # none of them to the model that wrote them, so `model` stays unset.
+            parts.append(ProviderPart(api=API, kind=str(kind), data=block))
     return parts, "".join(thinking)
+
+
+def container_part(container: Any) -> ProviderPart | None:
+    """The code-execution container a response names, as a part (None when it names none)."""
+    if isinstance(container, dict) and container.get("id"):
+        return ProviderPart(api=API, kind=CONTAINER, data=container)
+    return None
 
 
 def parse(body: Any, include_raw: bool = False) -> Response:
     if not isinstance(body, dict) or body.get("type") == "error" or not isinstance(body.get("content"), list):
         raise invalid_response(f"not an Anthropic message: {str(body)[:200]}")
     parts, thinking = content(body["content"])
+    container = container_part(body.get("container"))
+    if container is not None:
+        parts.append(container)
     return Response(
         id=body.get("id", ""),
         model=body.get("model", ""),

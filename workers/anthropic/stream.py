@@ -2,9 +2,12 @@
 
 `message_start` opens, each content block becomes a part (same index),
 `message_delta` brings the stop reason and usage totals that replace those of
-`message_start`, `message_stop` closes. `ping` and block or event types we do
-not know are skipped (or passed through as `provider_event` on request); an
-`error` event ends the stream with that error.
+`message_start`, `message_stop` closes. A block with no canonical type (server
+tools, MCP, compaction) is assembled from its deltas and sent whole, as one
+`provider_part` event at its `content_block_stop`, in the form Anthropic takes
+back; the code-execution container follows the last block as one more. `ping`
+and event types we do not know are skipped (or passed through as
+`provider_event` on request); an `error` event ends the stream with that error.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from ...protocol.accumulate import parse_arguments
 from ...protocol.messages import (
     Event,
     ProviderEvent,
+    ProviderPartEvent,
     ReasoningDelta,
     ReasoningEnd,
     ReasoningStart,
@@ -31,19 +35,21 @@ from ...protocol.messages import (
 )
 from ..errors import ProviderError, invalid_response
 from .errors import from_error_object
-from .response import finish_reason, usage
+from .response import API, CONTAINER, container_part, finish_reason, usage
 
 
 class _Block:
-    __slots__ = ("kind", "chunks", "id", "name", "signature", "data")
+    __slots__ = ("kind", "chunks", "id", "name", "signature", "data", "raw")
 
-    def __init__(self, kind: str, id: str = "", name: str = "", data: str | None = None) -> None:
+    def __init__(self, kind: str, id: str = "", name: str = "", data: str | None = None,
+                 raw: dict[str, Any] | None = None) -> None:
         self.kind = kind
         self.chunks: list[str] = []
         self.id = id
         self.name = name
         self.signature: str | None = None
         self.data = data
+        self.raw = raw  # a provider block as it started, completed by its deltas
 
 
 class AnthropicStream:
@@ -58,6 +64,7 @@ class AnthropicStream:
         self._thinking: list[str] = []
         self._started = False
         self._stopped = False
+        self._container: dict[str, Any] | None = None
 
     def feed(self, event_name: str, data: str) -> list[Event]:
         try:
@@ -81,6 +88,7 @@ class AnthropicStream:
         self._id = message.get("id", "")
         self._model = message.get("model", "")
         self._usage = dict(message.get("usage") or {})
+        self._note_container(message.get("container"))
         self._started = True
         return [StreamStart(model=self._model)]
 
@@ -109,9 +117,12 @@ class AnthropicStream:
         if kind == "tool_use":
             self._blocks[index] = _Block("tool", id=block.get("id", ""), name=block.get("name", ""))
             return [ToolCallStart(index=index, provider_id=block.get("id"), name=block.get("name", ""))]
-        # A server tool's block (web search, code execution, MCP...): not ours to translate.
-        self._blocks[index] = _Block("other")
-        return [ProviderEvent(provider="anthropic", event_type="content_block_start", data=p)] if self.passthrough else []
+        if not isinstance(kind, str) or not kind:
+            self._blocks[index] = _Block("other")
+            return []
+        # A server tool's call or result, MCP, compaction...: kept whole, sent at its stop.
+        self._blocks[index] = _Block("provider", name=kind, raw=dict(block))
+        return []
 
     def _block_delta(self, p: dict[str, Any]) -> list[Event]:
         index = int(p.get("index", 0))
@@ -141,6 +152,16 @@ class AnthropicStream:
                 return []
             block.chunks.append(fragment)
             return [ToolCallDelta(index=index, partial_json=fragment)]
+        if block.kind == "provider" and block.raw is not None:
+            if kind == "input_json_delta":
+                block.chunks.append(delta.get("partial_json") or "")
+                return []
+            if kind == "compaction_delta":
+                # The summary (and whatever else the delta carries) arrives in pieces.
+                for key, value in delta.items():
+                    if key != "type" and isinstance(value, str):
+                        block.raw[key] = (block.raw.get(key) or "") + value
+                return []
         return [ProviderEvent(provider="anthropic", event_type="content_block_delta", data=p)] if self.passthrough else []
 
     def _block_stop(self, p: dict[str, Any]) -> list[Event]:
@@ -157,6 +178,15 @@ class AnthropicStream:
             return [ReasoningEnd(index=index, text=text, signature=block.signature)]
         if kind == "redacted":
             return [ReasoningEnd(index=index, redacted_data=block.data)]
+        if kind == "provider":
+            data = block.raw or {}
+            if text.strip():
+                arguments = parse_arguments(text)
+                if arguments is None:
+                    raise invalid_response(f"Anthropic's {block.name} block has input that is not a JSON object: "
+                                           f"{text[:200]!r}")
+                data["input"] = arguments
+            return [ProviderPartEvent(index=index, api=API, kind=block.name, data=data)]
         arguments = parse_arguments(text)
         if arguments is None:
             raise invalid_response(f"Anthropic's tool call {block.name!r} has arguments that are not a JSON "
@@ -171,11 +201,23 @@ class AnthropicStream:
             self._stop_sequence = delta.get("stop_sequence")
         # Cumulative totals: they replace what message_start said, field by field.
         self._usage.update({k: v for k, v in (p.get("usage") or {}).items() if v is not None})
+        self._note_container(delta.get("container"))
         return []
 
+    def _note_container(self, container: Any) -> None:
+        if isinstance(container, dict) and container.get("id"):
+            self._container = container
+
     def _message_stop(self, p: dict[str, Any]) -> list[Event]:
+        if self._stopped:
+            return []
         self._stopped = True
-        return []
+        part = container_part(self._container)
+        if part is None:
+            return []
+        # After every block: the container is the response's, not any block's.
+        index = max(self._blocks, default=-1) + 1
+        return [ProviderPartEvent(index=index, api=API, kind=CONTAINER, data=part.data)]
 
     def _ping(self, p: dict[str, Any]) -> list[Event]:
         return []

@@ -27,6 +27,8 @@ class MockAdapter(Adapter):
 
     async def _play(self, call: Call) -> AsyncIterator[dict[str, Any]]:
         chunks = request.build(call.request, self.name, call.model.wire_name)
+        call.warnings.extend(w for w in request.history_warnings(call.request, call.model.wire_name)
+                             if w not in call.warnings)
         call.upstream_open = True
         try:
             for chunk in chunks:

@@ -14,9 +14,13 @@ from typing import Any
 
 import msgspec
 
-from ...protocol.messages import Request
+from ...protocol.messages import ProviderPart, Request, WarningInfo
 from ...protocol.tokens import estimate_request_tokens, estimate_text_tokens
+from .._provider_parts import keep_provider_part
 from ..errors import ProviderError
+
+#: `ProviderPart.api` of the mock; it takes back no provider's opaque parts.
+API = "mock"
 
 
 class _Opt(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
@@ -171,3 +175,14 @@ def build(request: Request, provider: str, model_wire_name: str) -> list[dict[st
         if opts.steps is None:
             break
     return chunks
+
+
+def history_warnings(request: Request, model_wire_name: str) -> list[WarningInfo]:
+    """What a real translator would say of the history: the mock sends none of it,
+    but a conversation moved here from a provider should hear the same warnings."""
+    warnings: list[WarningInfo] = []
+    for message in request.messages:
+        for part in message.content:
+            if isinstance(part, ProviderPart):
+                keep_provider_part(part, API, model_wire_name, warnings)
+    return warnings

@@ -51,7 +51,8 @@ class OllamaAdapter(HttpAdapter):
         if warning not in call.warnings:
             call.warnings.append(warning)
         prompt, out = estimate_request_tokens(call.request), estimate_text_tokens(generated)
-        return Usage(input_tokens=prompt, output_tokens=out, total_tokens=prompt + out, estimated=True)
+        return Usage(input_tokens=prompt, output_tokens=out, total_tokens=prompt + out).mark_estimated(
+            "input_tokens", "output_tokens", "total_tokens")
 
     async def stream(self, call: Call, emit: Emit) -> Response:
         built = self._build(call, stream=True)

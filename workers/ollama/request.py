@@ -21,6 +21,7 @@ from ...protocol.messages import (
     ImagePart,
     Message,
     ModelInfo,
+    ProviderPart,
     RedactedThinkingPart,
     Request,
     TextPart,
@@ -29,7 +30,11 @@ from ...protocol.messages import (
     ToolResultPart,
     WarningInfo,
 )
+from .._provider_parts import keep_provider_part
 from .._warnings import warn
+
+#: `ProviderPart.api` of Ollama's native chat; no provider's opaque part can be sent to it.
+API = "ollama"
 from ..openai_compat.request import error_text
 
 
@@ -103,7 +108,11 @@ def build(request: Request, model: ModelInfo, *, provider: str, stream: bool) ->
                 entry["tool_calls"] = calls
             if any(isinstance(p, (ThinkingPart, RedactedThinkingPart)) for p in message.content):
                 warn(warnings, "thinking_dropped", "earlier reasoning is not sent to Ollama; it was dropped")
-            messages.append(entry)
+            for part in message.content:
+                if isinstance(part, ProviderPart):
+                    keep_provider_part(part, API, model.wire_name, warnings)  # never kept: it warns
+            if entry["content"] or calls:
+                messages.append(entry)
         elif message.role == "tool":
             results = [p for p in message.content if isinstance(p, ToolResultPart)]
             if not results and message.tool_call_id:

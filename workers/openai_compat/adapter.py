@@ -88,7 +88,8 @@ class OpenAICompatAdapter(HttpAdapter):
         warning = WarningInfo(code="usage_estimated", message=f"{self.name} reported no usage; tokens are estimated")
         if warning not in call.warnings:
             call.warnings.append(warning)
-        return Usage(input_tokens=prompt, output_tokens=out, total_tokens=prompt + out, estimated=True)
+        return Usage(input_tokens=prompt, output_tokens=out, total_tokens=prompt + out).mark_estimated(
+            "input_tokens", "output_tokens", "total_tokens")
 
     async def stream(self, call: Call, emit: Emit) -> Response:
         built = self._build(call, stream=True)

@@ -10,6 +10,7 @@ parameters it does not take are left out with a warning, a reasoning model
 gets `max_completion_tokens` even where the instance asks for the legacy
 `max_tokens` (reasoning models refuse it), and function tools go only to a
 model that takes them over Chat Completions (rule `chat_completions_tools`).
+Other providers' opaque parts (`provider_part`) are left out with a warning too.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from ...protocol.messages import (
     ImagePart,
     Message,
     ModelInfo,
+    ProviderPart,
     RedactedThinkingPart,
     Request,
     TextPart,
@@ -33,8 +35,12 @@ from ...protocol.messages import (
     WarningInfo,
 )
 from .. import _rules
+from .._provider_parts import keep_provider_part
 from .._warnings import warn
 from ..errors import ProviderError
+
+#: `ProviderPart.api` of this wire format; no provider's opaque part can be sent over it.
+API = "openai_chat"
 
 #: Instance options (the `options:` of a provider in the config) this module reads.
 #:   legacy_max_tokens: send `max_tokens` instead of `max_completion_tokens`
@@ -64,9 +70,10 @@ def error_text(part: ToolResultPart) -> str:
 
 
 class _Translator:
-    def __init__(self, wire_ids: dict[str, str], warnings: list[WarningInfo]) -> None:
+    def __init__(self, wire_ids: dict[str, str], warnings: list[WarningInfo], wire_model: str = "") -> None:
         self.wire_ids = wire_ids
         self.warnings = warnings
+        self.wire_model = wire_model
 
     def user(self, message: Message) -> dict[str, Any]:
         parts: list[dict[str, Any]] = []
@@ -97,6 +104,8 @@ class _Translator:
             elif isinstance(part, (ThinkingPart, RedactedThinkingPart)):
                 warn(self.warnings, "thinking_dropped",
                       "Chat Completions cannot carry earlier reasoning; it was dropped")
+            elif isinstance(part, ProviderPart):
+                keep_provider_part(part, API, self.wire_model, self.warnings)  # never kept: it warns
         out: dict[str, Any] = {"role": "assistant", "content": "".join(text) if text else None}
         if calls:
             out["tool_calls"] = calls
@@ -130,7 +139,7 @@ def _check_tools(request: Request, model: ModelInfo) -> None:
 def build(request: Request, model: ModelInfo, *, provider: str, wire_ids: dict[str, str], stream: bool,
           instance: dict[str, Any]) -> Built:
     warnings: list[WarningInfo] = []
-    t = _Translator(wire_ids, warnings)
+    t = _Translator(wire_ids, warnings, model.wire_name)
     messages: list[dict[str, Any]] = []
     system = "\n\n".join(m.text for m in request.messages if m.role in ("system", "developer") and m.text)
     if system:
@@ -139,7 +148,9 @@ def build(request: Request, model: ModelInfo, *, provider: str, wire_ids: dict[s
         if message.role == "user":
             messages.append(t.user(message))
         elif message.role == "assistant":
-            messages.append(t.assistant(message))
+            entry = t.assistant(message)
+            if entry["content"] is not None or "tool_calls" in entry:
+                messages.append(entry)  # one left with nothing (only dropped parts) would be refused
         elif message.role == "tool":
             messages.extend(t.tool(message))
     body: dict[str, Any] = {"model": model.wire_name, "messages": messages}

@@ -51,7 +51,8 @@ def summary(response: Response) -> str:
     if u.reasoning_tokens:
         parts.append(f"{u.reasoning_tokens} reasoning")
     cost = f"${response.cost_usd:.6f}" if response.cost_usd is not None else "cost unknown"
-    estimated = " (estimated)" if u.estimated else ""
+    estimated = (f" (estimated: {', '.join(u.estimated_fields)})" if u.estimated_fields
+                 else " (estimated)" if u.estimated else "")
     reason = response.finish_reason.reason
     return (f"[{response.provider}:{response.model}] {', '.join(parts)} tokens{estimated} · {cost} · "
             f"{response.latency_ms:.0f} ms · {reason}")
@@ -164,6 +165,21 @@ async def _ready(args: argparse.Namespace) -> int:
     return 0 if result.ok else EXIT_FAILED
 
 
+async def _reload(args: argparse.Namespace) -> int:
+    async with Client(_runtime_dir(args), client_name="trunkline-cli") as client:
+        result = await client.reload()
+    if args.json:
+        print(_json(result))
+    elif result.ok:
+        print(f"reloaded {result.config_path} · pricing {result.pricing_version or '?'}")
+        for setting in result.restart_needed:
+            print(f"  {setting}: changed; applies when the daemon restarts")
+    else:
+        assert result.error is not None
+        print(f"trunkline: reload refused, nothing changed: {result.error.message}", file=sys.stderr)
+    return 0 if result.ok else EXIT_FAILED
+
+
 def _table(rows: Sequence[Sequence[str]]) -> None:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
@@ -209,6 +225,10 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--json", action="store_true")
     common(sp)
 
+    sp = sub.add_parser("reload", help="re-read the daemon's config file and the catalog (as SIGHUP does)")
+    sp.add_argument("--json", action="store_true")
+    common(sp)
+
     sp = sub.add_parser("ready", help="check that a model can be called now")
     sp.add_argument("model")
     sp.add_argument("--json", action="store_true")
@@ -216,7 +236,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-COMMANDS = {"ask": _ask, "models": _models, "status": _status, "ready": _ready}
+COMMANDS = {"ask": _ask, "models": _models, "status": _status, "ready": _ready, "reload": _reload}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -57,6 +57,8 @@ from .protocol.messages import (
     ReplayResult,
     Request,
     Response,
+    Reload,
+    ReloadResult,
     StatusQuery,
     StatusReport,
     StreamEvent,
@@ -493,6 +495,12 @@ class Client:
 
     async def status(self) -> StatusReport:
         return await self._call(StatusQuery())  # type: ignore[no-any-return]
+
+    async def reload(self) -> ReloadResult:
+        """Have the daemon read its config file and the catalog again (as SIGHUP does).
+        A file that cannot be used is refused (`ok` false, `error` says why) and the
+        running configuration stays."""
+        return await self._call(Reload())  # type: ignore[no-any-return]
 
     async def ready(self, model: str, provider: str | None = None) -> ReadyResult:
         return await self._call(Ready(model=model, provider=provider),  # type: ignore[no-any-return]

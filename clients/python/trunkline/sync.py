@@ -11,7 +11,17 @@ from typing import Any
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from .client import Client, ResponseStream
-from .protocol.messages import Message, ModelInfo, ReadyResult, Request, Response, StatusReport, StreamEvent, TokenCount
+from .protocol.messages import (
+    Message,
+    ModelInfo,
+    ReadyResult,
+    ReloadResult,
+    Request,
+    Response,
+    StatusReport,
+    StreamEvent,
+    TokenCount,
+)
 
 
 class SyncClient:
@@ -91,6 +101,10 @@ class SyncClient:
     def status(self) -> StatusReport:
         assert self._client is not None
         return self._call(self._client.status)  # type: ignore[no-any-return]
+
+    def reload(self) -> ReloadResult:
+        assert self._client is not None
+        return self._call(self._client.reload)  # type: ignore[no-any-return]
 
     def ready(self, model: str) -> ReadyResult:
         assert self._client is not None

@@ -7,7 +7,7 @@ import json
 import httpx
 import pytest
 
-from trunkline.protocol.messages import RedactedThinkingPart, TextPart, ThinkingPart, ToolCallPart
+from trunkline.protocol.messages import ProviderPart, RedactedThinkingPart, TextPart, ThinkingPart, ToolCallPart
 from trunkline.workers.anthropic import errors
 from trunkline.workers.anthropic.response import finish_reason, parse, usage
 from trunkline.workers.errors import ProviderError
@@ -36,6 +36,7 @@ def test_parse_a_whole_message():
         ThinkingPart(text="The user wants weather.", signature="EqQBCkgIARABGAIiQL"),
         RedactedThinkingPart(data="EmwKAhgBEgy3va3pzix"),
         TextPart(text="Let me check."),
+        ProviderPart(api="anthropic", kind="server_tool_use", data=MESSAGE["content"][3]),
         ToolCallPart(id="", name="get_weather", arguments={"location": "San Francisco, CA", "unit": "celsius"},
                      provider_id="toolu_01A09q90qw90lq917835lq9"),
     ]
@@ -45,7 +46,7 @@ def test_parse_a_whole_message():
     assert (u.input_tokens, u.output_tokens, u.total_tokens) == (3195, 503, 3698)
     assert (u.cache_read_tokens, u.cache_write_tokens) == (1000, 100)
     assert u.reasoning_tokens > 0 and u.estimated  # not reported: estimated from the thinking text
-    assert response.raw == MESSAGE  # the server tool's block is kept there
+    assert response.raw == MESSAGE
 
 
 def test_raw_only_when_asked():

@@ -17,6 +17,8 @@ from trunkline.protocol.messages import (
     Message,
     ModelInfo,
     ProviderEvent,
+    ProviderPart,
+    ProviderPartEvent,
     ReasoningEnd,
     Request,
     TextDelta,
@@ -114,20 +116,40 @@ def test_error_event_mid_stream_ends_with_the_partial(chunking):
     assert cut.arguments == {} and cut.raw_arguments == '{"q": "ha'
 
 
-def test_unknown_events_and_blocks_are_skipped():
-    events = run([(CASSETTES / "unknown-types.sse").read_bytes()])
+@pytest.mark.parametrize("chunking", range(4))
+def test_server_tool_blocks_and_the_container_become_provider_parts_in_order(chunking):
+    events = run(chunkings((CASSETTES / "unknown-types.sse").read_bytes())[chunking])
     check_invariants(events)
+    parts = [e for e in events if type(e) is ProviderPartEvent]
+    # the server tool's input arrives in input_json_delta pieces: one event, at its stop, with the whole block
+    assert [(e.index, e.kind, e.data) for e in parts] == [
+        (0, "server_tool_use", {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search",
+                                "input": {"query": "x"}}),
+        (1, "web_search_tool_result", {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": []}),
+        (3, "container", {"id": "c1", "expires_at": "2026-11-22T00:00:00Z"}),
+    ]
+    assert all(e.api == "anthropic" and e.model is None for e in parts)  # Anthropic ties none to the model
     response = events[-1].response
+    assert [type(p).__name__ for p in response.message.content] == [
+        "ProviderPart", "ProviderPart", "TextPart", "ProviderPart"]
+    assert all(p.provider == "anthropic" for p in response.message.content if type(p) is ProviderPart)
     assert response.text == "Found it." and not response.tool_calls
     assert response.finish_reason.reason == "other" and response.finish_reason.raw == "pause_turn"
     assert not any(type(e) is ProviderEvent for e in events)
 
 
-def test_unknown_events_pass_through_when_asked():
+def test_events_we_do_not_translate_pass_through_when_asked():
     events = run([(CASSETTES / "unknown-types.sse").read_bytes()], passthrough=True)
     kinds = [e.event_type for e in events if type(e) is ProviderEvent]
-    assert kinds == ["content_block_start", "content_block_delta", "content_block_start", "shiny_future_event",
-                     "content_block_delta"]
+    assert kinds == ["shiny_future_event", "content_block_delta"]  # the citation delta
+
+
+def test_a_server_tool_input_that_is_not_json_is_an_invalid_response():
+    data = (CASSETTES / "unknown-types.sse").read_bytes().replace(b'"{\\"query\\":\\"x\\"}"', b'"{\\"qu"')
+    assert b'"partial_json":"{\\"qu"' in data
+    events = run([data])
+    assert type(events[-1]) is ErrorEvent and events[-1].error.error_class == "invalid_response"
+    assert "server_tool_use" in events[-1].error.message
 
 
 def test_a_stream_cut_before_message_stop_is_an_error_with_the_partial():
@@ -162,8 +184,11 @@ def naive_expectations(data: bytes) -> dict:
     texts: dict[int, str] = {}
     tools: dict[int, str] = {}
     kinds: dict[int, str] = {}
+    opaque: dict[int, dict] = {}  # blocks of no canonical type, as they started
+    inputs: dict[int, str] = {}
     usage: dict = {}
     stop = None
+    container = None
     for block in data.decode().replace("\r\n", "\n").split("\n\n"):
         payload = "".join(line[5:].lstrip() for line in block.split("\n") if line.startswith("data:"))
         if not payload:
@@ -178,18 +203,33 @@ def naive_expectations(data: bytes) -> dict:
                 texts[p["index"]] = p["content_block"].get("text", "")
             if p["content_block"]["type"] == "tool_use":
                 tools[p["index"]] = ""
+            if p["content_block"]["type"] not in ("text", "thinking", "redacted_thinking", "tool_use"):
+                opaque[p["index"]] = dict(p["content_block"])
+                inputs[p["index"]] = ""
         elif t == "content_block_delta":
             d = p["delta"]
             if d["type"] == "text_delta" and kinds.get(p["index"]) == "text":
                 texts[p["index"]] += d["text"]
             elif d["type"] == "input_json_delta" and kinds.get(p["index"]) == "tool_use":
                 tools[p["index"]] += d["partial_json"]
+            elif d["type"] == "input_json_delta" and p["index"] in opaque:
+                inputs[p["index"]] += d["partial_json"]
+            elif d["type"] == "compaction_delta":
+                block = opaque[p["index"]]
+                block["content"] = (block.get("content") or "") + d["content"]
         elif t == "message_delta":
             stop = p["delta"].get("stop_reason")
+            container = p["delta"].get("container") or container
             usage.update({k: v for k, v in (p.get("usage") or {}).items() if v is not None})
+    for i, raw in inputs.items():
+        if raw:
+            opaque[i]["input"] = json.loads(raw)
+    provider = [(opaque[i]["type"], opaque[i]) for i in sorted(opaque)]
+    if container:
+        provider.append(("container", container))
     return {"text": "".join(texts[i] for i in sorted(texts)),
             "tools": [json.loads(tools[i]) if tools[i] else {} for i in sorted(tools)],
-            "usage": usage, "stop": stop}
+            "provider": provider, "usage": usage, "stop": stop}
 
 
 @pytest.mark.skipif(not RECORDINGS.exists(), reason="../shared/recordings/anthropic is not present")
@@ -208,10 +248,16 @@ def test_recorded_stream(case: Path):
         assert response.text == expected["text"]
         assert "".join(e.text for e in events if type(e) is TextDelta) == expected["text"]
         assert [c.arguments for c in response.tool_calls] == expected["tools"]
+        # every block with no canonical type, whole and in order, in the stream and the response
+        assert [(e.kind, e.data) for e in events if type(e) is ProviderPartEvent] == expected["provider"]
+        assert [(p.kind, p.data) for p in response.message.content if type(p) is ProviderPart] == expected["provider"]
         u, raw = response.usage, expected["usage"]
-        cached = (raw.get("cache_read_input_tokens") or 0) + (raw.get("cache_creation_input_tokens") or 0)
-        assert u.input_tokens == raw["input_tokens"] + cached
-        assert u.output_tokens == raw["output_tokens"]
-        assert u.cache_read_tokens == (raw.get("cache_read_input_tokens") or 0)
+        # compaction steps are billed beside the message: `iterations` holds them all
+        billed = raw.get("iterations") or [raw]
+        read = sum(it.get("cache_read_input_tokens") or 0 for it in billed)
+        cached = read + sum(it.get("cache_creation_input_tokens") or 0 for it in billed)
+        assert u.input_tokens == sum(it["input_tokens"] for it in billed) + cached
+        assert u.output_tokens == sum(it["output_tokens"] for it in billed)
+        assert u.cache_read_tokens == read
         assert response.finish_reason.raw == expected["stop"]
     assert all(r.message == results[0].message for r in results)  # any chunking, the same response

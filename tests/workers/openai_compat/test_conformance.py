@@ -150,6 +150,7 @@ async def test_006_usage_present_and_absent(daemon, upstream):
     assert not present.usage.estimated
     # No usage from the server: estimated, flagged, and said in a warning (never silently zero).
     assert absent.usage.estimated and absent.usage.output_tokens > 0
+    assert absent.usage.estimated_fields == ["input_tokens", "output_tokens", "total_tokens"]
     assert any(w.code == "usage_estimated" for w in absent.warnings)
 
 
