@@ -320,6 +320,19 @@ async def test_a_second_daemon_on_the_same_endpoint_is_refused(daemon):
     assert b"another trunkline daemon is already serving" in proc.stderr
 
 
+async def test_a_daemon_killed_outright_leaves_nothing_to_clean_up(daemon, nursery):
+    """kill -9 leaves the ipc socket files behind; the next daemon takes them over."""
+    daemon.proc.kill()
+    with trio.fail_after(20):
+        await daemon.exited.wait()
+        assert (daemon.runtime_dir / "control.ipc").exists()
+        daemon.ready, daemon.exited = trio.Event(), trio.Event()
+        await daemon.start(nursery)
+        async with Client(daemon.runtime_dir) as client:
+            assert (await client.complete("mock:echo", "on the stale path")).text == "on the stale path"
+        assert await daemon.stop() == 0
+
+
 async def test_runtime_dir_and_sockets_are_private(daemon):
     assert (daemon.runtime_dir.stat().st_mode & 0o777) == 0o700
     # The worker links are socket pairs: nothing on disk that anyone could dial.
