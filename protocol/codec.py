@@ -1,9 +1,15 @@
 """The one codec: msgpack for every message, and the event framing.
 
-An event on the event socket is one nng message: the topic (the submitting
-client's `client_id`, or `bus`) in UTF-8, one NUL byte, then the msgpack
-event. Subscribers filter on the topic prefix; include the NUL in the
-subscription so that `c1` does not also match `c12`.
+A message on the event socket is the topic (the submitting client's
+`client_id`, or `bus`) in UTF-8, one NUL byte, then either one msgpack event
+(a map) or a msgpack array of events of that topic, in order. Subscribers
+filter on the topic prefix; include the NUL in the subscription so that `c1`
+does not also match `c12`.
+
+Why arrays: nng's Pub0 sends every message to every subscriber connection
+(subscribers filter on their side), each send through nng's threads, so with
+many subscribers the cost is per message: the events a worker relays at once
+go out as one.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ encode = _encoder.encode
 _control_requests = msgspec.msgpack.Decoder(ControlRequest)
 _control_replies = msgspec.msgpack.Decoder(ControlReply)
 _events = msgspec.msgpack.Decoder(AnyEvent)
+_event_lists = msgspec.msgpack.Decoder(list[AnyEvent])
 _to_worker = msgspec.msgpack.Decoder(ToWorker)
 _from_worker = msgspec.msgpack.Decoder(FromWorker)
 _request = msgspec.msgpack.Decoder(Request)
@@ -46,6 +53,18 @@ def _decoder(dec: msgspec.msgpack.Decoder[Any]):  # type: ignore[no-untyped-def]
 decode_control_request = _decoder(_control_requests)
 decode_control_reply = _decoder(_control_replies)
 decode_event = _decoder(_events)
+_decode_event_list = _decoder(_event_lists)
+
+
+def decode_events(body: bytes | memoryview) -> list[Any]:
+    """The events of one event message's body (after the topic and NUL): one map, or
+    an array of them."""
+    if not len(body):
+        raise DecodeError("empty event message")
+    first = body[0]
+    if 0x90 <= first <= 0x9F or first in (0xDC, 0xDD):
+        return _decode_event_list(body)  # type: ignore[no-any-return]
+    return [decode_event(body)]
 decode_to_worker = _decoder(_to_worker)
 decode_from_worker = _decoder(_from_worker)
 decode_request = _decoder(_request)
@@ -57,6 +76,28 @@ BUS_TOPIC = "bus"
 def frame_event(topic: str, event: Any) -> bytes:
     """`topic \\x00 msgpack(event)`, ready for the event socket."""
     return topic.encode() + SEPARATOR + _encoder.encode(event)
+
+
+#: Events per batched message at most: a subscriber's queue counts messages, and a
+#: message stays a size every client reads comfortably.
+BATCH_EVENTS = 256
+
+
+def batch_frames(frames: list[bytes]) -> list[bytes]:
+    """Frames of one topic (`topic \\x00 event`) as few messages as possible: each
+    `topic \\x00` + a msgpack array of up to BATCH_EVENTS events."""
+    if len(frames) == 1:
+        return frames
+    first = frames[0]
+    cut = first.index(SEPARATOR) + 1
+    prefix = first[:cut]
+    out = []
+    for start in range(0, len(frames), BATCH_EVENTS):
+        chunk = frames[start:start + BATCH_EVENTS]
+        n = len(chunk)
+        head = bytes((0x90 | n,)) if n < 16 else b"\xdc" + n.to_bytes(2, "big")
+        out.append(b"".join([prefix, head, *[f[cut:] for f in chunk]]))
+    return out
 
 
 def topic_prefix(topic: str) -> bytes:

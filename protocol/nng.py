@@ -425,10 +425,10 @@ class EventPublisher:
     def publish(self, frame: bytes) -> None:
         lib.nng_send(self._handle, frame, len(frame), lib.NNG_FLAG_NONBLOCK)
 
-    def publish_many(self, frames: list[bytes]) -> None:
+    def publish_many(self, messages: list[bytes]) -> None:
         send, handle, flag = lib.nng_send, self._handle, lib.NNG_FLAG_NONBLOCK
-        for frame in frames:
-            send(handle, frame, len(frame), flag)
+        for message in messages:
+            send(handle, message, len(message), flag)
 
     def close(self) -> None:
         self.sock.close()

@@ -21,7 +21,7 @@ from ..protocol import __version__
 from ..config.catalog import Catalog
 from ..config.loader import Config
 from ..protocol import nng, trace
-from ..protocol.codec import BUS_TOPIC, frame_event
+from ..protocol.codec import BUS_TOPIC, batch_frames, frame_event
 from ..protocol.messages import (
     RETRYABLE,
     BusEvent,
@@ -99,14 +99,14 @@ class Daemon:
         """Publish a worker's frames and keep them for replay; drop those of requests
         the supervisor already ended (cancelled by timeout, or a previous generation)."""
         if not msg.request_id:
-            self.pub.publish_many(msg.frames)
+            self.pub.publish_many(msg.frames)  # bus events, each its own topic's message
             return
         state = self.requests.active.get(msg.request_id)
         if state is None:
             return
         if msg.terminal and state.trace is not None:
             state.trace["terminal_received"] = trace.now_ns()
-        self.pub.publish_many(msg.frames)
+        self.pub.publish_many(batch_frames(msg.frames))
         state.ring.extend(msg.frames)
         state.last_seq = msg.last_seq
         if msg.terminal:

@@ -123,9 +123,10 @@ async def test_a_plain_nng_client_gets_the_same_service(daemon):
             assert codec.decode_control_reply(await req.arecv()).request_id == "plain-1"
             events = []
             while not events or type(events[-1]) is not Finish:
-                ev = codec.decode_event((await sub.arecv())[len(topic):])
-                if type(ev) is not ProbeEvent:
-                    events.append(ev)
+                # One event, or an array of them, per message.
+                for ev in codec.decode_events((await sub.arecv())[len(topic):]):
+                    if type(ev) is not ProbeEvent:
+                        events.append(ev)
     finally:
         req.close()
         sub.close()

@@ -223,3 +223,16 @@ def test_usage_adds_up():
     b = m.Usage(input_tokens=10, output_tokens=20, total_tokens=30, cache_write_tokens=5, estimated=True)
     assert a + b == m.Usage(input_tokens=11, output_tokens=22, total_tokens=33, reasoning_tokens=1,
                             cache_read_tokens=1, cache_write_tokens=5, estimated=True)
+
+
+@given(st.lists(st.text(max_size=40), min_size=1, max_size=600))
+def test_batched_event_messages_carry_every_event_in_order(texts):
+    frames = [codec.frame_event("c7", m.TextDelta(request_id="r", seq=i, text=t)) for i, t in enumerate(texts)]
+    messages = codec.batch_frames(frames)
+    assert len(messages) == -(-len(frames) // codec.BATCH_EVENTS)
+    events = []
+    for message in messages:
+        topic, body = codec.split_frame(message)
+        assert topic == "c7"
+        events += codec.decode_events(body)
+    assert [(e.seq, e.text) for e in events] == list(enumerate(texts))

@@ -341,7 +341,7 @@ class Client:
         assert self._sub is not None
         receiver = self._sub.receiver
         bus = codec.topic_prefix(codec.BUS_TOPIC)
-        decode = codec.decode_event
+        decode = codec.decode_events
         routes = self._routes
         burst = 0
         while True:
@@ -362,19 +362,21 @@ class Client:
             for data in batch:
                 try:
                     if data.startswith(mine):
-                        ev = decode(memoryview(data)[cut:])
+                        events = decode(memoryview(data)[cut:])
                     elif data.startswith(bus):
-                        self._bus_send.send_nowait(decode(memoryview(data)[len(bus):]))
+                        for ev in decode(memoryview(data)[len(bus):]):
+                            self._bus_send.send_nowait(ev)
                         continue
                     else:
                         continue
                 except codec.DecodeError:
                     continue
-                route = routes.get(ev.request_id)
-                if route is not None:
-                    route.deliver(ev)
-                elif type(ev) is ProbeEvent and self._probe_seen is not None:
-                    self._probe_seen.set()
+                for ev in events:
+                    route = routes.get(ev.request_id)
+                    if route is not None:
+                        route.deliver(ev)
+                    elif type(ev) is ProbeEvent and self._probe_seen is not None:
+                        self._probe_seen.set()
 
     async def _watch_silence(self) -> None:
         """A request whose consumer has waited `silence_check_s` with nothing arriving may
