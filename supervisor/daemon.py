@@ -38,7 +38,7 @@ from ..protocol.messages import (
     Response,
     StopJob,
 )
-from .requests import RequestState, RequestTable
+from .requests import RequestState, RequestTable, estimate_billing
 from .slot import WorkerSlot
 
 log = logging.getLogger("trunkline.supervisor")
@@ -154,6 +154,7 @@ class Daemon:
                 acc.feed(ev)
             partial = acc.response()
             partial.provider = state.provider
+            estimate_billing(state, partial, trio.current_time())
         self._publish_own(state, terminal(partial))
         self._ended(state)
 

@@ -199,7 +199,8 @@ class Router:
             client_id=client_id,
             server_version=_version(),
             event_endpoint=self.d.events_url,
-            limits=Limits(max_message_bytes=self.max_bytes, replay_ring_events=cfg.replay.ring_events,
+            limits=Limits(max_message_bytes=self.max_bytes, max_event_bytes=cfg.limits.max_event_bytes,
+                          replay_ring_events=cfg.replay.ring_events,
                           replay_keep_s=cfg.replay.keep_s),
             providers=sorted(self.d.slots),
         )
@@ -250,8 +251,9 @@ class Router:
             state.trace = {"supervisor_received": self.received_ns}
         d.requests.add(state)
         slot.in_flight.add(msg.request_id)
-        slot.send(Job(request_id=msg.request_id, client_id=msg.client_id, request=msg.request, model=resolved,
-                      stream=msg.stream, operation_id=operation_id))
+        state.job = Job(request_id=msg.request_id, client_id=msg.client_id, request=msg.request, model=resolved,
+                        stream=msg.stream, operation_id=operation_id)
+        slot.send(state.job)
         return Accepted(request_id=msg.request_id, provider=slot.name, model=resolved.id)
 
     def cancel(self, msg: Cancel) -> CancelResult:
@@ -263,7 +265,7 @@ class Router:
 
     def replay(self, msg: Replay) -> ReplayResult:
         state = self.d.requests.get(msg.request_id)
-        if state is None or state.evicted:
+        if state is None or not state.ring and state.evicted:
             return ReplayResult(request_id=msg.request_id, state="unknown", last_seq=-1)
         skip = 0
         frames = state.frames_from(msg.from_seq, REPLAY_BATCH)

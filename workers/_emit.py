@@ -50,8 +50,11 @@ class Emitter:
         sink: Sink,
         canonical_id: Callable[[str], str],
         started_at: float | None = None,
+        max_event_bytes: int = 0,
     ) -> None:
         self.job = job
+        #: Largest frame sent (0: no limit); see `_refuse`.
+        self.max_event_bytes = max_event_bytes
         self.provider = provider
         self._sink = sink
         self._canonical_id = canonical_id
@@ -108,12 +111,42 @@ class Emitter:
     def _send(self, ev: Event) -> None:
         ev.request_id = self.job.request_id
         ev.seq = self._seq
+        frame = frame_event(self._topic, ev)
+        if self.max_event_bytes and len(frame) > self.max_event_bytes:
+            self._refuse(ev, len(frame))
+            return
         self._seq += 1
         self.acc.feed(ev)
         terminal = type(ev) is Finish or type(ev) is ErrorEvent
-        self._sink(self.job.request_id, [frame_event(self._topic, ev)], ev.seq, terminal)
+        self._sink(self.job.request_id, [frame], ev.seq, terminal)
         if terminal:
             self.terminal = True
+
+    def _refuse(self, ev: Event, size: int) -> None:
+        """An event larger than any client is told to accept is never sent (a subscriber
+        would drop it, and the request would look lost). The request ends instead with an
+        `invalid_response` error that says so, carrying the usage and cost without the
+        content: the provider billed it, and that must not be lost."""
+        message = (f"an event of {size} bytes is larger than the daemon's largest event ({self.max_event_bytes} "
+                   "bytes, from limits.max_response_bytes); the response was not sent")
+        if type(ev) is Finish:
+            billed = ev.response  # type: ignore[attr-defined]
+            billed.message = Message(role="assistant", content=[])
+            billed.raw = None
+        elif type(ev) is ErrorEvent and ev.partial is not None:  # type: ignore[attr-defined]
+            billed = ev.partial  # type: ignore[attr-defined]
+            billed.message = Message(role="assistant", content=[])
+            billed.raw = None
+            message = f"{ev.error.message}; and {message}"  # type: ignore[attr-defined]
+        else:
+            self.max_event_bytes = 0
+            if self.job.stream and self.started:
+                self._close_open_parts()
+            billed = self.partial("error")
+            billed.message = Message(role="assistant", content=[])
+        self.max_event_bytes = 0  # the error itself is small, and must go out
+        self._send(ErrorEvent(error=ErrorInfo(error_class="invalid_response", message=message, retryable=False,
+                                              provider=self.provider), partial=billed))
 
     def _close_open_parts(self) -> None:
         for ev in self.acc.closing_events():

@@ -31,6 +31,7 @@ class ProviderError(Exception):
         code: str | None = None,
         retry_after: float | None = None,
         retryable: bool | None = None,
+        sent: bool = False,
     ) -> None:
         super().__init__(message)
         self.error_class: ErrorClass = error_class
@@ -39,6 +40,11 @@ class ProviderError(Exception):
         self.code = code
         self.retry_after = retry_after
         self.retryable = RETRYABLE[error_class] if retryable is None else retryable
+        #: The provider had the whole request and may have acted on it (and billed it).
+        self.sent = sent
+        #: Why this attempt must not be repeated now, though its class is retryable
+        #: (empty: say nothing more than the error itself).
+        self.hold: str | None = None
 
     def to_info(self, provider: str | None = None, secrets: Iterable[str] = ()) -> ErrorInfo:
         return ErrorInfo(
@@ -107,6 +113,12 @@ def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> f
     return max(when.timestamp() - (time.time() if now is None else now), 0.0)
 
 
+#: Transport failures that happen before the provider has the whole request body.
+NOT_SENT: tuple[type[httpx.TransportError], ...] = (
+    httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.WriteError, httpx.WriteTimeout,
+    httpx.ProxyError, httpx.UnsupportedProtocol, httpx.LocalProtocolError,
+)
+
 # Each httpx transport error, by what it means to a caller.
 HTTPX_EXC_MAP: dict[type[httpx.TransportError], ErrorClass] = {
     httpx.ConnectTimeout: "timeout",
@@ -148,7 +160,28 @@ def from_transport(exc: httpx.TransportError, what: str = "the provider") -> Pro
         message = f"{type(exc).__name__} talking to {what}{' at ' + url if url else ''}"
     else:
         message = f"{type(exc).__name__} talking to {what}: {detail}"
-    return ProviderError(error_class, message)
+    error = ProviderError(error_class, message, sent=not isinstance(exc, NOT_SENT))
+    if isinstance(exc, httpx.ConnectError) and _refused(exc) and _loopback(url):
+        # A local server that is not running answers at once, and will not start by
+        # itself in the next few seconds: say so now rather than after the backoff.
+        error.hold = ""
+    return error
+
+
+def _refused(exc: BaseException) -> bool:
+    while exc is not None:
+        if isinstance(exc, ConnectionRefusedError) or "refused" in str(exc).lower():
+            return True
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return False
+
+
+def _loopback(url: str) -> bool:
+    try:
+        host = httpx.URL(url).host
+    except Exception:  # noqa: BLE001 - no URL, no claim
+        return False
+    return host in ("localhost", "::1") or host.startswith("127.")
 
 
 _KEY_PATTERNS = re.compile(
