@@ -44,31 +44,53 @@ class BodyDecoder:
             raise ProviderError("invalid_response", f"{what} sent a body in an encoding we did not ask for: "
                                 f"{content_encoding!r}")
 
-    def _count(self, piece: bytes) -> bytes:
-        self.total += len(piece)
+    @property
+    def over(self) -> bool:
+        """The body went past the limit: what `feed` returned is all there will be."""
+        return self.total > self.limit
+
+    def check(self) -> None:
+        """Raise once the body has gone past the limit (after its pieces up to there were used)."""
         if self.total > self.limit:
             raise too_large(self._what, self.limit)
-        return piece
 
     def feed(self, chunk: bytes) -> list[bytes]:
+        """The decompressed pieces of `chunk`, up to the limit: past it, what fits is
+        returned and `over` is set (call `check` once they are used)."""
+        self.check()
         if self._inflate is None:
-            return [self._count(chunk)] if chunk else []
+            return self._keep([chunk]) if chunk else []
         out: list[bytes] = []
         data = chunk
         try:
-            while data:
+            while data and self.total + sum(map(len, out)) <= self.limit:
                 piece = self._inflate.decompress(data, PIECE)
                 if piece:
-                    out.append(self._count(piece))
+                    out.append(piece)
                 data = self._inflate.unconsumed_tail
                 if not piece and data:  # pragma: no cover - zlib always progresses with room left
                     break
         except zlib.error as exc:
             raise ProviderError("invalid_response", f"{self._what} sent a compressed body that could not be "
                                 f"decompressed: {exc}") from None
+        return self._keep(out)
+
+    def _keep(self, pieces: list[bytes]) -> list[bytes]:
+        room = self.limit - self.total
+        out: list[bytes] = []
+        for piece in pieces:
+            if len(piece) > room:
+                if room > 0:
+                    out.append(piece[:room])
+                self.total = self.limit + 1
+                return out
+            out.append(piece)
+            room -= len(piece)
+            self.total += len(piece)
         return out
 
     def flush(self) -> list[bytes]:
+        self.check()
         if self._inflate is None:
             return []
         try:
@@ -76,7 +98,7 @@ class BodyDecoder:
         except zlib.error as exc:
             raise ProviderError("invalid_response", f"{self._what} sent a compressed body that could not be "
                                 f"decompressed: {exc}") from None
-        return [self._count(rest)] if rest else []
+        return self._keep([rest]) if rest else []
 
 
 class _Deflate:

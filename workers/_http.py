@@ -117,6 +117,18 @@ class HttpAdapter(Adapter):
         finally:
             await response.aclose()
 
+    def _transport_error(self, exc: httpx.TransportError, path: str) -> ProviderError:
+        error = from_transport(exc, self.name, self.url(path))
+        if isinstance(exc, httpx.ConnectError) and self.is_loopback():
+            # A server on this machine that does not accept connections is not running,
+            # and will not start by itself during a backoff: say so at once.
+            error.hold = ""
+        return error
+
+    def is_loopback(self) -> bool:
+        host = httpx.URL(self.base_url).host if self.base_url else ""
+        return host in ("localhost", "::1") or host.startswith("127.")
+
     def _rate_limit(self, response: httpx.Response) -> RateLimit | None:
         """The rate-limit headers; a `retry-after` means something only on a refusal."""
         info = self.rate_limit(response.headers)
@@ -143,6 +155,7 @@ class HttpAdapter(Adapter):
                 size += len(piece)
                 if cap is not None and size >= cap:
                     raise _Enough
+            decoder.check()
 
         try:
             await consume(response.aiter_raw(), idle_s, self.name, keep)
@@ -169,7 +182,7 @@ class HttpAdapter(Adapter):
                 call.answered = True
                 content = await self._read(response, idle)
         except httpx.TransportError as exc:
-            raise from_transport(exc, self.name) from None
+            raise self._transport_error(exc, path) from None
         finally:
             call.upstream_open = False
         try:
@@ -230,13 +243,14 @@ class HttpAdapter(Adapter):
                 def handle(chunk: bytes) -> None:
                     for piece in decoder.feed(chunk):
                         feed(piece)
+                    decoder.check()
 
                 await consume(response.aiter_raw(), idle, self.name, handle, call.backlog)
                 for piece in decoder.flush():
                     feed(piece)
                 return response.headers
         except httpx.TransportError as exc:
-            raise from_transport(exc, self.name) from None
+            raise self._transport_error(exc, path) from None
         finally:
             call.upstream_open = False
 

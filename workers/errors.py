@@ -140,15 +140,15 @@ HTTPX_EXC_MAP: dict[type[httpx.TransportError], ErrorClass] = {
 }
 
 
-def from_transport(exc: httpx.TransportError, what: str = "the provider") -> ProviderError:
-    """A transport failure as a ProviderError; the most specific mapping wins."""
+def from_transport(exc: httpx.TransportError, what: str = "the provider", url: str = "") -> ProviderError:
+    """A transport failure as a ProviderError; the most specific mapping wins. `url`:
+    where the request went, when the exception does not say."""
     for cls in type(exc).__mro__:
         if cls in HTTPX_EXC_MAP:
             error_class = HTTPX_EXC_MAP[cls]  # type: ignore[index]
             break
     else:  # pragma: no cover - TransportError itself is in the map
         error_class = "network"
-    url = ""
     try:
         url = str(exc.request.url.copy_with(query=None))
     except RuntimeError:
@@ -160,28 +160,7 @@ def from_transport(exc: httpx.TransportError, what: str = "the provider") -> Pro
         message = f"{type(exc).__name__} talking to {what}{' at ' + url if url else ''}"
     else:
         message = f"{type(exc).__name__} talking to {what}: {detail}"
-    error = ProviderError(error_class, message, sent=not isinstance(exc, NOT_SENT))
-    if isinstance(exc, httpx.ConnectError) and _refused(exc) and _loopback(url):
-        # A local server that is not running answers at once, and will not start by
-        # itself in the next few seconds: say so now rather than after the backoff.
-        error.hold = ""
-    return error
-
-
-def _refused(exc: BaseException) -> bool:
-    while exc is not None:
-        if isinstance(exc, ConnectionRefusedError) or "refused" in str(exc).lower():
-            return True
-        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
-    return False
-
-
-def _loopback(url: str) -> bool:
-    try:
-        host = httpx.URL(url).host
-    except Exception:  # noqa: BLE001 - no URL, no claim
-        return False
-    return host in ("localhost", "::1") or host.startswith("127.")
+    return ProviderError(error_class, message, sent=not isinstance(exc, NOT_SENT))
 
 
 _KEY_PATTERNS = re.compile(

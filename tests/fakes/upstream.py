@@ -25,6 +25,7 @@ class Reply:
     delay_s: float = 0.0  # pause before each chunk
     stall_after: int | None = None  # after this many chunks, send nothing more (connection stays open)
     disconnect_after: int | None = None  # after this many chunks, drop the connection
+    repeat: bytes | None = None  # after the chunks, send this for ever (until the client hangs up)
 
     @classmethod
     def json(cls, body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Reply:
@@ -135,7 +136,8 @@ class FakeUpstream:
 
     async def _send(self, stream: trio.SocketStream, conn: h11.Connection, reply: Reply) -> bool:
         headers = [(k, v) for k, v in reply.headers.items()]
-        whole = reply.delay_s == 0 and reply.stall_after is None and reply.disconnect_after is None
+        whole = (reply.delay_s == 0 and reply.stall_after is None and reply.disconnect_after is None
+                 and reply.repeat is None)
         if whole:
             headers.append(("content-length", str(sum(len(c) for c in reply.chunks))))
         else:
@@ -154,6 +156,8 @@ class FakeUpstream:
                     await trio.sleep(reply.delay_s)
                 if chunk:
                     await stream.send_all(conn.send(h11.Data(data=chunk)))
+            while reply.repeat is not None:
+                await stream.send_all(conn.send(h11.Data(data=reply.repeat)))
             await stream.send_all(conn.send(h11.EndOfMessage()))
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self.closed_early += 1
