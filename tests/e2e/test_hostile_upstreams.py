@@ -59,30 +59,31 @@ async def daemon(start_daemon, upstream):
     }, env={"VLLM_KEY": KEY})
 
 
-async def attack_beside_innocent(daemon, upstream: FakeUpstream, attack: Reply) -> tuple[list, object]:
+async def attack_beside_innocent(daemon, upstream: FakeUpstream, attack: Reply, *, path: str = CHAT,
+                                 model: str = MODEL, good: Reply | None = None) -> tuple[list, object]:
     """The attack on one request; once it reached the upstream, an innocent request on the
     same worker. Returns the attacker's events and the innocent response."""
-    upstream.route("POST", CHAT, attack, sse_reply([GOOD]))
+    upstream.route("POST", path, attack, good or sse_reply([GOOD]))
     attacker: list = []
     innocent: list = []
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir) as client:
             async def attack_it() -> None:
-                async with client.stream(MODEL, "attack") as stream:
+                async with client.stream(model, "attack") as stream:
                     async for ev in stream:
                         attacker.append(ev)
 
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(attack_it)
-                while not upstream.sent(CHAT):
+                while not upstream.sent(path):
                     await trio.sleep(0.005)
-                async with client.stream(MODEL, "innocent") as stream:
+                async with client.stream(model, "innocent") as stream:
                     async for ev in stream:
                         innocent.append(ev)
     check_invariants(attacker)
     check_invariants(innocent)
     assert type(innocent[-1]) is Finish and innocent[-1].response.text == "all fine"
-    assert len(upstream.sent(CHAT)) == 2  # neither was sent again
+    assert len(upstream.sent(path)) == 2  # neither was sent again
     return attacker, innocent[-1].response
 
 
@@ -244,3 +245,83 @@ async def test_a_worker_killed_mid_stream_reports_an_estimated_bill(start_daemon
     assert partial.cost_usd is not None and partial.cost_usd > 0 and partial.pricing_version
     assert partial.latency_ms > 0 and partial.id == end.request_id
     assert innocent[0].text == "all fine"
+
+
+# -- the same attacks on the Anthropic and Ollama workers ---------------------------------
+
+def anthropic_events(*texts: str, stop: bool = True) -> bytes:
+    def event(name: str, body: dict) -> bytes:
+        return f"event: {name}\ndata: {json.dumps({'type': name, **body})}\n\n".encode()
+
+    out = event("message_start", {"message": {"id": "msg_1", "model": "claude-sonnet-4-5",
+                                              "usage": {"input_tokens": 3, "output_tokens": 0}}})
+    out += event("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}})
+    for text in texts:
+        out += event("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": text}})
+    if stop:
+        out += event("content_block_stop", {"index": 0})
+        out += event("message_delta", {"delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 2}})
+        out += event("message_stop", {})
+    return out
+
+
+def ollama_lines(*texts: str, done: bool = True) -> list[dict]:
+    lines = [{"model": "llama3.2", "message": {"role": "assistant", "content": t}, "done": False} for t in texts]
+    if done:
+        lines.append({"model": "llama3.2", "message": {"role": "assistant", "content": ""}, "done": True,
+                      "done_reason": "stop", "prompt_eval_count": 3, "eval_count": 2})
+    return lines
+
+
+PROVIDERS = {
+    "anthropic": ("/v1/messages", "anthropic:claude-sonnet-4-5",
+                  lambda *t, end=True: sse_reply([anthropic_events(*t, stop=end)])),
+    "ollama": ("/api/chat", "ollama:llama3.2", lambda *t, end=True: Reply.ndjson(ollama_lines(*t, done=end))),
+}
+
+
+@pytest.fixture
+async def daemon_native(start_daemon, upstream):
+    return await start_daemon({
+        "limits": {"max_response_bytes": LIMIT},
+        "timeouts": {"stream_idle_s": 2.0},
+        "providers": {"mock": {"enabled": False}, "anthropic": {"base_url": upstream.base_url},
+                      "ollama": {"enabled": True, "base_url": upstream.base_url}},
+    }, env={"ANTHROPIC_API_KEY": KEY})
+
+
+@pytest.mark.parametrize("provider", sorted(PROVIDERS))
+async def test_a_native_stream_without_its_end_is_a_network_error(daemon_native, upstream, provider):
+    path, model, reply = PROVIDERS[provider]
+    events, innocent = await attack_beside_innocent(daemon_native, upstream, reply("half an ", "answer", end=False),
+                                                    path=path, model=model, good=reply("all ", "fine"))
+    end = events[-1]
+    assert type(end) is ErrorEvent and end.error.error_class == "network"
+    assert end.partial.text == "half an answer" and end.partial.usage.estimated
+
+
+@pytest.mark.parametrize("provider", sorted(PROVIDERS))
+async def test_a_native_html_page_with_status_200_is_an_invalid_response(daemon_native, upstream, provider):
+    path, model, reply = PROVIDERS[provider]
+    page = Reply(200, {"content-type": "text/html"}, [b"<html><body>Welcome to nginx!</body></html>"])
+    events, _ = await attack_beside_innocent(daemon_native, upstream, page, path=path, model=model,
+                                             good=reply("all ", "fine"))
+    (end,) = events
+    assert type(end) is ErrorEvent and end.error.error_class == "invalid_response"
+    assert "text/html" in end.error.message
+
+
+@pytest.mark.parametrize("provider", sorted(PROVIDERS))
+async def test_a_native_endless_stream_ends_at_the_response_limit(daemon_native, upstream, provider):
+    path, model, reply = PROVIDERS[provider]
+    first = reply("start ", end=False)
+    if provider == "anthropic":
+        more = anthropic_events("x" * 1000, stop=False).split(b"event: content_block_delta", 1)[1]
+        first.repeat = b"event: content_block_delta" + more
+    else:
+        first.repeat = (json.dumps(ollama_lines("x" * 1000, done=False)[0]) + "\n").encode()
+    events, _ = await attack_beside_innocent(daemon_native, upstream, first, path=path, model=model,
+                                             good=reply("all ", "fine"))
+    end = events[-1]
+    assert type(end) is ErrorEvent and end.error.error_class == "invalid_response"
+    assert "max_response_bytes" in end.error.message and end.partial.text.startswith("start xxx")
