@@ -124,29 +124,39 @@ class Emitter:
 
     def _refuse(self, ev: Event, size: int) -> None:
         """An event larger than any client is told to accept is never sent (a subscriber
-        would drop it, and the request would look lost). The request ends instead with an
-        `invalid_response` error that says so, carrying the usage and cost without the
-        content: the provider billed it, and that must not be lost."""
-        message = (f"an event of {size} bytes is larger than the daemon's largest event ({self.max_event_bytes} "
-                   "bytes, from limits.max_response_bytes); the response was not sent")
+        would drop it, and the request would look lost). A finish first loses its raw
+        body (with a warning); if that is not enough, or for any other event, the
+        request ends with an `invalid_response` error that says so, carrying the usage
+        and cost (the provider billed them, and that must not be lost) and the content
+        when it fits."""
+        limit = self.max_event_bytes
+        if type(ev) is Finish and ev.response.raw is not None:  # type: ignore[attr-defined]
+            ev.response.raw = None  # type: ignore[attr-defined]
+            ev.response.warnings.append(WarningInfo(  # type: ignore[attr-defined]
+                code="raw_dropped", message=f"the provider's raw body was left out: with it the response was "
+                f"{size} bytes, more than the daemon's largest event ({limit} bytes)"))
+            self._send(ev)
+            return
+        message = (f"an event of {size} bytes is larger than the daemon's largest event ({limit} bytes, "
+                   "from limits.max_response_bytes); it was not sent")
+        self.max_event_bytes = 0  # what follows must go out, whatever its size
         if type(ev) is Finish:
             billed = ev.response  # type: ignore[attr-defined]
-            billed.message = Message(role="assistant", content=[])
-            billed.raw = None
         elif type(ev) is ErrorEvent and ev.partial is not None:  # type: ignore[attr-defined]
             billed = ev.partial  # type: ignore[attr-defined]
-            billed.message = Message(role="assistant", content=[])
-            billed.raw = None
             message = f"{ev.error.message}; and {message}"  # type: ignore[attr-defined]
         else:
-            self.max_event_bytes = 0
             if self.job.stream and self.started:
                 self._close_open_parts()
             billed = self.partial("error")
+        error = ErrorEvent(error=ErrorInfo(error_class="invalid_response", message=message, retryable=False,
+                                           provider=self.provider), partial=billed)
+        error.request_id = self.job.request_id
+        error.seq = self._seq
+        if len(frame_event(self._topic, error)) > limit:
             billed.message = Message(role="assistant", content=[])
-        self.max_event_bytes = 0  # the error itself is small, and must go out
-        self._send(ErrorEvent(error=ErrorInfo(error_class="invalid_response", message=message, retryable=False,
-                                              provider=self.provider), partial=billed))
+            billed.raw = None
+        self._send(error)
 
     def _close_open_parts(self) -> None:
         for ev in self.acc.closing_events():
