@@ -16,6 +16,7 @@ from ..protocol.accumulate import StreamAccumulator
 from ..protocol.codec import frame_event
 from ..protocol.tokens import estimate_content_tokens, estimate_request_tokens
 from ..protocol.messages import (
+    ContentPart,
     ErrorEvent,
     ErrorInfo,
     Event,
@@ -207,11 +208,14 @@ class Emitter:
             return
         self._send(Finish(response=self.finalize(response)))
 
-    def partial(self, reason: str = "error", raw: str | None = None) -> Response:
-        """The response so far. A stream cut short reports no usage of its own, yet
-        was billed: its usage is estimated from the prompt and what arrived, and
+    def partial(self, reason: str = "error", raw: str | None = None,
+                content: list[ContentPart] | None = None) -> Response:
+        """The response so far (`content`: what a whole-response request gathered before
+        it failed; else what was streamed). A stream cut short reports no usage of its
+        own, yet was billed: its usage is estimated from the prompt and what arrived, and
         flagged `estimated`, so its cost is not silently zero."""
-        content = self.acc.content()
+        if content is None:
+            content = self.acc.content()
         prompt = estimate_request_tokens(self.job.request)
         output = estimate_content_tokens(content)
         resp = Response(
@@ -232,11 +236,17 @@ class Emitter:
             self._close_open_parts()
         self._send(Finish(response=self.partial("cancelled")))
 
-    def fail(self, error: ErrorInfo) -> None:
-        """End with a terminal error that carries the partial response."""
+    def fail(self, error: ErrorInfo, gathered: list[ContentPart] | None = None) -> None:
+        """End with a terminal error that carries the partial response (for a whole-response
+        request, what its provider sent before the failure, if anything)."""
         if self.terminal:
             return
         if self.job.stream and self.started:
             self._close_open_parts()
-        partial = self.partial("error") if self.started else None
+        if self.started:
+            partial: Response | None = self.partial("error")
+        elif gathered:
+            partial = self.partial("error", content=gathered)
+        else:
+            partial = None
         self._send(ErrorEvent(error=error, partial=partial))

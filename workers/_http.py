@@ -268,7 +268,11 @@ class HttpAdapter(Adapter):
             fed += 1
             acc.feed(event)
 
-        result = await self.stream(call, take, whole=True)
+        try:
+            result = await self.stream(call, take, whole=True)
+        except ProviderError as err:
+            err.gathered = acc.content() or None
+            raise
         if fed:  # streamed (else the server sent one JSON body, already parsed whole)
             result.message = Message(role="assistant", content=acc.content())
             result.model = result.model or acc.model

@@ -329,7 +329,7 @@ class JobRunner:
                               time_left_s=deadline - trio.current_time(), rng=self.rng)
             if not decision.retry:
                 note = decision.reason if error.retryable else ""
-                emitter.fail(self._info(error, note))
+                emitter.fail(self._info(error, note), error.gathered)
                 return
             if decision.from_retry_after:
                 self.outbox.bus("llm.rate_limited", wait_s=decision.wait_s, error_class=error.error_class,

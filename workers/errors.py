@@ -45,6 +45,8 @@ class ProviderError(Exception):
         #: Why this attempt must not be repeated now, though its class is retryable
         #: (empty: say nothing more than the error itself).
         self.hold: str | None = None
+        #: What a whole-response request had gathered when it failed (content parts).
+        self.gathered: list | None = None
 
     def to_info(self, provider: str | None = None, secrets: Iterable[str] = ()) -> ErrorInfo:
         return ErrorInfo(

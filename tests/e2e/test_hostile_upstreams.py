@@ -17,7 +17,7 @@ import trio
 from fakes.upstream import FakeUpstream, Reply
 from helpers import check_invariants, steps
 from trunkline import Client
-from trunkline.errors import NetworkError, ProviderTimeoutError
+from trunkline.errors import InvalidResponseError, NetworkError, ProviderTimeoutError
 from trunkline.protocol.messages import ErrorEvent, Finish, TextDelta
 
 pytestmark = pytest.mark.e2e
@@ -157,6 +157,23 @@ async def test_gzip_garbage_is_an_invalid_response(daemon, upstream):
     (end,) = events
     assert type(end) is ErrorEvent and end.error.error_class == "invalid_response"
     assert "decompressed" in end.error.message
+
+
+async def test_a_whole_response_request_fails_the_same_way_with_what_it_gathered(daemon, upstream):
+    """A non-streamed request is streamed from the provider: the limit and the end
+    marker apply to it as well, and its error carries what had arrived."""
+    upstream.route("POST", CHAT, sse_reply([chunk("start ")], repeat=chunk("x" * 1000)),
+                   sse_reply([chunk("half an "), chunk("answer")]))
+    with trio.fail_after(30):
+        async with Client(daemon.runtime_dir) as client:
+            with pytest.raises(InvalidResponseError) as endless:
+                await client.complete(MODEL, "endless")
+            with pytest.raises(NetworkError) as cut:
+                await client.complete(MODEL, "cut")
+    assert "max_response_bytes" in endless.value.message
+    assert endless.value.partial.text.startswith("start xxx") and endless.value.partial.usage.estimated
+    assert cut.value.partial.text == "half an answer" and cut.value.partial.usage.estimated
+    assert len(upstream.sent(CHAT)) == 2
 
 
 async def test_a_retry_after_header_on_a_success_is_not_a_rate_limit(daemon, upstream):
