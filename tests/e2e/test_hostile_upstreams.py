@@ -18,6 +18,7 @@ from fakes.upstream import FakeUpstream, Reply
 from helpers import check_invariants, steps
 from trunkline import Client
 from trunkline.errors import InvalidResponseError, NetworkError, ProviderTimeoutError
+from trunkline.protocol import codec
 from trunkline.protocol.messages import ErrorEvent, Finish, TextDelta
 
 pytestmark = pytest.mark.e2e
@@ -344,3 +345,26 @@ async def test_a_native_endless_stream_ends_at_the_response_limit(daemon_native,
     end = events[-1]
     assert type(end) is ErrorEvent and end.error.error_class == "invalid_response"
     assert "max_response_bytes" in end.error.message and end.partial.text.startswith("start xxx")
+
+
+async def test_a_finished_request_whose_events_were_let_go_still_replays_its_terminal_event(start_daemon):
+    """The replay budget lets the big response's deltas go once a newer request ends; its
+    terminal event (the whole, billed response) stays, with a first_seq to skip to."""
+    from trunkline import Message, Request
+
+    daemon = await start_daemon({"replay": {"max_bytes": 150_000}})  # one such request fits, two do not
+    big = Request(model="mock:echo", messages=[Message.user("x")],
+                  provider_options=steps({"text": "y" * 200}, repeat=200))
+    with trio.fail_after(30):
+        async with Client(daemon.runtime_dir) as client:
+            async with client.stream(big, request_id="big") as stream:
+                first = await stream.response()
+            after = await client.replay("big", 0)
+            assert len(after.events) > 1  # still whole: only finished requests share the budget
+            async with client.stream(big, request_id="newer") as stream:
+                await stream.response()
+            evicted = await client.replay("big", 0)
+    assert evicted.state == "ended" and evicted.first_seq == evicted.last_seq
+    (terminal,) = [codec.decode_event(raw) for raw in evicted.events]
+    assert type(terminal) is Finish and terminal.seq == evicted.last_seq
+    assert terminal.response.text == first.text == "y" * 200 * 200
