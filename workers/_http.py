@@ -38,6 +38,10 @@ EXCERPT_BYTES = 64 * 1024
 ACCEPT_ENCODING = "gzip, deflate"
 
 
+class _Enough(Exception):
+    """An excerpt has all the bytes it wants: stop reading."""
+
+
 class HttpAdapter(Adapter):
     """Base of the adapters that call an HTTP API."""
 
@@ -144,9 +148,6 @@ class HttpAdapter(Adapter):
         decoder = BodyDecoder(response.headers.get("content-encoding"), self.max_response_bytes, self.name)
         pieces: list[bytes] = []
         size = 0
-
-        class _Enough(Exception):
-            pass
 
         def keep(chunk: bytes) -> None:
             nonlocal size
