@@ -40,6 +40,13 @@ class Endpoints(_Section):
     tls_key_file: str | None = None
 
 
+def max_event_bytes(max_response_bytes: int) -> int:
+    """The largest event the daemon sends: a finish carries the whole response (its
+    text up to `max_response_bytes`) and, on request, the raw body as well; 1 MiB
+    for the rest (usage, ids, warnings)."""
+    return 2 * max_response_bytes + (1 << 20)
+
+
 class LimitsConfig(_Section):
     max_message_bytes: int = 16 * 1024 * 1024
     #: Connections each endpoint accepts; one more is closed as soon as it is made.
@@ -50,6 +57,12 @@ class LimitsConfig(_Section):
     #: File descriptors kept free for the daemon itself (worker restarts): connections
     #: that would eat into them are refused.
     fd_reserve: int = 64
+    #: Largest provider response body a worker reads, counted decompressed.
+    max_response_bytes: int = 32 * 1024 * 1024
+
+    @property
+    def max_event_bytes(self) -> int:
+        return max_event_bytes(self.max_response_bytes)
 
 
 class Supervision(_Section):
@@ -70,6 +83,9 @@ class RetryPolicy(_Section):
     max_delay_s: float = 60.0
     jitter: float = 0.5
     retry_after_cap_s: float = 60.0
+    #: A timed-out attempt is sent again only when this is on: a timeout usually means a
+    #: slow generation, which a second attempt repeats (and the provider may bill both).
+    retry_timeouts: bool = False
 
 
 class TimeoutPolicy(_Section):
@@ -205,6 +221,7 @@ class WorkerSettings(msgspec.Struct, kw_only=True):
     heartbeat_interval_s: float = 1.0
     log_level: str = "info"
     supervisor_pid: int = 0
+    max_response_bytes: int = 32 * 1024 * 1024
 
 
 def default_runtime_dir() -> Path:
@@ -328,6 +345,8 @@ def _check(config: Config, source: Path) -> None:
     for model_id in config.models:
         if ":" not in model_id:
             raise ConfigError(f"config error in {source} at `models.{model_id}`: model ids are `provider:name`")
+    if config.limits.max_response_bytes < 1024:
+        raise ConfigError(f"config error in {source} at `limits.max_response_bytes`: must be at least 1024")
     for key in ("max_restarts",):
         if getattr(config.supervision, key) < 0:
             raise ConfigError(f"config error in {source} at `supervision.{key}`: must be >= 0")

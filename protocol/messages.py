@@ -546,6 +546,9 @@ class Limits(Data, kw_only=True):
     max_message_bytes: int
     replay_ring_events: int
     replay_keep_s: float
+    #: The largest event the daemon sends (a bigger one is refused with an error event);
+    #: a subscriber must accept messages this large. 0: not stated (older daemons).
+    max_event_bytes: int = 0
 
 
 # --------------------------------------------------------------------------

@@ -35,7 +35,7 @@ from ..protocol.messages import (
     Response,
     StopJob,
 )
-from .requests import RequestState, RequestTable
+from .requests import RequestState, RequestTable, estimate_billing
 from .slot import WorkerSlot
 
 log = logging.getLogger("trunkline.supervisor")
@@ -144,6 +144,7 @@ class Daemon:
                 acc.feed(ev)
             partial = acc.response()
             partial.provider = state.provider
+            estimate_billing(state, partial, trio.current_time())
         self._publish_own(state, terminal(partial))
         self._ended(state)
 

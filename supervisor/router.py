@@ -211,7 +211,8 @@ class Router:
             client_id=client_id,
             server_version=_version(),
             event_endpoint=self.d.events_url,
-            limits=Limits(max_message_bytes=self.max_bytes, replay_ring_events=cfg.replay.ring_events,
+            limits=Limits(max_message_bytes=self.max_bytes, max_event_bytes=cfg.limits.max_event_bytes,
+                          replay_ring_events=cfg.replay.ring_events,
                           replay_keep_s=cfg.replay.keep_s),
             providers=sorted(self.d.slots),
         )
@@ -267,11 +268,11 @@ class Router:
             state.trace = {"supervisor_received": self.received_ns}
         d.requests.add(state)
         slot.in_flight.add(msg.request_id)
-        job = Job(request_id=msg.request_id, client_id=msg.client_id, request=msg.request, model=resolved,
-                  stream=msg.stream, operation_id=operation_id)
+        state.job = Job(request_id=msg.request_id, client_id=msg.client_id, request=msg.request, model=resolved,
+                        stream=msg.stream, operation_id=operation_id)
         if slot.name in d.job_policies:  # a reload changed them since the worker started
-            job.retry, job.timeouts = d.job_policies[slot.name]
-        slot.send(job)
+            state.job.retry, state.job.timeouts = d.job_policies[slot.name]
+        slot.send(state.job)
         return Accepted(request_id=msg.request_id, provider=slot.name, model=resolved.id)
 
     def cancel(self, msg: Cancel, pipe_id: int) -> CancelResult:
@@ -285,7 +286,7 @@ class Router:
 
     def replay(self, msg: Replay, pipe_id: int) -> ReplayResult:
         state = self.d.requests.get(msg.request_id)
-        if state is None or state.evicted or self.owner.get(state.client_id) != pipe_id:
+        if state is None or (not state.ring and state.evicted) or self.owner.get(state.client_id) != pipe_id:
             return ReplayResult(request_id=msg.request_id, state="unknown", last_seq=-1)
         skip = 0
         frames = state.frames_from(msg.from_seq, REPLAY_BATCH)

@@ -223,6 +223,7 @@ class WorkerSlot:
             heartbeat_interval_s=d.config.supervision.heartbeat_interval_s,
             log_level=d.config.log_level,
             supervisor_pid=os.getpid(),
+            max_response_bytes=d.config.limits.max_response_bytes,
         )
 
     async def run(self) -> None:

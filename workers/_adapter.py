@@ -12,7 +12,7 @@ import math
 import os
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import trio
 
@@ -22,6 +22,19 @@ from ..protocol.tokens import estimate_request_tokens
 from .errors import ProviderError
 
 T = TypeVar("T")
+
+#: Default of `limits.max_response_bytes` (the worker's settings carry the configured one).
+MAX_RESPONSE_BYTES = 32 * 1024 * 1024
+
+
+class Backlog(Protocol):
+    """Where a job's events wait to leave the worker (the outbox): a stream reader stops
+    reading from its provider while it is `full`."""
+
+    @property
+    def full(self) -> bool: ...
+
+    async def wait_room(self) -> None: ...
 
 
 @dataclass(slots=True)
@@ -55,6 +68,10 @@ class Call:
     warnings: list[WarningInfo] = field(default_factory=list)
     #: True while the upstream connection (or the mock's playback) is open; adapters keep it true.
     upstream_open: bool = False
+    #: The provider accepted the request (a success status): from then on it may bill it.
+    answered: bool = False
+    #: Set for streamed jobs: the reader waits while it is full instead of buffering without bound.
+    backlog: Backlog | None = None
 
     @property
     def attempt_id(self) -> str:
@@ -88,6 +105,7 @@ class Adapter:
         self.retry = retry
         self.timeouts = timeouts
         self.api_key = os.environ.get(config.api_key_env) if config.api_key_env else None
+        self.max_response_bytes = MAX_RESPONSE_BYTES
 
     @property
     def secrets(self) -> tuple[str, ...]:
@@ -98,9 +116,12 @@ class Adapter:
         (`tu_` + 26 characters) are valid everywhere we know of."""
         return canonical
 
-    async def stream(self, call: Call, emit: Emit) -> Response:
+    async def stream(self, call: Call, emit: Emit, whole: bool = False) -> Response:
         """Run one streaming attempt: emit content events, return the finish skeleton
-        (finish reason, usage, id, model, raw). Raise ProviderError on failure."""
+        (finish reason, usage, id, model, raw). Raise ProviderError on failure.
+        `whole`: the client asked for a whole response, so a server that answers with
+        one JSON body instead of a stream may be read as such (the result then has its
+        message and nothing was emitted)."""
         raise NotImplementedError
 
     async def complete(self, call: Call) -> Response:
@@ -125,13 +146,18 @@ class Adapter:
 IDLE_SLACK = 0.01
 
 
-async def consume(source: AsyncIterator[T], idle_s: float, what: str, handle: Callable[[T], None]) -> None:
+async def consume(source: AsyncIterator[T], idle_s: float, what: str, handle: Callable[[T], None],
+                  backlog: Backlog | None = None) -> None:
     """Hand every item of `source` to `handle`, failing with a `timeout` error when the
     source is silent for `idle_s`. One cancel scope for the whole stream (a scope per
     item costs more than the item on a fast stream), its deadline pushed on only when
     it has fallen `IDLE_SLACK` of `idle_s` behind: moving a deadline costs trio more
     than handling a chunk, and chunks come in bursts. So the timeout may fire up to
-    1% early, never late."""
+    1% early, never late.
+
+    While `backlog` is full the source is not read (the provider's data waits in the
+    kernel and the provider's server, not in our memory); that wait is ours, not the
+    provider's silence, so the idle clock stops for it."""
     iterator = source.__aiter__()
     slack = idle_s * IDLE_SLACK
     pushed = -math.inf
@@ -147,6 +173,10 @@ async def consume(source: AsyncIterator[T], idle_s: float, what: str, handle: Ca
                 except StopAsyncIteration:
                     return
                 handle(item)
+                if backlog is not None and backlog.full:
+                    scope.deadline = math.inf
+                    await backlog.wait_room()
+                    pushed = -math.inf
         if scope.cancelled_caught:
             raise ProviderError("timeout", f"{what} sent nothing for {idle_s:g}s (stream idle timeout)")
     finally:

@@ -16,6 +16,7 @@ from ..protocol.accumulate import StreamAccumulator
 from ..protocol.codec import frame_event
 from ..protocol.tokens import estimate_content_tokens, estimate_request_tokens
 from ..protocol.messages import (
+    ContentPart,
     ErrorEvent,
     ErrorInfo,
     Event,
@@ -51,8 +52,11 @@ class Emitter:
         sink: Sink,
         canonical_id: Callable[[str], str],
         started_at: float | None = None,
+        max_event_bytes: int = 0,
     ) -> None:
         self.job = job
+        #: Largest frame sent (0: no limit); see `_refuse`.
+        self.max_event_bytes = max_event_bytes
         self.provider = provider
         self._sink = sink
         self._canonical_id = canonical_id
@@ -109,12 +113,52 @@ class Emitter:
     def _send(self, ev: Event) -> None:
         ev.request_id = self.job.request_id
         ev.seq = self._seq
+        frame = frame_event(self._topic, ev)
+        if self.max_event_bytes and len(frame) > self.max_event_bytes:
+            self._refuse(ev, len(frame))
+            return
         self._seq += 1
         self.acc.feed(ev)
         terminal = type(ev) is Finish or type(ev) is ErrorEvent
-        self._sink(self.job.request_id, [frame_event(self._topic, ev)], ev.seq, terminal)
+        self._sink(self.job.request_id, [frame], ev.seq, terminal)
         if terminal:
             self.terminal = True
+
+    def _refuse(self, ev: Event, size: int) -> None:
+        """An event larger than any client is told to accept is never sent (a subscriber
+        would drop it, and the request would look lost). A finish first loses its raw
+        body (with a warning); if that is not enough, or for any other event, the
+        request ends with an `invalid_response` error that says so, carrying the usage
+        and cost (the provider billed them, and that must not be lost) and the content
+        when it fits."""
+        limit = self.max_event_bytes
+        if type(ev) is Finish and ev.response.raw is not None:  # type: ignore[attr-defined]
+            ev.response.raw = None  # type: ignore[attr-defined]
+            ev.response.warnings.append(WarningInfo(  # type: ignore[attr-defined]
+                code="raw_dropped", message=f"the provider's raw body was left out: with it the response was "
+                f"{size} bytes, more than the daemon's largest event ({limit} bytes)"))
+            self._send(ev)
+            return
+        message = (f"an event of {size} bytes is larger than the daemon's largest event ({limit} bytes, "
+                   "from limits.max_response_bytes); it was not sent")
+        self.max_event_bytes = 0  # what follows must go out, whatever its size
+        if type(ev) is Finish:
+            billed = ev.response  # type: ignore[attr-defined]
+        elif type(ev) is ErrorEvent and ev.partial is not None:  # type: ignore[attr-defined]
+            billed = ev.partial  # type: ignore[attr-defined]
+            message = f"{ev.error.message}; and {message}"  # type: ignore[attr-defined]
+        else:
+            if self.job.stream and self.started:
+                self._close_open_parts()
+            billed = self.partial("error")
+        error = ErrorEvent(error=ErrorInfo(error_class="invalid_response", message=message, retryable=False,
+                                           provider=self.provider), partial=billed)
+        error.request_id = self.job.request_id
+        error.seq = self._seq
+        if len(frame_event(self._topic, error)) > limit:
+            billed.message = Message(role="assistant", content=[])
+            billed.raw = None
+        self._send(error)
 
     def _close_open_parts(self) -> None:
         for ev in self.acc.closing_events():
@@ -176,11 +220,14 @@ class Emitter:
             return
         self._send(Finish(response=self.finalize(response)))
 
-    def partial(self, reason: str = "error", raw: str | None = None) -> Response:
-        """The response so far. A stream cut short reports no usage of its own, yet
-        was billed: its usage is estimated from the prompt and what arrived, and
+    def partial(self, reason: str = "error", raw: str | None = None,
+                content: list[ContentPart] | None = None) -> Response:
+        """The response so far (`content`: what a whole-response request gathered before
+        it failed; else what was streamed). A stream cut short reports no usage of its
+        own, yet was billed: its usage is estimated from the prompt and what arrived, and
         flagged `estimated`, so its cost is not silently zero."""
-        content = self.acc.content()
+        if content is None:
+            content = self.acc.content()
         prompt = estimate_request_tokens(self.job.request)
         output = estimate_content_tokens(content)
         resp = Response(
@@ -202,11 +249,17 @@ class Emitter:
             self._close_open_parts()
         self._send(Finish(response=self.partial("cancelled")))
 
-    def fail(self, error: ErrorInfo) -> None:
-        """End with a terminal error that carries the partial response."""
+    def fail(self, error: ErrorInfo, gathered: list[ContentPart] | None = None) -> None:
+        """End with a terminal error that carries the partial response (for a whole-response
+        request, what its provider sent before the failure, if anything)."""
         if self.terminal:
             return
         if self.job.stream and self.started:
             self._close_open_parts()
-        partial = self.partial("error") if self.started else None
+        if self.started:
+            partial: Response | None = self.partial("error")
+        elif gathered:
+            partial = self.partial("error", content=gathered)
+        else:
+            partial = None
         self._send(ErrorEvent(error=error, partial=partial))

@@ -19,8 +19,10 @@ import msgspec
 import trio
 
 from ..protocol import __version__
-from ..protocol.messages import RateLimit
+from ..protocol.accumulate import StreamAccumulator
+from ..protocol.messages import Message, RateLimit, Response
 from ._adapter import Adapter, Call, consume
+from ._body import BodyDecoder
 from .errors import ProviderError, from_transport, invalid_response
 
 USER_AGENT = f"trunkline/{__version__}"
@@ -30,6 +32,14 @@ USER_AGENT = f"trunkline/{__version__}"
 #: the worker's CPU per request with 1,200 allowed to idle, 2.4 ms with 16 (and three
 #: times the requests/s). Busy connections are never limited by this.
 KEEPALIVE_MAX = 16
+#: Most of an error body (or of a body of the wrong kind) read, to explain the failure.
+EXCERPT_BYTES = 64 * 1024
+#: We inflate bodies ourselves, bounded (`_body.py`): only these encodings are asked for.
+ACCEPT_ENCODING = "gzip, deflate"
+
+
+class _Enough(Exception):
+    """An excerpt has all the bytes it wants: stop reading."""
 
 
 class HttpAdapter(Adapter):
@@ -56,9 +66,10 @@ class HttpAdapter(Adapter):
         self._direct = transport is not None or not _proxied(self.base_url)
         self.transport = (transport or httpx.AsyncHTTPTransport(limits=limits)) if self._direct else None
         self.client = httpx.AsyncClient(transport=self.transport, limits=limits, timeout=timeout,
-                                        headers={"user-agent": USER_AGENT, **self.config.headers},
+                                        headers={"user-agent": USER_AGENT, "accept-encoding": ACCEPT_ENCODING,
+                                                 **self.config.headers},
                                         follow_redirects=False)
-        self._base_headers = {"user-agent": USER_AGENT, "accept": "*/*", "accept-encoding": "gzip, deflate",
+        self._base_headers = {"user-agent": USER_AGENT, "accept": "*/*", "accept-encoding": ACCEPT_ENCODING,
                               **{k.lower(): v for k, v in self.config.headers.items()}}
         self._timeout = timeout.as_dict()
         self._urls: dict[str, httpx.URL] = {}
@@ -110,22 +121,71 @@ class HttpAdapter(Adapter):
         finally:
             await response.aclose()
 
+    def _transport_error(self, exc: httpx.TransportError, path: str) -> ProviderError:
+        error = from_transport(exc, self.name, self.url(path))
+        if isinstance(exc, httpx.ConnectError) and self.is_loopback():
+            # A server on this machine that does not accept connections is not running,
+            # and will not start by itself during a backoff: say so at once.
+            error.hold = ""
+        return error
+
+    def is_loopback(self) -> bool:
+        host = httpx.URL(self.base_url).host if self.base_url else ""
+        return host in ("localhost", "::1") or host.startswith("127.")
+
+    def _rate_limit(self, response: httpx.Response) -> RateLimit | None:
+        """The rate-limit headers; a `retry-after` means something only on a refusal."""
+        info = self.rate_limit(response.headers)
+        if info is not None and response.status_code < 400 and info.retry_after_s is not None:
+            info.retry_after_s = None
+            if not any(v is not None for v in msgspec.structs.astuple(info)):
+                return None
+        return info
+
+    async def _read(self, response: httpx.Response, idle_s: float, cap: int | None = None) -> bytes:
+        """The decompressed body. Past `max_response_bytes` an `invalid_response` error;
+        with `cap`, at most `cap` bytes and the rest left unread (for error excerpts)."""
+        decoder = BodyDecoder(response.headers.get("content-encoding"), self.max_response_bytes, self.name)
+        pieces: list[bytes] = []
+        size = 0
+
+        def keep(chunk: bytes) -> None:
+            nonlocal size
+            for piece in decoder.feed(chunk):
+                pieces.append(piece)
+                size += len(piece)
+                if cap is not None and size >= cap:
+                    raise _Enough
+            decoder.check()
+
+        try:
+            await consume(response.aiter_raw(), idle_s, self.name, keep)
+            pieces += decoder.flush()
+        except _Enough:
+            pass
+        except ProviderError:
+            if cap is None:
+                raise
+        body = b"".join(pieces)
+        return body[:cap] if cap is not None else body
+
     async def post_json(self, call: Call, path: str, body: dict[str, Any],
                         headers: dict[str, str] | None = None) -> tuple[Any, httpx.Headers]:
         """POST and return the decoded JSON reply, or raise the classified error."""
+        idle = call.deadlines.stream_idle_s
         try:
             call.upstream_open = True
             async with self._send(path, body, self.headers_for(call, headers)) as response:
-                content = await response.aread()
+                call.rate_limit = self._rate_limit(response)
+                if response.status_code >= 400:
+                    raise self.classify(response.status_code, response.headers,
+                                        await self._read(response, idle, EXCERPT_BYTES))
+                call.answered = True
+                content = await self._read(response, idle)
         except httpx.TransportError as exc:
-            raise from_transport(exc, self.name) from None
-        except httpx.DecodingError as exc:
-            raise invalid_response(f"{self.name} sent a body that could not be decoded: {exc}") from None
+            raise self._transport_error(exc, path) from None
         finally:
             call.upstream_open = False
-        call.rate_limit = self.rate_limit(response.headers)
-        if response.status_code >= 400:
-            raise self.classify(response.status_code, response.headers, content)
         try:
             return msgspec.json.decode(content), response.headers
         except msgspec.DecodeError as exc:
@@ -134,37 +194,90 @@ class HttpAdapter(Adapter):
 
     async def get_json(self, path: str, headers: dict[str, str] | None = None) -> Any:
         try:
-            response = await self.client.get(self.url(path), headers={**self.auth_headers(), **(headers or {})})
+            async with self.client.stream("GET", self.url(path),
+                                          headers={**self.auth_headers(), **(headers or {})}) as response:
+                idle = self.timeouts.stream_idle_s
+                if response.status_code >= 400:
+                    raise self.classify(response.status_code, response.headers,
+                                        await self._read(response, idle, EXCERPT_BYTES))
+                content = await self._read(response, idle)
         except httpx.TransportError as exc:
             raise from_transport(exc, self.name) from None
-        if response.status_code >= 400:
-            raise self.classify(response.status_code, response.headers, response.content)
         try:
-            return msgspec.json.decode(response.content)
+            return msgspec.json.decode(content)
         except msgspec.DecodeError:
-            raise invalid_response(f"{self.name} sent a body that is not JSON: {response.content[:200]!r}") from None
+            raise invalid_response(f"{self.name} sent a body that is not JSON: {content[:200]!r}") from None
 
     async def post_stream(self, call: Call, path: str, body: dict[str, Any], feed: Callable[[bytes], None],
-                          headers: dict[str, str] | None = None) -> httpx.Headers:
-        """POST and hand each chunk of the streamed reply to `feed` as it arrives.
+                          headers: dict[str, str] | None = None, *, formats: tuple[str, ...] = ("event-stream",),
+                          whole: Callable[[bytes], None] | None = None) -> httpx.Headers:
+        """POST and hand each decompressed piece of the streamed reply to `feed` as it
+        arrives, never more than `max_response_bytes` in all.
 
-        Silence longer than the stream idle timeout is a `timeout`; a cancel or an
-        error leaves the `async with` and so closes the connection at once."""
+        A reply whose content type names none of `formats` is not the stream asked
+        for: an `invalid_response` error with an excerpt, unless it is JSON and
+        `whole` takes it (a server that ignored `stream: true` for a whole-response
+        request). Silence longer than the stream idle timeout is a `timeout`; a
+        cancel or an error leaves the `async with` and so closes the connection at
+        once."""
         idle = call.deadlines.stream_idle_s
         try:
             async with self._send(path, body, self.headers_for(call, headers)) as response:
                 call.upstream_open = True
-                call.rate_limit = self.rate_limit(response.headers)
+                call.rate_limit = self._rate_limit(response)
                 if response.status_code >= 400:
-                    raise self.classify(response.status_code, response.headers, await response.aread())
-                await consume(response.aiter_bytes(), idle, self.name, feed)
+                    raise self.classify(response.status_code, response.headers,
+                                        await self._read(response, idle, EXCERPT_BYTES))
+                call.answered = True
+                kind = response.headers.get("content-type", "").lower()
+                if kind and not any(f in kind for f in formats):
+                    if whole is not None and "json" in kind:
+                        whole(await self._read(response, idle))
+                        return response.headers
+                    excerpt = await self._read(response, idle, 200)
+                    raise invalid_response(f"{self.name} answered {response.status_code} with "
+                                           f"{response.headers.get('content-type')!r} where {formats[0]} was "
+                                           f"expected: {excerpt!r}")
+                decoder = BodyDecoder(response.headers.get("content-encoding"), self.max_response_bytes,
+                                      self.name)
+
+                def handle(chunk: bytes) -> None:
+                    for piece in decoder.feed(chunk):
+                        feed(piece)
+                    decoder.check()
+
+                await consume(response.aiter_raw(), idle, self.name, handle, call.backlog)
+                for piece in decoder.flush():
+                    feed(piece)
                 return response.headers
         except httpx.TransportError as exc:
-            raise from_transport(exc, self.name) from None
-        except httpx.DecodingError as exc:
-            raise invalid_response(f"{self.name} sent a body that could not be decoded: {exc}") from None
+            raise self._transport_error(exc, path) from None
         finally:
             call.upstream_open = False
+
+    async def complete(self, call: Call) -> Response:
+        """A whole-response request, streamed from the provider all the same: a long
+        generation is then bounded by the idle timeout between chunks, not by one read
+        timeout for the whole answer (which failed long answers as a `timeout` and
+        sent them again, billed each time). The events are gathered here, never sent;
+        the client gets the one terminal event it asked for."""
+        acc = StreamAccumulator(self.name)
+        fed = 0
+
+        def take(event: Any) -> None:
+            nonlocal fed
+            fed += 1
+            acc.feed(event)
+
+        try:
+            result = await self.stream(call, take, whole=True)
+        except ProviderError as err:
+            err.gathered = acc.content() or None
+            raise
+        if fed:  # streamed (else the server sent one JSON body, already parsed whole)
+            result.message = Message(role="assistant", content=acc.content())
+            result.model = result.model or acc.model
+        return result
 
     def is_local(self) -> bool:
         host = httpx.URL(self.base_url).host if self.base_url else ""

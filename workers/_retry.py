@@ -4,6 +4,14 @@ A failed attempt is retried only if its class is retryable, attempts remain,
 nothing has reached the client yet (the caller decides that), and the wait
 fits: a `Retry-After` longer than the cap is not waited past, and no wait may
 run past the request's overall deadline.
+
+Two rules keep a retry from becoming a second bill. A timed-out attempt is not
+sent again unless `retry_timeouts` is on: a timeout usually means a slow
+generation, which another attempt repeats. And an attempt the provider may
+have billed (`ProviderError.sent`: the request reached it and it began to
+answer, or the connection failed after the whole body went out) is sent again
+only if its class is in `SAFE_AFTER_SEND`: a provider that says it is rate
+limited or overloaded before any output has produced nothing to bill.
 """
 
 from __future__ import annotations
@@ -13,6 +21,9 @@ from dataclasses import dataclass
 
 from ..config.loader import RetryPolicy
 from .errors import ProviderError
+
+#: Classes that mean "nothing was produced" even when the provider had the request.
+SAFE_AFTER_SEND = frozenset({"rate_limit"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,8 +56,17 @@ def decide(
     limit = policy.max_retries if max_retries is None else max_retries
     if not error.retryable:
         return Decision(False, reason=f"{error.error_class} is not retryable")
+    if error.hold is not None:
+        return Decision(False, reason=error.hold)
+    if limit <= 0:
+        return Decision(False, reason="not retried: max_retries is 0")
     if retries_done >= limit:
         return Decision(False, reason=f"gave up after {retries_done + 1} attempts")
+    if error.error_class == "timeout" and not policy.retry_timeouts:
+        return Decision(False, reason="timeouts are not retried unless retry.retry_timeouts is on")
+    if error.sent and error.error_class not in SAFE_AFTER_SEND and not (
+            error.error_class == "timeout" and policy.retry_timeouts):
+        return Decision(False, reason="not retried: the provider had the request and may have billed it")
     if error.retry_after is not None:
         if error.retry_after > policy.retry_after_cap_s:
             return Decision(

@@ -20,7 +20,7 @@ import trio
 
 import msgspec
 
-from ..config.loader import RetryPolicy, TimeoutPolicy, WorkerSettings
+from ..config.loader import RetryPolicy, TimeoutPolicy, WorkerSettings, max_event_bytes
 from ..protocol import codec, link, trace
 from ..protocol.link import Closed, LinkConn as Conn
 from ..protocol.codec import BUS_TOPIC, frame_event
@@ -59,80 +59,121 @@ class _Batch:
     frames: list[bytes]
     last_seq: int
     terminal: bool
+    size: int = 0
 
 
 class Outbox:
-    """Everything a worker tells the supervisor, in order. Consecutive frames of one
-    request travel in one link message, and everything queued since the last send
-    goes in one `relay_batch`."""
+    """Everything a worker tells the supervisor. Control messages (heartbeats, answers,
+    `worker_up`) go first, ahead of any events waiting: a worker busy with a flood of
+    events must still look alive. Events keep their order; consecutive frames of one
+    request travel in one link message, and a run of them in one `relay_batch`.
 
-    #: Bytes the link may hold unsent before the outbox waits for the supervisor.
+    Events wait here, not in the link: at most `HIGH_WATER` bytes are handed to the
+    link at a time, so a control message never queues behind more than that. Past
+    `HIGH_WATER` bytes waiting here the outbox is `full`, and the stream readers of
+    the jobs wait for room (`wait_room`) before reading on from their providers."""
+
+    #: Bytes the link may hold unsent before the outbox waits for the supervisor, and
+    #: bytes of events waiting here before the stream readers are held back.
     HIGH_WATER = 4 * 1024 * 1024
+    #: Largest run of relays sent as one link message.
+    BATCH_BYTES = 1024 * 1024
 
     def __init__(self) -> None:
-        self._queue: list[_Batch | bytes] = []
+        self._queue: list[_Batch] = []
+        self._urgent: list[bytes] = []
+        self._bytes = 0  # frame bytes in `_queue`
         self._wake = trio.Event()
+        self._room = trio.Event()
+        self._room.set()
         self._conn: Conn | None = None
 
     def push_frames(self, request_id: str, frames: list[bytes], last_seq: int, terminal: bool) -> None:
         last = self._queue[-1] if self._queue else None
+        size = 0
+        for frame in frames:
+            size += len(frame)
         if type(last) is _Batch and last.request_id == request_id and not last.terminal:
             last.frames.extend(frames)
             last.last_seq = last_seq
             last.terminal = terminal
+            last.size += size
         else:
-            self._queue.append(_Batch(request_id, list(frames), last_seq, terminal))
+            self._queue.append(_Batch(request_id, list(frames), last_seq, terminal, size))
+        self._bytes += size
+        if self._bytes > self.HIGH_WATER and self._room.is_set():
+            self._room = trio.Event()
         self._wake.set()
 
     def push(self, msg: Msg) -> None:
-        self._queue.append(codec.encode(msg))
+        self._urgent.append(codec.encode(msg))
         self._wake.set()
 
     def bus(self, name: str, **fields: object) -> None:
         self.push_frames("", [frame_event(BUS_TOPIC, BusEvent(name=name, **fields))], -1, False)  # type: ignore[arg-type]
 
     def empty(self) -> bool:
-        return not self._queue
+        return not self._queue and not self._urgent
+
+    @property
+    def full(self) -> bool:
+        """More events wait here than the link should be given at once."""
+        return self._bytes > self.HIGH_WATER
+
+    async def wait_room(self) -> None:
+        """Until the events waiting here are back under `HIGH_WATER`."""
+        while self._bytes > self.HIGH_WATER:
+            await self._room.wait()
 
     async def run(self, conn: Conn) -> None:
         self._conn = conn
         while True:
-            await self._wake.wait()
+            if not self._queue:
+                await self._wake.wait()
             self._wake = trio.Event()
             self.flush_now()
             await conn.wait_pending_below(self.HIGH_WATER)
 
-    @staticmethod
-    def _messages(queue: list[_Batch | bytes]) -> list[bytes]:
-        """The link messages for `queue`, in order: consecutive relays travel as one."""
-        out: list[bytes] = []
-        relays: list[Relay] = []
-        for item in queue:
-            if type(item) is _Batch:
-                relays.append(Relay(request_id=item.request_id, frames=item.frames, last_seq=item.last_seq,
-                                    terminal=item.terminal))
-                continue
-            if relays:
-                out.append(codec.encode(relays[0] if len(relays) == 1 else RelayBatch(relays=relays)))
-                relays = []
-            out.append(item)  # type: ignore[arg-type]
-        if relays:
-            out.append(codec.encode(relays[0] if len(relays) == 1 else RelayBatch(relays=relays)))
-        return out
+    def _relay_message(self, batches: list[_Batch]) -> bytes:
+        relays = [Relay(request_id=b.request_id, frames=b.frames, last_seq=b.last_seq, terminal=b.terminal)
+                  for b in batches]
+        return codec.encode(relays[0] if len(relays) == 1 else RelayBatch(relays=relays))
 
-    def flush_now(self) -> None:
-        """Send what is queued at once, without waiting for the outbox task (a request
-        that just ended should not wait a scheduler turn). The link never refuses:
-        what the kernel cannot take yet waits in the link, in order."""
-        if self._conn is None or not self._queue:
+    def flush_now(self, everything: bool = False) -> None:
+        """Send control messages at once, then events while the link has room (all of
+        them if `everything`), without waiting for the outbox task (a request that just
+        ended should not wait a scheduler turn). What the kernel cannot take yet waits
+        in the link, in order."""
+        conn = self._conn
+        if conn is None:
             return
-        queue, self._queue = self._queue, []
-        for data in self._messages(queue):
-            self._conn.send(data)
+        if self._urgent:
+            urgent, self._urgent = self._urgent, []
+            for data in urgent:
+                conn.send(data)
+        queue = self._queue
+        taken = 0
+        sent_bytes = 0
+        while taken < len(queue) and (everything or conn.pending < self.HIGH_WATER):
+            run: list[_Batch] = []
+            size = 0
+            while taken < len(queue) and (not run or size + queue[taken].size <= self.BATCH_BYTES):
+                run.append(queue[taken])
+                size += queue[taken].size
+                taken += 1
+            conn.send(self._relay_message(run))
+            sent_bytes += size
+        if taken:
+            del queue[:taken]
+            self._bytes -= sent_bytes
+            if self._bytes <= self.HIGH_WATER and not self._room.is_set():
+                self._room.set()
+        if queue:
+            self._wake.set()  # the rest goes once the link has room
 
     async def flush(self) -> None:
         """Everything queued, out of this process (before it exits)."""
-        self.flush_now()
+        self.flush_now(everything=True)
         if self._conn is not None:
             await self._conn.wait_pending_below(1)
 
@@ -201,7 +242,8 @@ class JobRunner:
         return info
 
     async def run(self, job: Job) -> None:
-        emitter = Emitter(job, self.adapter.name, self.outbox.push_frames, self._canonical(job))
+        emitter = Emitter(job, self.adapter.name, self.outbox.push_frames, self._canonical(job),
+                          max_event_bytes=max_event_bytes(self.adapter.max_response_bytes))
         deadlines = Deadlines.resolve(reloaded(job.timeouts, TimeoutPolicy) or self.adapter.timeouts, job)
         with trio.CancelScope() as scope:
             self.scopes[job.request_id] = scope
@@ -244,7 +286,7 @@ class JobRunner:
             # The call shares the emitter's warning list, so what the request translator
             # notes is in `stream_start` and in the final response.
             call = Call(job, adapter.name, retries + 1, job.operation_id, deadlines, wire_ids,
-                        warnings=emitter.warnings)
+                        warnings=emitter.warnings, backlog=self.outbox if job.stream else None)
             self.calls[job.request_id] = call
             self.outbox.bus("llm.call_started", attempt_id=call.attempt_id, attempt=call.attempt, **common)
             started_ns = trace.now_ns() if trace.ENABLED else 0
@@ -277,6 +319,8 @@ class JobRunner:
                 log.exception("provider %s: unexpected failure", adapter.name)
                 error = ProviderError("invalid_response", f"could not read the provider's response: {exc!r}")
             emitter.rate_limit = call.rate_limit or emitter.rate_limit
+            if call.answered:
+                error.sent = True  # the provider began to answer: this attempt may be billed
             self.outbox.bus("llm.call_failed", attempt_id=call.attempt_id, attempt=call.attempt,
                             error_class=error.error_class, retry_count=retries,
                             detail=redact(error.message, adapter.secrets), **common)
@@ -288,7 +332,7 @@ class JobRunner:
                               time_left_s=deadline - trio.current_time(), rng=self.rng)
             if not decision.retry:
                 note = decision.reason if error.retryable else ""
-                emitter.fail(self._info(error, note))
+                emitter.fail(self._info(error, note), error.gathered)
                 return
             if decision.from_retry_after:
                 self.outbox.bus("llm.rate_limited", wait_s=decision.wait_s, error_class=error.error_class,
@@ -324,7 +368,9 @@ def load_adapter(settings: WorkerSettings) -> Adapter:
         raise ValueError(f"no worker for provider type {kind!r}")
     module, _, cls = ADAPTERS[kind].partition(":")
     adapter_class = getattr(importlib.import_module(f"{__package__}.{module}"), cls)
-    return adapter_class(settings.name, settings.provider, settings.retry, settings.timeouts)  # type: ignore[no-any-return]
+    adapter: Adapter = adapter_class(settings.name, settings.provider, settings.retry, settings.timeouts)
+    adapter.max_response_bytes = settings.max_response_bytes
+    return adapter
 
 
 async def serve(settings: WorkerSettings) -> None:

@@ -31,6 +31,7 @@ class ProviderError(Exception):
         code: str | None = None,
         retry_after: float | None = None,
         retryable: bool | None = None,
+        sent: bool = False,
     ) -> None:
         super().__init__(message)
         self.error_class: ErrorClass = error_class
@@ -39,6 +40,13 @@ class ProviderError(Exception):
         self.code = code
         self.retry_after = retry_after
         self.retryable = RETRYABLE[error_class] if retryable is None else retryable
+        #: The provider had the whole request and may have acted on it (and billed it).
+        self.sent = sent
+        #: Why this attempt must not be repeated now, though its class is retryable
+        #: (empty: say nothing more than the error itself).
+        self.hold: str | None = None
+        #: What a whole-response request had gathered when it failed (content parts).
+        self.gathered: list | None = None
 
     def to_info(self, provider: str | None = None, secrets: Iterable[str] = ()) -> ErrorInfo:
         return ErrorInfo(
@@ -107,6 +115,12 @@ def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> f
     return max(when.timestamp() - (time.time() if now is None else now), 0.0)
 
 
+#: Transport failures that happen before the provider has the whole request body.
+NOT_SENT: tuple[type[httpx.TransportError], ...] = (
+    httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.WriteError, httpx.WriteTimeout,
+    httpx.ProxyError, httpx.UnsupportedProtocol, httpx.LocalProtocolError,
+)
+
 # Each httpx transport error, by what it means to a caller.
 HTTPX_EXC_MAP: dict[type[httpx.TransportError], ErrorClass] = {
     httpx.ConnectTimeout: "timeout",
@@ -128,15 +142,15 @@ HTTPX_EXC_MAP: dict[type[httpx.TransportError], ErrorClass] = {
 }
 
 
-def from_transport(exc: httpx.TransportError, what: str = "the provider") -> ProviderError:
-    """A transport failure as a ProviderError; the most specific mapping wins."""
+def from_transport(exc: httpx.TransportError, what: str = "the provider", url: str = "") -> ProviderError:
+    """A transport failure as a ProviderError; the most specific mapping wins. `url`:
+    where the request went, when the exception does not say."""
     for cls in type(exc).__mro__:
         if cls in HTTPX_EXC_MAP:
             error_class = HTTPX_EXC_MAP[cls]  # type: ignore[index]
             break
     else:  # pragma: no cover - TransportError itself is in the map
         error_class = "network"
-    url = ""
     try:
         url = str(exc.request.url.copy_with(query=None))
     except RuntimeError:
@@ -148,7 +162,7 @@ def from_transport(exc: httpx.TransportError, what: str = "the provider") -> Pro
         message = f"{type(exc).__name__} talking to {what}{' at ' + url if url else ''}"
     else:
         message = f"{type(exc).__name__} talking to {what}: {detail}"
-    return ProviderError(error_class, message)
+    return ProviderError(error_class, message, sent=not isinstance(exc, NOT_SENT))
 
 
 _KEY_PATTERNS = re.compile(

@@ -23,6 +23,14 @@ def test_defaults_alone():
     assert config.retry.max_delay_s == 60.0 and config.retry.jitter == 0.5 and config.retry.retry_after_cap_s == 60
     assert (config.timeouts.connect_s, config.timeouts.request_s, config.timeouts.stream_idle_s) == (10, 600, 60)
     assert "mock" in config.providers and config.source == str(DEFAULTS_PATH)
+    assert config.retry.retry_timeouts is False  # a timed-out call is not sent (and billed) again
+    assert config.limits.max_response_bytes == 32 << 20
+    assert config.limits.max_event_bytes == 65 << 20
+
+
+def test_a_response_limit_too_small_to_hold_an_answer_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match="limits.max_response_bytes"):
+        load_config(write(tmp_path, "limits:\n  max_response_bytes: 10\n"))
 
 
 def test_user_file_merges_over_defaults(tmp_path):

@@ -27,6 +27,7 @@ class Reply:
     disconnect_after: int | None = None  # after this many chunks, drop the connection
     hold_after: int | None = None  # after this many chunks, wait for `release` before the rest
     release: trio.Event | None = None
+    repeat: bytes | None = None  # after the chunks, send this for ever (until the client hangs up)
 
     @classmethod
     def json(cls, body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Reply:
@@ -138,7 +139,7 @@ class FakeUpstream:
     async def _send(self, stream: trio.SocketStream, conn: h11.Connection, reply: Reply) -> bool:
         headers = [(k, v) for k, v in reply.headers.items()]
         whole = (reply.delay_s == 0 and reply.stall_after is None and reply.disconnect_after is None
-                 and reply.hold_after is None)
+                 and reply.hold_after is None and reply.repeat is None)
         if whole:
             headers.append(("content-length", str(sum(len(c) for c in reply.chunks))))
         else:
@@ -159,6 +160,8 @@ class FakeUpstream:
                     await trio.sleep(reply.delay_s)
                 if chunk:
                     await stream.send_all(conn.send(h11.Data(data=chunk)))
+            while reply.repeat is not None:
+                await stream.send_all(conn.send(h11.Data(data=reply.repeat)))
             await stream.send_all(conn.send(h11.EndOfMessage()))
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self.closed_early += 1

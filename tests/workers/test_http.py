@@ -162,6 +162,8 @@ async def test_connection_refused_is_a_network_error():
         await adapter.post_json(call(), "/v1/chat", {})
     await adapter.aclose()
     assert info.value.error_class == "network" and info.value.retryable
+    assert info.value.hold == ""  # a server on this machine that is not running: no backoff, no note
+    assert not info.value.sent
 
 
 def test_every_httpx_transport_error_is_mapped():
@@ -185,3 +187,45 @@ def test_transport_errors_map_to_the_most_specific_class(exc, error_class):
 ])
 def test_retry_after_parsing(headers, seconds):
     assert parse_retry_after(headers, now=1445412480.0 + 1) == seconds
+
+
+async def test_a_json_gzip_bomb_is_refused_at_the_limit(upstream):
+    bomb = gzip.compress(json.dumps({"text": "a" * (8 << 20)}).encode())
+    upstream.route("POST", "/v1/chat", Reply(200, {"content-type": "application/json", "content-encoding": "gzip"},
+                                             [bomb]))
+    adapter = make(upstream.base_url)
+    adapter.max_response_bytes = 1 << 20
+    with pytest.raises(ProviderError) as caught:
+        await adapter.post_json(call(), "/v1/chat", {})
+    await adapter.aclose()
+    assert caught.value.error_class == "invalid_response" and "max_response_bytes" in caught.value.message
+
+
+async def test_a_stream_of_the_wrong_content_type_is_refused_with_an_excerpt(upstream):
+    upstream.route("POST", "/v1/s", Reply(200, {"content-type": "text/html"}, [b"<h1>Bad gateway</h1>" * 1000]))
+    adapter = make(upstream.base_url)
+    got: list[bytes] = []
+    with pytest.raises(ProviderError) as caught:
+        await adapter.post_stream(call(), "/v1/s", {}, got.append)
+    await adapter.aclose()
+    assert caught.value.error_class == "invalid_response" and "text/html" in caught.value.message
+    assert "Bad gateway" in caught.value.message and len(caught.value.message) < 500 and not got
+
+
+async def test_an_error_status_body_is_read_only_up_to_an_excerpt(upstream):
+    upstream.route("POST", "/v1/chat", Reply(500, {"content-type": "text/plain"}, [b"e" * (1 << 20)]))
+    adapter = make(upstream.base_url)
+    with pytest.raises(ProviderError) as caught:
+        await adapter.post_json(call(), "/v1/chat", {})
+    await adapter.aclose()
+    assert caught.value.error_class == "server_error" and len(caught.value.message) == 64 * 1024
+    assert not caught.value.sent  # a refusal with a status: nothing billed
+
+
+def test_whether_the_provider_had_the_request_follows_the_transport_error():
+    request = httpx.Request("POST", "https://example.invalid/v1")
+    assert not from_transport(httpx.ConnectError("refused", request=request)).sent
+    assert not from_transport(httpx.WriteError("broken pipe", request=request)).sent
+    assert from_transport(httpx.ReadError("reset", request=request)).sent
+    assert from_transport(httpx.RemoteProtocolError("cut", request=request)).sent
+    assert from_transport(httpx.ReadTimeout("slow", request=request)).sent

@@ -311,8 +311,9 @@ async def test_idle_timeout_counts_from_the_last_item_within_its_slack(autojump_
 
 
 async def test_outbox_sends_an_ended_request_at_once_and_in_order():
-    """flush_now sends what is queued without the outbox task, in order; consecutive
-    frames of one request travel as one relay, and a run of relays as one batch."""
+    """flush_now sends what is queued without the outbox task: control messages first,
+    events in order; consecutive frames of one request travel as one relay, and a run
+    of relays as one batch."""
     from trunkline.protocol import codec, link
     from trunkline.protocol.messages import Heartbeat, Relay, RelayBatch
 
@@ -329,11 +330,12 @@ async def test_outbox_sends_an_ended_request_at_once_and_in_order():
         assert outbox.empty()
         got = []
         with trio.fail_after(10):
-            while len(got) < 3:
+            while len(got) < 2:
                 got += [codec.decode_from_worker(m) for m in await supervisor.receive()]
-        assert type(got[0]) is Relay and got[0].frames == [b"a", b"b"]
-        assert type(got[1]) is Heartbeat and got[1].in_flight == 1
-        assert type(got[2]) is Relay and got[2].frames == [b"c"] and got[2].terminal
+        # The heartbeat goes ahead of the events, which keep their order (and, no longer
+        # split by it, travel as one relay).
+        assert type(got[0]) is Heartbeat and got[0].in_flight == 1
+        assert type(got[1]) is Relay and got[1].frames == [b"a", b"b", b"c"] and got[1].terminal
 
         outbox.push_frames("r2", [b"x"], 0, False)
         outbox.push_frames("", [b"bus"], -1, False)
@@ -378,3 +380,144 @@ async def test_outbox_waits_for_a_slow_supervisor_and_loses_nothing():
                         seen.append(relay.last_seq)
         nursery.cancel_scope.cancel()
     assert seen == list(range(n))
+
+
+# -- retries that do not bill twice ----------------------------------------------------
+
+def test_timeouts_are_retried_only_when_asked():
+    err = ProviderError("timeout", "slow")
+    decision = decide(err, 0, POLICY)
+    assert decision.retry is False and "retry_timeouts" in decision.reason
+    opted_in = RetryPolicy(**{**{f: getattr(POLICY, f) for f in POLICY.__struct_fields__}, "retry_timeouts": True})
+    assert decide(err, 0, opted_in).retry is True
+    sent = ProviderError("timeout", "idle", sent=True)  # the stream went silent after it began
+    assert decide(sent, 0, POLICY).retry is False and decide(sent, 0, opted_in).retry is True
+
+
+def test_an_attempt_the_provider_may_have_billed_is_retried_only_for_a_safe_class():
+    for error_class in ("network", "server_error", "model_not_loaded"):
+        decision = decide(ProviderError(error_class, "cut", sent=True), 0, POLICY)
+        assert decision.retry is False and "may have billed" in decision.reason
+        assert decide(ProviderError(error_class, "before sending"), 0, POLICY).retry is True
+    assert decide(ProviderError("rate_limit", "overloaded", sent=True), 0, POLICY).retry is True
+
+
+def test_no_retry_says_why_without_counting_attempts_that_never_were():
+    off = decide(ProviderError("network", "x"), 0, POLICY, max_retries=0)
+    assert off.retry is False and off.reason == "not retried: max_retries is 0"
+    held = ProviderError("network", "refused")
+    held.hold = ""
+    assert decide(held, 0, POLICY) == decide(held, 0, POLICY).__class__(False, reason="")
+
+
+async def test_with_retries_off_the_error_says_so_plainly(autojump_clock):
+    runner = make_runner()
+    await runner.run(job({"error": {"error_class": "network"}}, max_retries=0))
+    events, _ = drain(runner)
+    assert "gave up" not in events[0].error.message and "max_retries is 0" in events[0].error.message
+
+
+# -- the outbox: control first, and back-pressure instead of unbounded buffering -------
+
+async def test_a_full_outbox_holds_the_stream_reader_not_the_heartbeats():
+    """Past HIGH_WATER bytes of waiting events, `consume` stops reading its source until
+    the outbox has room again; a heartbeat pushed meanwhile still goes out first, and the
+    wait does not count as the provider's silence."""
+    from trunkline.protocol import codec, link
+    from trunkline.protocol.messages import Heartbeat, Relay, RelayBatch
+    from trunkline.workers._adapter import consume
+
+    supervisor_end, worker_end = link.socket_pair()
+    outbox = Outbox()
+    outbox.HIGH_WATER = 64 * 1024  # type: ignore[misc]
+    read = 0
+
+    async def endless():
+        nonlocal read
+        while True:
+            read += 1
+            yield b"f" * 1000
+
+    def handle(item: bytes) -> None:
+        outbox.push_frames("r1", [item], read, False)
+
+    async with trio.open_nursery() as nursery:
+        worker = link.conn(worker_end, nursery)
+        supervisor = link.conn(supervisor_end, nursery)
+        outbox._conn = worker  # no outbox task yet: nothing leaves, so the outbox fills
+        nursery.start_soon(consume, endless(), 0.5, "upstream", handle, outbox)
+        with trio.fail_after(10):
+            while not outbox.full:
+                await trio.sleep(0)
+        for _ in range(50):
+            await trio.sleep(0)
+        held_at = read
+        assert held_at <= outbox.HIGH_WATER // 1000 + 2  # the reader waits: no growth without bound
+        with trio.move_on_after(1.0):  # twice the idle timeout: no timeout fires while held
+            while True:
+                await trio.sleep(0.05)
+        assert read == held_at
+        outbox.push(Heartbeat(in_flight=1))
+        nursery.start_soon(outbox.run, worker)
+        with trio.fail_after(10):
+            first = codec.decode_from_worker((await supervisor.receive())[0])
+        assert type(first) is Heartbeat
+        with trio.fail_after(10):
+            while read < held_at + 200:  # the supervisor reads, so the reader goes on
+                for data in await supervisor.receive():
+                    msg = codec.decode_from_worker(data)
+                    assert type(msg) in (Relay, RelayBatch)
+        nursery.cancel_scope.cancel()
+
+
+# -- events too large for any client -------------------------------------------------
+
+def test_an_event_larger_than_the_daemon_sends_ends_the_request_with_its_bill():
+    from trunkline.protocol.messages import Response, StreamStart, TextStart, Usage
+    from trunkline.workers._emit import Emitter
+
+    sent = []
+    emitter = Emitter(job(), "mock", lambda rid, frames, seq, t: sent.extend(frames), lambda p: p,
+                      max_event_bytes=4096)
+    emitter.emit(StreamStart(model="echo"))
+    emitter.emit(TextStart(index=0))
+    emitter.emit(TextDelta(index=0, text="small "))
+    emitter.emit(TextDelta(index=0, text="y" * 10_000))
+    emitter.finish(Response(usage=Usage(input_tokens=5, output_tokens=7, total_tokens=12)))
+    events = [decode_event(split_frame(f)[1]) for f in sent]
+    check_invariants(events)
+    end = events[-1]
+    assert type(end) is ErrorEvent and end.error.error_class == "invalid_response"
+    assert "largest event (4096 bytes" in end.error.message
+    assert end.partial is not None and end.partial.usage.output_tokens > 0 and end.partial.cost_usd is not None
+    assert end.partial.text == "small "  # what was sent; the refused delta is not in it
+    assert all(len(f) <= 4096 for f in sent)
+
+
+def test_a_finish_too_large_only_for_its_raw_body_loses_the_raw_body():
+    from trunkline.protocol.messages import Response, TextPart, Usage
+    from trunkline.workers._emit import Emitter
+
+    sent = []
+    emitter = Emitter(job(stream=False), "mock", lambda rid, frames, seq, t: sent.extend(frames), lambda p: p,
+                      max_event_bytes=4096)
+    emitter.complete(Response(message=Message(role="assistant", content=[TextPart(text="fits")]),
+                              usage=Usage(input_tokens=5, output_tokens=1, total_tokens=6), raw=["r" * 10_000]))
+    (end,) = [decode_event(split_frame(f)[1]) for f in sent]
+    assert type(end) is Finish and end.response.text == "fits" and end.response.raw is None
+    assert [w.code for w in end.response.warnings] == ["raw_dropped"]
+
+
+def test_a_finish_larger_than_the_daemon_sends_keeps_its_usage_and_cost():
+    from trunkline.protocol.messages import Response, TextPart, Usage
+    from trunkline.workers._emit import Emitter
+
+    sent = []
+    emitter = Emitter(job(stream=False), "mock", lambda rid, frames, seq, t: sent.extend(frames), lambda p: p,
+                      max_event_bytes=4096)
+    emitter.complete(Response(message=Message(role="assistant", content=[TextPart(text="z" * 10_000)]),
+                              usage=Usage(input_tokens=5, output_tokens=2000, total_tokens=2005)))
+    (end,) = [decode_event(split_frame(f)[1]) for f in sent]
+    assert type(end) is ErrorEvent and end.error.error_class == "invalid_response"
+    assert end.partial.usage.output_tokens == 2000 and end.partial.cost_usd == pytest.approx(0.004005)
+    assert end.partial.text == ""

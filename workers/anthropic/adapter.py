@@ -6,6 +6,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 import httpx
+import msgspec
 
 from ...protocol.messages import ModelInfo, RateLimit, Request, Response
 from ...protocol.tokens import estimate_request_tokens
@@ -71,30 +72,50 @@ class AnthropicAdapter(HttpAdapter):
         call.warnings.extend(w for w in built.warnings if w not in call.warnings)
         return built
 
-    async def stream(self, call: Call, emit: Emit) -> Response:
+    async def stream(self, call: Call, emit: Emit, whole: bool = False) -> Response:
         built = self._build(call, stream=True)
         decoder = SseDecoder()
         translator = AnthropicStream(passthrough=call.request.passthrough)
         raw: list[Any] | None = [] if call.request.include_raw else None
+        parsed: list[Response] = []
+        received = 0
+        seen = 0
 
         def feed(chunk: bytes) -> None:
+            nonlocal received, seen
+            received += len(chunk)
             for sse in decoder.feed(chunk):
+                seen += 1
                 if raw is not None:
                     raw.append({"event": sse.event, "data": sse.data})
                 for event in translator.feed(sse.event, sse.data):
                     emit(event)
 
-        await self.post_stream(call, "/v1/messages", built.body, feed, built.headers)
+        await self.post_stream(call, "/v1/messages", built.body, feed, built.headers,
+                               whole=(lambda body: parsed.append(self._whole(call, body))) if whole else None)
+        if parsed:
+            return parsed[0]
         for sse in decoder.flush():
+            seen += 1
             for event in translator.feed(sse.event, sse.data):
                 emit(event)
+        if not seen and received:
+            raise ProviderError("invalid_response", f"{self.name} answered with something that is not an event "
+                                f"stream ({received} bytes, no `data:` line)")
         skeleton = translator.finish()
         skeleton.raw = raw
         return skeleton
 
-    async def complete(self, call: Call) -> Response:
-        built = self._build(call, stream=False)
-        body, _ = await self.post_json(call, "/v1/messages", built.body, built.headers)
+    def _whole(self, call: Call, content: bytes) -> Response:
+        """A whole JSON message (from a server that does not stream)."""
+        try:
+            body = msgspec.json.decode(content)
+        except msgspec.DecodeError as exc:
+            raise ProviderError("invalid_response", f"{self.name} sent a body that is not JSON ({exc}): "
+                                f"{content[:200]!r}") from None
+        if isinstance(body, dict) and body.get("type") == "error":
+            error = body.get("error") or {}
+            raise errors.from_error_object(error.get("type"), str(error.get("message") or "error"))
         return response.parse(body, include_raw=call.request.include_raw)
 
     async def ready(self, model: ModelInfo) -> None:

@@ -54,7 +54,7 @@ class OllamaAdapter(HttpAdapter):
         return Usage(input_tokens=prompt, output_tokens=out, total_tokens=prompt + out).mark_estimated(
             "input_tokens", "output_tokens", "total_tokens")
 
-    async def stream(self, call: Call, emit: Emit) -> Response:
+    async def stream(self, call: Call, emit: Emit, whole: bool = False) -> Response:
         built = self._build(call, stream=True)
         decoder = NdjsonDecoder()
         translator = OllamaStream()
@@ -68,10 +68,13 @@ class OllamaAdapter(HttpAdapter):
                     emit(event)
 
         try:
-            await self.post_stream(call, "/api/chat", built.body, feed)
+            # Ollama streams NDJSON; one whole JSON object (`application/json`) reads the same way.
+            await self.post_stream(call, "/api/chat", built.body, feed, formats=("json",))
         except ProviderError as err:
             raise self._hint(err) from None
         for line in decoder.flush():  # a server that sent one object without a newline
+            if raw is not None:
+                raw.append(line.decode("utf-8", "replace"))
             for event in translator.feed(line):
                 emit(event)
         tail, skeleton, reported = translator.finish()
@@ -81,17 +84,6 @@ class OllamaAdapter(HttpAdapter):
             skeleton.usage = self._estimate(call, "".join(translator.generated))
         skeleton.raw = raw
         return skeleton
-
-    async def complete(self, call: Call) -> Response:
-        built = self._build(call, stream=False)
-        try:
-            body, _ = await self.post_json(call, "/api/chat", built.body)
-        except ProviderError as err:
-            raise self._hint(err) from None
-        result, reported = response.parse([body], include_raw=call.request.include_raw)
-        if not reported:
-            result.usage = self._estimate(call, result.text)
-        return result
 
     async def probe(self) -> str | None:
         reason = await self.probe_path("/api/version")

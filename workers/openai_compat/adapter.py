@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 import httpx
+import msgspec
 
 from ...protocol.messages import (
     ModelInfo,
@@ -91,23 +92,33 @@ class OpenAICompatAdapter(HttpAdapter):
         return Usage(input_tokens=prompt, output_tokens=out, total_tokens=prompt + out).mark_estimated(
             "input_tokens", "output_tokens", "total_tokens")
 
-    async def stream(self, call: Call, emit: Emit) -> Response:
+    async def stream(self, call: Call, emit: Emit, whole: bool = False) -> Response:
         built = self._build(call, stream=True)
         decoder = SseDecoder()
         translator = ChatStream(passthrough=call.request.passthrough, provider=self.name)
         raw: list[Any] | None = [] if call.request.include_raw else None
+        parsed: list[Response] = []
+        received = 0
 
         def feed(chunk: bytes) -> None:
+            nonlocal received
+            received += len(chunk)
             for sse in decoder.feed(chunk):
                 if raw is not None:
                     raw.append(sse.data)
                 for event in translator.feed(sse.data):
                     emit(event)
 
-        await self.post_stream(call, "/chat/completions", built.body, feed)
+        await self.post_stream(call, "/chat/completions", built.body, feed,
+                               whole=(lambda body: parsed.append(self._whole(call, body))) if whole else None)
+        if parsed:
+            return parsed[0]
         for sse in decoder.flush():
             for event in translator.feed(sse.data):
                 emit(event)
+        if not translator.seen and received:
+            raise ProviderError("invalid_response", f"{self.name} answered with something that is not an event "
+                                f"stream ({received} bytes, no `data:` line)")
         tail, skeleton, reported = translator.finish()
         for event in tail:
             emit(event)
@@ -116,9 +127,15 @@ class OpenAICompatAdapter(HttpAdapter):
         skeleton.raw = raw
         return skeleton
 
-    async def complete(self, call: Call) -> Response:
-        built = self._build(call, stream=False)
-        body, _ = await self.post_json(call, "/chat/completions", built.body)
+    def _whole(self, call: Call, content: bytes) -> Response:
+        """A whole JSON response (from a server that does not stream)."""
+        try:
+            body = msgspec.json.decode(content)
+        except msgspec.DecodeError as exc:
+            raise ProviderError("invalid_response", f"{self.name} sent a body that is not JSON ({exc}): "
+                                f"{content[:200]!r}") from None
+        if isinstance(body, dict) and "error" in body and "choices" not in body:
+            raise errors.from_body(None, body)
         result, reported = response.parse(body, include_raw=call.request.include_raw)
         if not reported:
             result.usage = self._estimate(call, "".join(

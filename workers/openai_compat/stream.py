@@ -30,7 +30,7 @@ from ...protocol.messages import (
     ToolCallStart,
     Usage,
 )
-from ..errors import invalid_response
+from ..errors import ProviderError, invalid_response
 from .errors import from_body
 from .response import finish_reason, tool_arguments, usage
 
@@ -63,6 +63,7 @@ class ChatStream:
         self._usage: Usage | None = None
         self._started = False
         self.done = False
+        self.seen = False  # any `data:` at all
 
     def _open_index(self) -> int:
         index = self._next_index
@@ -76,6 +77,7 @@ class ChatStream:
         return [ReasoningEnd(index=index, text="".join(self._reasoning_chunks))]
 
     def feed(self, data: str) -> list[Event]:
+        self.seen = True
         if data.strip() == "[DONE]":
             self.done = True
             return []
@@ -161,7 +163,11 @@ class ChatStream:
             c.name + "".join(c.chunks) for c in self._calls.values())
 
     def finish(self) -> tuple[list[Event], Response, bool]:
-        """Close every open part; the finish skeleton, and whether usage was reported."""
+        """Close every open part; the finish skeleton, and whether usage was reported.
+        A stream that ended with neither `[DONE]` nor a `finish_reason` was cut short."""
+        if not self.done and self._finish is None:
+            raise ProviderError("network", f"the {self.provider} stream ended before its end "
+                                "(no `[DONE]` and no finish_reason): the answer is incomplete")
         reason = finish_reason(self._finish)
         degraded = reason.reason == "error"
         out = self._close_reasoning()

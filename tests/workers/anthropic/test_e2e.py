@@ -101,7 +101,7 @@ async def test_a_conversation_continues_with_the_providers_own_ids_and_signature
     assert replayed == [
         {"type": "thinking", "thinking": "Two plus two is four.", "signature": "EqQBCkgIARABGAIiQL+sig=="},
         {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT"}]
-    assert "stream" not in body3
+    assert body3["stream"] is True  # whole responses are streamed from the provider too
 
 
 async def test_overloaded_is_retried_with_the_same_idempotency_key(daemon, upstream):
@@ -180,7 +180,7 @@ async def test_non_streaming_complete(daemon, upstream):
     call = response.tool_calls[0]
     assert isinstance(call, ToolCallPart) and call.provider_id == "toolu_X" and call.arguments == {"a": 1}
     assert response.rate_limit.requests_remaining == 49 and response.rate_limit.requests_limit == 50
-    assert "stream" not in upstream.requests[0].json()
+    assert upstream.requests[0].json()["stream"] is True  # whole responses are streamed from the provider too
 
 
 async def test_ready_checks_the_models_endpoint(daemon, upstream):

@@ -50,7 +50,7 @@ async def test_stream_and_continue_a_tool_conversation(daemon, upstream):
     assert [type(e) for e in events].count(ToolCallEnd) == 2
     assert first.finish_reason.reason == "tool_calls" and second.text == "It is -3°C."
     sent = upstream.sent("/api/chat")[1].json()
-    assert sent["stream"] is False
+    assert sent["stream"] is True  # whole responses are streamed from Ollama too
     assert sent["messages"][1]["tool_calls"] == [{"function": {"name": "weather", "arguments": {"city": "Oslo"}}},
                                                  {"function": {"name": "time", "arguments": {}}}]
     assert sent["messages"][2:] == [{"role": "tool", "content": "-3°C", "tool_name": "weather"},

@@ -404,3 +404,27 @@ def test_function_tools_over_chat_completions_follow_the_endpoint_rule():
     ok = build(Request(model=luna.id, messages=[Message.user("x")], tools=tools, reasoning_effort="none"), luna,
                provider="openai", wire_ids={}, stream=False, instance={})
     assert ok.body["tools"][0]["function"]["name"] == "get-weather"
+
+
+def _data(content: str | None = None, finish: str | None = None) -> str:
+    return json.dumps({"id": "c", "model": "m", "choices": [
+        {"index": 0, "delta": {} if content is None else {"content": content}, "finish_reason": finish}]})
+
+
+def test_a_stream_that_stops_before_its_end_is_a_network_error():
+    stream = ChatStream()
+    stream.feed(_data("half an "))
+    stream.feed(_data("answer"))
+    with pytest.raises(ProviderError) as caught:
+        stream.finish()
+    assert caught.value.error_class == "network" and "[DONE]" in caught.value.message
+
+
+@pytest.mark.parametrize("ending", [[_data(finish="stop")], ["[DONE]"], [_data(finish="length"), "[DONE]"]])
+def test_a_finish_reason_or_done_ends_a_stream(ending):
+    stream = ChatStream()
+    stream.feed(_data("whole"))
+    for data in ending:
+        stream.feed(data)
+    _, skeleton, _ = stream.finish()
+    assert skeleton.finish_reason.reason in ("stop", "length", "other")
