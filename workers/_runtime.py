@@ -300,6 +300,7 @@ class JobRunner:
 ADAPTERS = {
     "mock": "mock.adapter:MockAdapter",
     "anthropic": "anthropic.adapter:AnthropicAdapter",
+    "openai": "openai.adapter:OpenAIAdapter",
     "openai_compat": "openai_compat.adapter:OpenAICompatAdapter",
     "ollama": "ollama.adapter:OllamaAdapter",
 }

@@ -1,0 +1,115 @@
+"""OpenAI Responses I/O: `POST /responses`, `GET /models/{model}`, rate-limit headers.
+
+The default instance reads `OPENAI_BASE_URL`, `OPENAI_ORG_ID` and
+`OPENAI_PROJECT_ID` (through the env-variable names in its `options`), as
+OpenAI's own SDKs do; any other instance (a proxy, an Azure-style endpoint)
+is one more provider entry with its own `base_url`, key and headers.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import httpx
+import msgspec
+
+from ...config.loader import ProviderConfig
+from ...protocol.messages import ModelInfo, RateLimit, Request, Response
+from ...protocol.tokens import estimate_request_tokens
+from .._adapter import Call, Emit
+from .._http import HttpAdapter
+from .._media import inline_files
+from .._sse import SseDecoder
+from ..errors import ProviderError, parse_retry_after
+from ..openai_compat.adapter import duration_s
+from . import errors, request, response
+from .stream import ResponsesStream
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _from_env(config: ProviderConfig) -> ProviderConfig:
+    """`config` with what the environment variables named in its options say."""
+    options = config.options
+    base_url = os.environ.get(options.get("base_url_env") or "") or config.base_url
+    headers = dict(config.headers)
+    for option, header in (("organization_env", "OpenAI-Organization"), ("project_env", "OpenAI-Project")):
+        value = os.environ.get(options.get(option) or "")
+        if value:
+            headers[header] = value
+    return msgspec.structs.replace(config, base_url=base_url, headers=headers)
+
+
+class OpenAIAdapter(HttpAdapter):
+    provider_type = "openai"
+    default_base_url = DEFAULT_BASE_URL
+
+    def __init__(self, name: str, config: ProviderConfig, *args: Any, **kwargs: Any) -> None:
+        super().__init__(name, _from_env(config), *args, **kwargs)
+
+    def auth_headers(self) -> dict[str, str]:
+        return {"authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def classify(self, status: int, headers: httpx.Headers, body: bytes) -> ProviderError:
+        return errors.classify(status, headers, body)
+
+    def rate_limit(self, headers: httpx.Headers) -> RateLimit | None:
+        if not any(k.startswith("x-ratelimit-") for k in headers) and "retry-after" not in headers:
+            return None
+        return RateLimit(
+            requests_limit=_int(headers.get("x-ratelimit-limit-requests")),
+            requests_remaining=_int(headers.get("x-ratelimit-remaining-requests")),
+            requests_reset_s=duration_s(headers.get("x-ratelimit-reset-requests")),
+            tokens_limit=_int(headers.get("x-ratelimit-limit-tokens")),
+            tokens_remaining=_int(headers.get("x-ratelimit-remaining-tokens")),
+            tokens_reset_s=duration_s(headers.get("x-ratelimit-reset-tokens")),
+            retry_after_s=parse_retry_after(headers),
+        )
+
+    def _build(self, call: Call, stream: bool) -> request.Built:
+        built = request.build(inline_files(call.request), call.model, provider=self.name, wire_ids=call.wire_ids,
+                              stream=stream)
+        call.warnings.extend(w for w in built.warnings if w not in call.warnings)
+        return built
+
+    async def stream(self, call: Call, emit: Emit) -> Response:
+        built = self._build(call, stream=True)
+        decoder = SseDecoder()
+        translator = ResponsesStream(call.model, passthrough=call.request.passthrough, provider=self.name)
+        raw: list[Any] | None = [] if call.request.include_raw else None
+
+        def feed(chunk: bytes) -> None:
+            for sse in decoder.feed(chunk):
+                if raw is not None:
+                    raw.append({"event": sse.event, "data": sse.data})
+                for event in translator.feed(sse.event, sse.data):
+                    emit(event)
+
+        await self.post_stream(call, "/responses", built.body, feed)
+        for sse in decoder.flush():
+            for event in translator.feed(sse.event, sse.data):
+                emit(event)
+        skeleton = translator.finish()
+        skeleton.raw = raw
+        return skeleton
+
+    async def complete(self, call: Call) -> Response:
+        built = self._build(call, stream=False)
+        body, _ = await self.post_json(call, "/responses", built.body)
+        return response.parse(body, call.model, include_raw=call.request.include_raw)
+
+    async def ready(self, model: ModelInfo) -> None:
+        if not self.api_key:
+            raise ProviderError("not_configured", f"no API key: set {self.config.api_key_env}")
+        await self.get_json(f"/models/{model.wire_name}")
+
+    def count_tokens(self, req: Request, model: ModelInfo) -> int:
+        return estimate_request_tokens(req)
