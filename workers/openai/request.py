@@ -3,8 +3,10 @@
 Rules worth knowing (the tests hold each one):
 * system and developer messages go to `instructions`, joined by a blank line;
   every other message becomes `input` items, in order;
-* an assistant turn is split into items in its own order: text into `message`
-  items (`output_text`, with the `phase` kept from the response it came from),
+* an assistant turn is split into items in its own order: text into assistant
+  `message` items with string content (the SDK's `EasyInputMessageParam`; the
+  `output_text` list form needs the item's id, status and annotations, which a
+  turn from elsewhere lacks), with the `phase` kept from the response it came from;
   tool calls into `function_call` items, OpenAI's opaque items (reasoning with
   its `encrypted_content`, built-in tool calls) back verbatim;
 * `store` is false unless the caller asks otherwise, so reasoning survives the
@@ -45,14 +47,10 @@ from ..errors import ProviderError
 API = "openai"
 
 #: provider_options.openai keys this module reads itself; any other key is merged into the body.
-OWN_OPTIONS = {"reasoning_summary", "audio_input", "include"}
+OWN_OPTIONS = {"reasoning_summary", "include"}
 
 #: The effort ladder, least to most (as `ReasoningEffort`).
 EFFORTS = ["none", "minimal", "low", "medium", "high", "xhigh", "max"]
-
-_AUDIO_FORMATS = {"audio/wav": "wav", "audio/x-wav": "wav", "audio/wave": "wav", "audio/mpeg": "mp3",
-                  "audio/mp3": "mp3"}
-
 
 @dataclass(slots=True)
 class Built:
@@ -93,26 +91,17 @@ def nearest_effort(wanted: str, allowed: list[str]) -> str:
 
 
 class _Translator:
-    def __init__(self, model: ModelInfo, wire_ids: dict[str, str], warnings: list[WarningInfo],
-                 audio_ok: bool) -> None:
+    def __init__(self, model: ModelInfo, wire_ids: dict[str, str], warnings: list[WarningInfo]) -> None:
         self.model = model
         self.wire_ids = wire_ids
         self.warnings = warnings
-        self.audio_ok = audio_ok
 
     def wire_id(self, canonical: str) -> str:
         return self.wire_ids.get(canonical, canonical)
 
     def audio_item(self, part: AudioPart) -> dict[str, Any]:
-        if not self.audio_ok:
-            raise ProviderError("invalid_request", f"model {self.model.id} does not take audio input through the "
-                                "Responses API; remove the audio part (or set provider_options.openai.audio_input "
-                                "for a model that does)")
-        fmt = _AUDIO_FORMATS.get(part.media_type or "")
-        if part.data is None or fmt is None:
-            raise ProviderError("invalid_request", "audio for OpenAI must be inline wav or mp3 data "
-                                f"(got {part.media_type or 'no media type'}{', by URL' if part.url else ''})")
-        return {"type": "input_audio", "input_audio": {"data": part.data, "format": fmt}}
+        raise ProviderError("invalid_request", f"the Responses API takes no audio input (model {self.model.id}); "
+                            "remove the audio part, or transcribe it first")
 
     def user_content(self, part: Any) -> dict[str, Any] | None:
         if isinstance(part, TextPart):
@@ -165,11 +154,11 @@ class _Translator:
                 if not part.text:
                     continue
                 if text_item is None:
-                    text_item = {"type": "message", "role": "assistant", "content": []}
+                    text_item = {"type": "message", "role": "assistant", "content": ""}
                     if phase:
                         text_item["phase"] = phase
                     items.append(text_item)
-                text_item["content"].append({"type": "output_text", "text": part.text})
+                text_item["content"] += part.text
                 continue
             text_item = None
             if isinstance(part, ToolCallPart):
@@ -251,8 +240,7 @@ def build(request: Request, model: ModelInfo, *, provider: str = "openai", wire_
           stream: bool = True) -> Built:
     warnings: list[WarningInfo] = []
     options = dict(request.provider_options.get(provider) or request.provider_options.get("openai") or {})
-    audio_ok = bool(options.get("audio_input")) or "audio" in model.wire_name
-    t = _Translator(model, wire_ids or {}, warnings, audio_ok)
+    t = _Translator(model, wire_ids or {}, warnings)
     items: list[dict[str, Any]] = []
     for message in request.messages:
         if message.role in ("system", "developer"):
