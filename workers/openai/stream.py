@@ -143,10 +143,14 @@ class ResponsesStream:
     def _completed(self, p: dict[str, Any]) -> list[Event]:
         out = self._lifecycle(p)
         self._final = p.get("response") or {}
-        # Items the stream announced but never finished are closed as they stand.
+        # Items the stream announced but never finished are closed as they stand...
         for item in self._items.values():
             if not item.ended:
                 out += self._end_item(item, None)
+        # ...and items it never showed (a stream resumed after they were sent) come whole.
+        for position, raw in enumerate(self._final.get("output") or []):
+            if isinstance(raw, dict) and position not in self._items and raw.get("id") not in self._by_id:
+                out += self._item_done({"item": raw, "output_index": position})
         return out
 
     def _failed(self, p: dict[str, Any]) -> list[Event]:
