@@ -902,6 +902,8 @@ class CallResult(Msg, tag="call_result", kw_only=True):
     ok: bool = True
     error: ErrorInfo | None = None
     input_tokens: int = 0
+    #: `input_tokens` is the provider's own count, not a local estimate.
+    exact: bool = False
 
 
 FromWorker = WorkerUp | Heartbeat | Relay | RelayBatch | CallResult

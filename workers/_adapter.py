@@ -113,6 +113,11 @@ class Adapter:
     def count_tokens(self, request: Request, model: ModelInfo) -> int:
         return estimate_request_tokens(request)
 
+    async def count_input_tokens(self, request: Request, model: ModelInfo) -> tuple[int, bool]:
+        """(input tokens, exact): the provider's own count where it has an endpoint for
+        it, else `count_tokens`'s local estimate (exact false)."""
+        return self.count_tokens(request, model), False
+
     async def probe(self) -> str | None:
         """None when the provider's server answers; otherwise why not. Only local
         servers are probed: a hosted API is not worth a request every few seconds."""

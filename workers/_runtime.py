@@ -371,12 +371,7 @@ async def serve(settings: WorkerSettings) -> None:
                     elif type(msg) is CheckReady:
                         nursery.start_soon(_answer_ready, adapter, outbox, msg)
                     elif type(msg) is EstimateTokens:
-                        try:
-                            count = adapter.count_tokens(msg.request, msg.model)
-                            outbox.push(CallResult(call_id=msg.call_id, input_tokens=count))
-                        except Exception as exc:  # noqa: BLE001 - answer, never die on one request
-                            outbox.push(CallResult(call_id=msg.call_id, ok=False,
-                                                   error=ErrorInfo(error_class="other", message=repr(exc))))
+                        nursery.start_soon(_answer_count, adapter, outbox, msg)
                     elif type(msg) is Shutdown:
                         await _drain(runner, msg.grace_s)
                         await outbox.flush()
@@ -404,6 +399,14 @@ async def _answer_ready(adapter: Adapter, outbox: Outbox, msg: CheckReady) -> No
     except ProviderError as err:
         outbox.push(CallResult(call_id=msg.call_id, ok=False, error=err.to_info(adapter.name, adapter.secrets)))
     except Exception as exc:  # noqa: BLE001
+        outbox.push(CallResult(call_id=msg.call_id, ok=False, error=ErrorInfo(error_class="other", message=repr(exc))))
+
+
+async def _answer_count(adapter: Adapter, outbox: Outbox, msg: EstimateTokens) -> None:
+    try:
+        count, exact = await adapter.count_input_tokens(msg.request, msg.model)
+        outbox.push(CallResult(call_id=msg.call_id, input_tokens=count, exact=exact))
+    except Exception as exc:  # noqa: BLE001 - answer, never die on one request
         outbox.push(CallResult(call_id=msg.call_id, ok=False, error=ErrorInfo(error_class="other", message=repr(exc))))
 
 

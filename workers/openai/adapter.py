@@ -21,12 +21,15 @@ from .._adapter import Call, Emit
 from .._http import HttpAdapter
 from .._media import inline_files
 from .._sse import SseDecoder
-from ..errors import ProviderError, parse_retry_after
+from ..errors import ProviderError, from_transport, parse_retry_after
 from ..openai_compat.adapter import duration_s
 from . import errors, request, response
 from .stream import ResponsesStream
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+#: What `POST /responses/input_tokens` takes of a request body (InputTokenCountParams).
+COUNT_FIELDS = {"model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "reasoning",
+                "text", "truncation", "conversation", "previous_response_id"}
 
 
 def _int(value: str | None) -> int | None:
@@ -113,3 +116,33 @@ class OpenAIAdapter(HttpAdapter):
 
     def count_tokens(self, req: Request, model: ModelInfo) -> int:
         return estimate_request_tokens(req)
+
+    async def count_input_tokens(self, req: Request, model: ModelInfo) -> tuple[int, bool]:
+        """OpenAI's own count of the prompt; the local estimate when it cannot be had
+        (no key, a server without the endpoint, a request it would refuse)."""
+        if not self.api_key:
+            return self.count_tokens(req, model), False
+        try:
+            built = request.build(inline_files(req), model, provider=self.name, stream=False)
+            body = {k: v for k, v in built.body.items() if k in COUNT_FIELDS}
+            answer = await self.post_simple("/responses/input_tokens", body)
+            count = answer.get("input_tokens") if isinstance(answer, dict) else None
+            if isinstance(count, int):
+                return count, True
+        except ProviderError:
+            pass
+        return self.count_tokens(req, model), False
+
+    async def post_simple(self, path: str, body: dict[str, Any]) -> Any:
+        """POST outside any job (no retries, no idempotency key) and return the decoded JSON."""
+        try:
+            reply = await self.client.post(self.url(path), content=msgspec.json.encode(body),
+                                           headers={"content-type": "application/json", **self.auth_headers()})
+        except httpx.TransportError as exc:
+            raise from_transport(exc, self.name) from None
+        if reply.status_code >= 400:
+            raise self.classify(reply.status_code, reply.headers, reply.content)
+        try:
+            return msgspec.json.decode(reply.content)
+        except msgspec.DecodeError:
+            raise ProviderError("invalid_response", f"{self.name} sent a body that is not JSON") from None

@@ -299,3 +299,22 @@ async def test_ready_asks_for_the_model(daemon, upstream):
             missing = await client.ready("gpt-nope", provider="openai")
     assert ok.ok and not missing.ok and missing.error.error_class == "not_found"
     assert upstream.sent("/v1/models/gpt-5", "GET")[0].headers["authorization"] == f"Bearer {KEY}"
+
+
+async def test_count_tokens_asks_openai_and_falls_back_to_the_estimate(daemon, upstream):
+    upstream.route("POST", "/v1/responses/input_tokens",
+                   Reply.json({"object": "response.input_tokens", "input_tokens": 1234}),
+                   error_reply(404, {"message": "Not found", "type": "invalid_request_error", "code": None}))
+    upstream.route("GET", "/v1/models/gpt-5", Reply.json({"id": "gpt-5", "object": "model"}))
+    with trio.fail_after(30):
+        async with Client(daemon.runtime_dir) as client:
+            assert (await client.ready(MODEL)).ok  # the worker is up: counts go to it, not to the daemon's estimate
+            counted = await client.count_tokens(MODEL, [Message.system("Be brief."), Message.user("hello there")],
+                                                tools=[LOOKUP], reasoning_effort="low")
+            estimated = await client.count_tokens(MODEL, "hello there")
+    assert (counted.input_tokens, counted.exact) == (1234, True)
+    assert not estimated.exact and 0 < estimated.input_tokens < 50
+    body = upstream.sent("/v1/responses/input_tokens")[0].json()
+    assert body["model"] == "gpt-5" and body["instructions"] == "Be brief."
+    assert body["tools"][0]["name"] == "lookup" and body["reasoning"]["effort"] == "low"
+    assert not {"stream", "store", "include", "max_output_tokens"} & set(body)
