@@ -8,16 +8,19 @@ is one more provider entry with its own `base_url`, key and headers.
 
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 import msgspec
+import trio
 
 from ...config.loader import ProviderConfig
-from ...protocol.messages import ModelInfo, RateLimit, Request, Response
+from ...protocol.messages import ModelInfo, RateLimit, Request, Response, WarningInfo
 from ...protocol.tokens import estimate_request_tokens
-from .._adapter import Call, Emit
+from .._adapter import Call, Emit, consume
 from .._http import HttpAdapter
 from .._media import inline_files
 from .._sse import SseDecoder
@@ -26,7 +29,13 @@ from ..openai_compat.adapter import duration_s
 from . import errors, request, response
 from .stream import ResponsesStream
 
+log = logging.getLogger("trunkline.worker.openai")
+
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+#: A background response's stream is picked up again at most this many times.
+MAX_RESUMES = 5
+#: How long a cancel waits for OpenAI to take the cancel of a background response.
+CANCEL_TIMEOUT_S = 5.0
 #: What `POST /responses/input_tokens` takes of a request body (InputTokenCountParams).
 COUNT_FIELDS = {"model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "reasoning",
                 "text", "truncation", "conversation", "previous_response_id"}
@@ -85,9 +94,9 @@ class OpenAIAdapter(HttpAdapter):
 
     async def stream(self, call: Call, emit: Emit) -> Response:
         built = self._build(call, stream=True)
-        decoder = SseDecoder()
         translator = ResponsesStream(call.model, passthrough=call.request.passthrough, provider=self.name)
         raw: list[Any] | None = [] if call.request.include_raw else None
+        decoder = SseDecoder()
 
         def feed(chunk: bytes) -> None:
             for sse in decoder.feed(chunk):
@@ -96,13 +105,67 @@ class OpenAIAdapter(HttpAdapter):
                 for event in translator.feed(sse.event, sse.data):
                     emit(event)
 
-        await self.post_stream(call, "/responses", built.body, feed)
-        for sse in decoder.flush():
-            for event in translator.feed(sse.event, sse.data):
-                emit(event)
+        def flush() -> None:
+            for sse in decoder.flush():
+                for event in translator.feed(sse.event, sse.data):
+                    emit(event)
+
+        background = bool(built.body.get("background"))
+        resumes = 0
+        try:
+            while True:
+                try:
+                    if resumes == 0:
+                        await self.post_stream(call, "/responses", built.body, feed)
+                    else:
+                        await self._resume_stream(call, translator, feed)
+                    flush()
+                    return self._finish(translator, raw)
+                except ProviderError as err:
+                    if not (background and err.error_class in ("network", "timeout") and translator.response_id
+                            and not translator.done and resumes < MAX_RESUMES):
+                        raise
+                    # What a half-received line held is sent again after `last_sequence`.
+                    decoder = SseDecoder()
+                    resumes += 1
+                    warning = WarningInfo(code="stream_resumed", message=f"the connection to OpenAI dropped "
+                                          f"({err.error_class}); the background response was resumed after event "
+                                          f"{translator.last_sequence}")
+                    if warning not in call.warnings:
+                        call.warnings.append(warning)
+        except trio.Cancelled:
+            if background and translator.response_id and not translator.done:
+                await self._cancel_at_openai(translator.response_id)
+            raise
+
+    def _finish(self, translator: ResponsesStream, raw: list[Any] | None) -> Response:
         skeleton = translator.finish()
         skeleton.raw = raw
         return skeleton
+
+    async def _resume_stream(self, call: Call, translator: ResponsesStream, feed: Callable[[bytes], None]) -> None:
+        """The rest of a background response's stream, after the last event we have."""
+        after = translator.last_sequence if translator.last_sequence is not None else -1
+        path = f"/responses/{translator.response_id}?stream=true&starting_after={after}"
+        try:
+            async with self.client.stream("GET", self.url(path), headers=self.auth_headers()) as reply:
+                call.upstream_open = True
+                if reply.status_code >= 400:
+                    raise self.classify(reply.status_code, reply.headers, await reply.aread())
+                await consume(reply.aiter_bytes(), call.deadlines.stream_idle_s, self.name, feed)
+        except httpx.TransportError as exc:
+            raise from_transport(exc, self.name) from None
+        finally:
+            call.upstream_open = False
+
+    async def _cancel_at_openai(self, response_id: str) -> None:
+        """Stop a background response we no longer want (it would run, and bill, to the end)."""
+        with trio.CancelScope(shield=True), trio.move_on_after(CANCEL_TIMEOUT_S):
+            try:
+                await self.post_simple(f"/responses/{response_id}/cancel", {})
+            except ProviderError as err:
+                log.warning("%s: could not cancel background response %s: %s", self.name, response_id,
+                            err.error_class)
 
     async def complete(self, call: Call) -> Response:
         built = self._build(call, stream=False)

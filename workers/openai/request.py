@@ -47,7 +47,7 @@ from ..errors import ProviderError
 API = "openai"
 
 #: provider_options.openai keys this module reads itself; any other key is merged into the body.
-OWN_OPTIONS = {"reasoning_summary", "include"}
+OWN_OPTIONS = {"reasoning_summary", "include", "background"}
 
 #: The effort ladder, least to most (as `ReasoningEffort`).
 EFFORTS = ["none", "minimal", "low", "medium", "high", "xhigh", "max"]
@@ -290,7 +290,8 @@ def build(request: Request, model: ModelInfo, *, provider: str = "openai", wire_
         body["reasoning"] = reasoning
     _sampling(request, model, effort, body, warnings)
     include = [str(i) for i in options.get("include") or []]
-    if model.reasoning and "reasoning.encrypted_content" not in include:
+    reasons = model.reasoning or (not model.in_catalog and effort not in (None, "none"))
+    if reasons and "reasoning.encrypted_content" not in include:
         include.insert(0, "reasoning.encrypted_content")
     if include:
         body["include"] = include
@@ -306,6 +307,11 @@ def build(request: Request, model: ModelInfo, *, provider: str = "openai", wire_
         body["safety_identifier"] = request.metadata["user_id"]
     if stream:
         body["stream"] = True
+    if options.get("background"):
+        # Background mode keeps the response at OpenAI, so a dropped stream can be resumed
+        # (and a cancel reach it); it needs `store`, which is why it is the caller's choice.
+        body["background"] = True
+        body["store"] = True
     for key, value in options.items():
         if key not in OWN_OPTIONS:
             body[key] = value

@@ -318,3 +318,68 @@ async def test_count_tokens_asks_openai_and_falls_back_to_the_estimate(daemon, u
     assert body["model"] == "gpt-5" and body["instructions"] == "Be brief."
     assert body["tools"][0]["name"] == "lookup" and body["reasoning"]["effort"] == "low"
     assert not {"stream", "store", "include", "max_output_tokens"} & set(body)
+
+
+async def test_a_dropped_background_stream_is_resumed_with_nothing_lost_or_repeated(daemon, upstream):
+    text = "Background answers survive a dropped connection, every word of them."
+    payloads = oa.events([oa.reasoning("rs_bg", ["Planning."]), oa.message("msg_bg", text)], response_id="resp_bg")
+    for p in payloads[:2]:
+        p["response"]["background"] = True
+    cut = 12  # the connection drops after this many events (mid-way through the text)
+    first = Reply(200, {"content-type": "text/event-stream"}, [oa.sse([p]) for p in payloads], disconnect_after=cut)
+    # The resumed stream overlaps what already arrived by two events: they must not be repeated.
+    rest = Reply.sse(oa.sse(payloads[cut - 2:]), chunk_size=53)
+    upstream.route("POST", RESPONSES, first)
+    upstream.route("GET", "/v1/responses/resp_bg", rest)
+    with trio.fail_after(30):
+        async with Client(daemon.runtime_dir) as client:
+            events = []
+            async with client.stream(MODEL, "go", provider_options={"openai": {"background": True}}) as stream:
+                async for ev in stream:
+                    events.append(ev)
+    check_invariants(events)
+    response = events[-1].response
+    assert response.text == text and "".join(e.text for e in events if type(e) is TextDelta) == text
+    assert [p.text for p in response.message.content if isinstance(p, ThinkingPart)] == ["Planning."]
+    assert response.finish_reason.reason == "stop" and response.usage.output_tokens == 80
+    assert [w.code for w in response.warnings] == ["stream_resumed"]
+    body = upstream.sent(RESPONSES)[0].json()
+    assert body["background"] is True and body["store"] is True and body["stream"] is True
+    (resume,) = upstream.sent("/v1/responses/resp_bg", "GET")
+    assert resume.path == f"/v1/responses/resp_bg?stream=true&starting_after={cut - 1}"
+    assert resume.headers["authorization"] == f"Bearer {KEY}"
+
+
+async def test_cancelling_a_background_response_cancels_it_at_openai(daemon, upstream):
+    payloads = oa.events([oa.message("msg_bg", "A long answer that the client will not wait for.")],
+                         response_id="resp_bg")
+    upstream.route("POST", RESPONSES, Reply(200, {"content-type": "text/event-stream"},
+                                            [oa.sse([p]) for p in payloads], stall_after=6))
+    upstream.route("POST", "/v1/responses/resp_bg/cancel", Reply.json({"id": "resp_bg", "status": "cancelled"}))
+    with trio.fail_after(30):
+        async with Client(daemon.runtime_dir) as client:
+            async with client.stream(MODEL, "go", provider_options={"openai": {"background": True}}) as stream:
+                async for ev in stream:
+                    if type(ev) is TextDelta:
+                        await stream.cancel()
+                response = await stream.response()
+            while not upstream.sent("/v1/responses/resp_bg/cancel"):
+                await upstream.request_seen.wait()
+                upstream.request_seen = trio.Event()
+    assert response.finish_reason.reason == "cancelled"
+    assert upstream.sent("/v1/responses/resp_bg/cancel")[0].headers["authorization"] == f"Bearer {KEY}"
+
+
+async def test_a_dropped_stream_without_background_fails_with_its_partial(daemon, upstream):
+    payloads = oa.events([oa.message("msg_1", "This answer will be cut short by the network.")])
+    upstream.route("POST", RESPONSES, Reply(200, {"content-type": "text/event-stream"},
+                                            [oa.sse([p]) for p in payloads], disconnect_after=6))
+    with trio.fail_after(30):
+        async with Client(daemon.runtime_dir) as client:
+            events = []
+            async with client.stream(MODEL, "go") as stream:
+                async for ev in stream:
+                    events.append(ev)
+    check_invariants(events)
+    assert events[-1].error.error_class == "network" and events[-1].partial.text
+    assert upstream.sent("/v1/responses/resp_1", "GET") == []
