@@ -383,3 +383,34 @@ async def test_a_dropped_stream_without_background_fails_with_its_partial(daemon
     check_invariants(events)
     assert events[-1].error.error_class == "network" and events[-1].partial.text
     assert upstream.sent("/v1/responses/resp_1", "GET") == []
+
+
+async def test_a_second_instance_runs_beside_the_default_one(start_daemon, upstream):
+    upstream.route("POST", "/proxy/v1/responses", stream_reply([oa.message("msg_p", "via the proxy")]))
+    upstream.route("POST", RESPONSES, stream_reply([oa.message("msg_d", "direct")]))
+    daemon = await start_daemon(
+        {"providers": {"proxy": {"type": "openai", "api_key_env": "PROXY_KEY",
+                                 "base_url": upstream.base_url + "/proxy/v1"}}},
+        env={"OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": upstream.base_url + "/v1", "PROXY_KEY": "proxy-key-0123456789"})
+    with trio.fail_after(30):
+        async with Client(daemon.runtime_dir) as client:
+            async with client.stream("gpt-5", "hi", provider="proxy") as stream:
+                proxied = await stream.response()
+            async with client.stream(MODEL, "hi") as stream:
+                direct = await stream.response()
+    assert (proxied.text, proxied.provider, direct.text, direct.provider) == (
+        "via the proxy", "proxy", "direct", "openai")
+    assert upstream.sent("/proxy/v1/responses")[0].headers["authorization"] == "Bearer proxy-key-0123456789"
+    assert "openai-organization" not in upstream.sent("/proxy/v1/responses")[0].headers
+
+
+async def test_without_a_key_openai_is_not_configured(start_daemon):
+    from trunkline.errors import NotConfiguredError
+
+    daemon = await start_daemon(env={"OPENAI_API_KEY": ""})
+    with trio.fail_after(30):
+        async with Client(daemon.runtime_dir) as client:
+            with pytest.raises(NotConfiguredError, match="OPENAI_API_KEY"):
+                await client.complete(MODEL, "hi")
+            status = {w.provider: w.state for w in (await client.status()).workers}
+    assert status["openai"] == "not_configured"
