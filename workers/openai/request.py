@@ -157,6 +157,7 @@ class _Translator:
                     text_item = {"type": "message", "role": "assistant", "content": ""}
                     if phase:
                         text_item["phase"] = phase
+                        phase = None  # it labels this message item only
                     items.append(text_item)
                 text_item["content"] += part.text
                 continue

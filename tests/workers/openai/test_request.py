@@ -229,3 +229,13 @@ def test_tool_results_with_images_and_results_inside_a_user_message():
 def test_nothing_to_send_is_an_invalid_request():
     with pytest.raises(ProviderError, match="nothing to send"):
         build(Request(model="m", messages=[Message.system("only instructions")]), GPT41)
+
+
+def test_a_phase_labels_only_the_message_item_it_came_with():
+    marker = ProviderPart(api="openai", kind="message", data={"type": "message", "id": "msg_1", "phase": "commentary"})
+    request = Request(model="m", messages=[Message.user("x"), Message.assistant(
+        marker, TextPart(text="Looking."), ToolCallPart(id="tu_1", name="f", arguments={}), TextPart(text="Done.")),
+        Message.tool_result("tu_1", "ok")])
+    items = build(request, GPT5).body["input"]
+    assert items[1] == {"type": "message", "role": "assistant", "content": "Looking.", "phase": "commentary"}
+    assert items[3] == {"type": "message", "role": "assistant", "content": "Done."}
