@@ -36,6 +36,9 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 MAX_RESUMES = 5
 #: How long a cancel waits for OpenAI to take the cancel of a background response.
 CANCEL_TIMEOUT_S = 5.0
+#: A non-streamed background response is polled after this long, then twice as long each time, up to the maximum.
+POLL_FIRST_S = 0.25
+POLL_MAX_S = 5.0
 #: What `POST /responses/input_tokens` takes of a request body (InputTokenCountParams).
 COUNT_FIELDS = {"model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "reasoning",
                 "text", "truncation", "conversation", "previous_response_id"}
@@ -170,7 +173,36 @@ class OpenAIAdapter(HttpAdapter):
     async def complete(self, call: Call) -> Response:
         built = self._build(call, stream=False)
         body, _ = await self.post_json(call, "/responses", built.body)
+        if built.body.get("background"):
+            body = await self._await_background(call, body)
         return response.parse(body, call.model, include_raw=call.request.include_raw)
+
+    async def _await_background(self, call: Call, body: Any) -> Any:
+        """A background response answers `queued` at once: ask again until it has finished."""
+        if not isinstance(body, dict) or not body.get("id"):
+            return body
+        response_id = str(body["id"])
+        delay, failures = POLL_FIRST_S, 0
+        try:
+            while body.get("status") in ("queued", "in_progress"):
+                await trio.sleep(delay)
+                delay = min(delay * 2, POLL_MAX_S)
+                try:
+                    call.upstream_open = True
+                    body = await self.get_json(f"/responses/{response_id}")
+                except ProviderError as err:
+                    failures += 1
+                    if err.error_class not in ("network", "timeout", "server_error") or failures > MAX_RESUMES:
+                        raise
+                finally:
+                    call.upstream_open = False
+                if not isinstance(body, dict):
+                    raise ProviderError("invalid_response", f"{self.name} answered a poll of {response_id} "
+                                        "with something that is not a response")
+        except trio.Cancelled:
+            await self._cancel_at_openai(response_id)
+            raise
+        return body
 
     async def ready(self, model: ModelInfo) -> None:
         if not self.api_key:

@@ -414,3 +414,16 @@ async def test_without_a_key_openai_is_not_configured(start_daemon):
                 await client.complete(MODEL, "hi")
             status = {w.provider: w.state for w in (await client.status()).workers}
     assert status["openai"] == "not_configured"
+
+
+async def test_a_non_streamed_background_response_is_polled_until_done(daemon, upstream):
+    done = oa.body([oa.message("msg_bg", "Finished in the background.")], response_id="resp_bg")
+    upstream.route("POST", RESPONSES, Reply.json({**done, "status": "queued", "output": [], "usage": None}))
+    upstream.route("GET", "/v1/responses/resp_bg", Reply.json({**done, "status": "in_progress", "output": []}),
+                   Reply.json(done))
+    with trio.fail_after(30):
+        async with Client(daemon.runtime_dir) as client:
+            response = await client.complete(MODEL, "go", provider_options={"openai": {"background": True}})
+    assert response.text == "Finished in the background." and response.usage.output_tokens == 80
+    assert len(upstream.sent("/v1/responses/resp_bg", "GET")) == 2
+    assert upstream.sent(RESPONSES)[0].json()["background"] is True
