@@ -17,8 +17,8 @@ from ..protocol.messages import (
     DocumentPart,
     ErrorClass,
     ImagePart,
-    ModelInfo,
     ProviderPart,
+    ModelInfo,
     RedactedThinkingPart,
     Request,
     TextPart,
@@ -123,7 +123,6 @@ def _check_assistant(content: list, where: str, seen_calls: set[str]) -> None:  
                 seen_calls.add(p.provider_id)
             has_substance = True
         elif t in (ThinkingPart, RedactedThinkingPart, ProviderPart):
-            # A provider's opaque items (reasoning, built-in tool calls) are what its model said.
             has_substance = True
         else:
             raise Invalid(f"{where}.content[{j}]: an assistant message cannot hold {p.__struct_config__.tag} parts")

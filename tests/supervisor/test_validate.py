@@ -107,11 +107,3 @@ def test_prompt_far_over_the_context_window_is_context_length():
 def test_models_outside_the_catalog_skip_capability_checks():
     unknown = ModelInfo(id="mock:new", provider="mock", wire_name="new", tools=False, in_catalog=False)
     validate(req(Message.user("x"), tools=[Tool(name="a")]), unknown, stream=True)
-
-
-def test_an_assistant_message_may_carry_provider_parts():
-    from trunkline.protocol.messages import ProviderPart
-
-    item = ProviderPart(api="openai", kind="reasoning", data={"type": "reasoning", "id": "rs_1", "summary": []})
-    validate(req(Message(role="user", content=[TextPart(text="a")]), Message(role="assistant", content=[item]),
-                 Message(role="user", content=[TextPart(text="b")])), FULL, stream=True)
