@@ -113,10 +113,10 @@ class Adapter:
     def count_tokens(self, request: Request, model: ModelInfo) -> int:
         return estimate_request_tokens(request)
 
-    async def count_input_tokens(self, request: Request, model: ModelInfo) -> tuple[int, bool]:
-        """(input tokens, exact): the provider's own count where it has an endpoint for
-        it, else `count_tokens`'s local estimate (exact false)."""
-        return self.count_tokens(request, model), False
+    async def count_tokens_exact(self, request: Request, model: ModelInfo) -> int | None:
+        """The provider's own count of the prompt's tokens, where it has an endpoint for
+        that; None to fall back on `count_tokens`' estimate."""
+        return None
 
     async def probe(self) -> str | None:
         """None when the provider's server answers; otherwise why not. Only local

@@ -212,21 +212,19 @@ class OpenAIAdapter(HttpAdapter):
     def count_tokens(self, req: Request, model: ModelInfo) -> int:
         return estimate_request_tokens(req)
 
-    async def count_input_tokens(self, req: Request, model: ModelInfo) -> tuple[int, bool]:
-        """OpenAI's own count of the prompt; the local estimate when it cannot be had
-        (no key, a server without the endpoint, a request it would refuse)."""
+    async def count_tokens_exact(self, req: Request, model: ModelInfo) -> int | None:
+        """OpenAI's own count of the prompt (`POST /responses/input_tokens`, with the fields
+        of the body the request would send that the endpoint takes). None without a key; a
+        failure (a proxy without the endpoint) raises, and the runtime estimates instead."""
         if not self.api_key:
-            return self.count_tokens(req, model), False
-        try:
-            built = request.build(inline_files(req), model, provider=self.name, stream=False)
-            body = {k: v for k, v in built.body.items() if k in COUNT_FIELDS}
-            answer = await self.post_simple("/responses/input_tokens", body)
-            count = answer.get("input_tokens") if isinstance(answer, dict) else None
-            if isinstance(count, int):
-                return count, True
-        except ProviderError:
-            pass
-        return self.count_tokens(req, model), False
+            return None
+        built = request.build(inline_files(req), model, provider=self.name, stream=False)
+        answer = await self.post_simple("/responses/input_tokens",
+                                        {k: v for k, v in built.body.items() if k in COUNT_FIELDS})
+        count = answer.get("input_tokens") if isinstance(answer, dict) else None
+        if not isinstance(count, int):
+            raise ProviderError("invalid_response", f"{self.name} answered a token count without input_tokens")
+        return count
 
     async def post_simple(self, path: str, body: dict[str, Any]) -> Any:
         """POST outside any job (no retries, no idempotency key) and return the decoded JSON."""
