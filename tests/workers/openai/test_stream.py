@@ -305,3 +305,25 @@ def test_any_bytes_end_in_one_terminal_event(data):
 
 
 CREATED_BYTES = sse(CREATED)
+
+
+def test_raw_reasoning_text_streams_as_reasoning():
+    item = {"type": "reasoning", "id": "rs_9", "summary": [],
+            "content": [{"type": "reasoning_text", "text": "Let me think."}]}
+    body = sse(CREATED,
+               {"type": "response.output_item.added", "output_index": 0, "sequence_number": 1,
+                "item": {**item, "content": []}},
+               {"type": "response.content_part.added", "item_id": "rs_9", "output_index": 0, "content_index": 0,
+                "part": {"type": "reasoning_text", "text": ""}, "sequence_number": 2},
+               *[{"type": "response.reasoning_text.delta", "item_id": "rs_9", "output_index": 0, "content_index": 0,
+                  "delta": d, "sequence_number": 3 + k} for k, d in enumerate(["Let me ", "think."])],
+               {"type": "response.reasoning_text.done", "item_id": "rs_9", "output_index": 0, "content_index": 0,
+                "text": "Let me think.", "sequence_number": 5},
+               {"type": "response.output_item.done", "output_index": 0, "item": item, "sequence_number": 6},
+               completed(output=[item], seq=7))
+    events = run(chunkings(body)[1])
+    check_invariants(events)
+    content = events[-1].response.message.content
+    assert content[0] == ThinkingPart(text="Let me think.", provider="openai")
+    assert content[1].kind == "reasoning" and content[1].data == item
+    assert shape(content) == shape(wire_response.parse(completed(output=[item])["response"], MODEL).message.content)
