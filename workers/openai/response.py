@@ -130,8 +130,8 @@ def parse(body: Any, model: ModelInfo, include_raw: bool = False) -> Response:
         raise invalid_response(f"not a Responses API response (no output list): {str(body)[:200]}")
     status = body.get("status")
     if status == "failed":
-        error = body.get("error") if isinstance(body.get("error"), dict) else {"message": "the response failed"}
-        raise from_error_object(error)
+        error = body.get("error")
+        raise from_error_object(error if isinstance(error, dict) else {"message": "the response failed"})
     parts: list[ContentPart] = []
     refused = has_calls = False
     for item in body["output"]:

@@ -155,12 +155,14 @@ class ResponsesStream:
 
     def _failed(self, p: dict[str, Any]) -> list[Event]:
         response = p.get("response") or {}
-        error = response.get("error") if isinstance(response.get("error"), dict) else {}
-        raise from_error_object(error or {"message": f"the response ended with status {response.get('status')}"})
+        error = response.get("error")
+        if not isinstance(error, dict) or not error:
+            error = {"message": f"the response ended with status {response.get('status')}"}
+        raise from_error_object(error)
 
     def _error(self, p: dict[str, Any]) -> list[Event]:
-        error = p.get("error") if isinstance(p.get("error"), dict) else p
-        raise from_error_object(error)
+        error = p.get("error")
+        raise from_error_object(error if isinstance(error, dict) else p)
 
     # -- output items -----------------------------------------------------------------------
 
@@ -233,9 +235,9 @@ class ResponsesStream:
                         index = self._open()
                         out += [ReasoningStart(index=index), ReasoningDelta(index=index, text=text),
                                 ReasoningEnd(index=index, text=text)]
-                part = opaque(raw, self.model)
-                out.append(ProviderPartEvent(index=self._open(), api=API, kind=part.kind, data=part.data,
-                                             model=part.model))
+                kept = opaque(raw, self.model)
+                out.append(ProviderPartEvent(index=self._open(), api=API, kind=kept.kind, data=kept.data,
+                                             model=kept.model))
             return out
         if item.kind == "function_call":
             return self._close_call(item, (raw or {}).get("arguments"))
