@@ -21,7 +21,7 @@ DEFAULTS_PATH = Path(__file__).resolve().with_name("defaults.yaml")
 USER_CONFIG_PATH = Path("~/.config/trunkline/config.yaml")
 
 #: Provider implementations this version ships (one worker package each).
-ProviderType = Literal["mock", "anthropic", "openai_compat", "ollama"]
+ProviderType = Literal["mock", "anthropic", "openai", "openai_compat", "ollama"]
 
 
 class ConfigError(Exception):

@@ -1,0 +1,241 @@
+"""OpenAI Responses I/O: `POST /responses`, `GET /models/{model}`, rate-limit headers.
+
+The default instance reads `OPENAI_BASE_URL`, `OPENAI_ORG_ID` and
+`OPENAI_PROJECT_ID` (through the env-variable names in its `options`), as
+OpenAI's own SDKs do; any other instance (a proxy, an Azure-style endpoint)
+is one more provider entry with its own `base_url`, key and headers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import msgspec
+import trio
+
+from ...config.loader import ProviderConfig
+from ...protocol.messages import ModelInfo, RateLimit, Request, Response, WarningInfo
+from ...protocol.tokens import estimate_request_tokens
+from .._adapter import Call, Emit, consume
+from .._http import HttpAdapter
+from .._media import inline_files
+from .._sse import SseDecoder
+from ..errors import ProviderError, from_transport, parse_retry_after
+from ..openai_compat.adapter import duration_s
+from . import errors, request, response
+from .stream import ResponsesStream
+
+log = logging.getLogger("trunkline.worker.openai")
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+#: A background response's stream is picked up again at most this many times.
+MAX_RESUMES = 5
+#: How long a cancel waits for OpenAI to take the cancel of a background response.
+CANCEL_TIMEOUT_S = 5.0
+#: A non-streamed background response is polled after this long, then twice as long each time, up to the maximum.
+POLL_FIRST_S = 0.25
+POLL_MAX_S = 5.0
+#: What `POST /responses/input_tokens` takes of a request body (InputTokenCountParams).
+COUNT_FIELDS = {"model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "reasoning",
+                "text", "truncation", "conversation", "previous_response_id"}
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _from_env(config: ProviderConfig) -> ProviderConfig:
+    """`config` with what the environment variables named in its options say."""
+    options = config.options
+    base_url = os.environ.get(options.get("base_url_env") or "") or config.base_url
+    headers = dict(config.headers)
+    for option, header in (("organization_env", "OpenAI-Organization"), ("project_env", "OpenAI-Project")):
+        value = os.environ.get(options.get(option) or "")
+        if value:
+            headers[header] = value
+    return msgspec.structs.replace(config, base_url=base_url, headers=headers)
+
+
+class OpenAIAdapter(HttpAdapter):
+    provider_type = "openai"
+    default_base_url = DEFAULT_BASE_URL
+
+    def __init__(self, name: str, config: ProviderConfig, *args: Any, **kwargs: Any) -> None:
+        super().__init__(name, _from_env(config), *args, **kwargs)
+
+    def auth_headers(self) -> dict[str, str]:
+        return {"authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def classify(self, status: int, headers: httpx.Headers, body: bytes) -> ProviderError:
+        return errors.classify(status, headers, body)
+
+    def rate_limit(self, headers: httpx.Headers) -> RateLimit | None:
+        if not any(k.startswith("x-ratelimit-") for k in headers) and "retry-after" not in headers:
+            return None
+        return RateLimit(
+            requests_limit=_int(headers.get("x-ratelimit-limit-requests")),
+            requests_remaining=_int(headers.get("x-ratelimit-remaining-requests")),
+            requests_reset_s=duration_s(headers.get("x-ratelimit-reset-requests")),
+            tokens_limit=_int(headers.get("x-ratelimit-limit-tokens")),
+            tokens_remaining=_int(headers.get("x-ratelimit-remaining-tokens")),
+            tokens_reset_s=duration_s(headers.get("x-ratelimit-reset-tokens")),
+            retry_after_s=parse_retry_after(headers),
+        )
+
+    def _build(self, call: Call, stream: bool) -> request.Built:
+        built = request.build(inline_files(call.request), call.model, provider=self.name, wire_ids=call.wire_ids,
+                              stream=stream)
+        call.warnings.extend(w for w in built.warnings if w not in call.warnings)
+        return built
+
+    async def stream(self, call: Call, emit: Emit) -> Response:
+        built = self._build(call, stream=True)
+        translator = ResponsesStream(call.model, passthrough=call.request.passthrough, provider=self.name)
+        raw: list[Any] | None = [] if call.request.include_raw else None
+        decoder = SseDecoder()
+
+        def feed(chunk: bytes) -> None:
+            for sse in decoder.feed(chunk):
+                if raw is not None:
+                    raw.append({"event": sse.event, "data": sse.data})
+                for event in translator.feed(sse.event, sse.data):
+                    emit(event)
+
+        def flush() -> None:
+            for sse in decoder.flush():
+                for event in translator.feed(sse.event, sse.data):
+                    emit(event)
+
+        background = bool(built.body.get("background"))
+        resumes = 0
+        try:
+            while True:
+                try:
+                    if resumes == 0:
+                        await self.post_stream(call, "/responses", built.body, feed)
+                    else:
+                        await self._resume_stream(call, translator, feed)
+                    flush()
+                    return self._finish(translator, raw)
+                except ProviderError as err:
+                    if not (background and err.error_class in ("network", "timeout") and translator.response_id
+                            and not translator.done and resumes < MAX_RESUMES):
+                        raise
+                    # What a half-received line held is sent again after `last_sequence`.
+                    decoder = SseDecoder()
+                    resumes += 1
+                    warning = WarningInfo(code="stream_resumed", message=f"the connection to OpenAI dropped "
+                                          f"({err.error_class}); the background response was resumed after event "
+                                          f"{translator.last_sequence}")
+                    if warning not in call.warnings:
+                        call.warnings.append(warning)
+        except trio.Cancelled:
+            if background and translator.response_id and not translator.done:
+                await self._cancel_at_openai(translator.response_id)
+            raise
+
+    def _finish(self, translator: ResponsesStream, raw: list[Any] | None) -> Response:
+        skeleton = translator.finish()
+        skeleton.raw = raw
+        return skeleton
+
+    async def _resume_stream(self, call: Call, translator: ResponsesStream, feed: Callable[[bytes], None]) -> None:
+        """The rest of a background response's stream, after the last event we have."""
+        after = translator.last_sequence if translator.last_sequence is not None else -1
+        path = f"/responses/{translator.response_id}?stream=true&starting_after={after}"
+        try:
+            async with self.client.stream("GET", self.url(path), headers=self.auth_headers()) as reply:
+                call.upstream_open = True
+                if reply.status_code >= 400:
+                    raise self.classify(reply.status_code, reply.headers, await reply.aread())
+                await consume(reply.aiter_bytes(), call.deadlines.stream_idle_s, self.name, feed)
+        except httpx.TransportError as exc:
+            raise from_transport(exc, self.name) from None
+        finally:
+            call.upstream_open = False
+
+    async def _cancel_at_openai(self, response_id: str) -> None:
+        """Stop a background response we no longer want (it would run, and bill, to the end)."""
+        with trio.CancelScope(shield=True), trio.move_on_after(CANCEL_TIMEOUT_S):
+            try:
+                await self.post_simple(f"/responses/{response_id}/cancel", {})
+            except ProviderError as err:
+                log.warning("%s: could not cancel background response %s: %s", self.name, response_id,
+                            err.error_class)
+
+    async def complete(self, call: Call) -> Response:
+        built = self._build(call, stream=False)
+        body, _ = await self.post_json(call, "/responses", built.body)
+        if built.body.get("background"):
+            body = await self._await_background(call, body)
+        return response.parse(body, call.model, include_raw=call.request.include_raw)
+
+    async def _await_background(self, call: Call, body: Any) -> Any:
+        """A background response answers `queued` at once: ask again until it has finished."""
+        if not isinstance(body, dict) or not body.get("id"):
+            return body
+        response_id = str(body["id"])
+        delay, failures = POLL_FIRST_S, 0
+        try:
+            while body.get("status") in ("queued", "in_progress"):
+                await trio.sleep(delay)
+                delay = min(delay * 2, POLL_MAX_S)
+                try:
+                    call.upstream_open = True
+                    body = await self.get_json(f"/responses/{response_id}")
+                except ProviderError as err:
+                    failures += 1
+                    if err.error_class not in ("network", "timeout", "server_error") or failures > MAX_RESUMES:
+                        raise
+                finally:
+                    call.upstream_open = False
+                if not isinstance(body, dict):
+                    raise ProviderError("invalid_response", f"{self.name} answered a poll of {response_id} "
+                                        "with something that is not a response")
+        except trio.Cancelled:
+            await self._cancel_at_openai(response_id)
+            raise
+        return body
+
+    async def ready(self, model: ModelInfo) -> None:
+        if not self.api_key:
+            raise ProviderError("not_configured", f"no API key: set {self.config.api_key_env}")
+        await self.get_json(f"/models/{model.wire_name}")
+
+    def count_tokens(self, req: Request, model: ModelInfo) -> int:
+        return estimate_request_tokens(req)
+
+    async def count_tokens_exact(self, req: Request, model: ModelInfo) -> int | None:
+        """OpenAI's own count of the prompt (`POST /responses/input_tokens`, with the fields
+        of the body the request would send that the endpoint takes). None without a key; a
+        failure (a proxy without the endpoint) raises, and the runtime estimates instead."""
+        if not self.api_key:
+            return None
+        built = request.build(inline_files(req), model, provider=self.name, stream=False)
+        answer = await self.post_simple("/responses/input_tokens",
+                                        {k: v for k, v in built.body.items() if k in COUNT_FIELDS})
+        count = answer.get("input_tokens") if isinstance(answer, dict) else None
+        if not isinstance(count, int):
+            raise ProviderError("invalid_response", f"{self.name} answered a token count without input_tokens")
+        return count
+
+    async def post_simple(self, path: str, body: dict[str, Any]) -> Any:
+        """POST outside any job (no retries, no idempotency key) and return the decoded JSON."""
+        try:
+            reply = await self.client.post(self.url(path), content=msgspec.json.encode(body),
+                                           headers={"content-type": "application/json", **self.auth_headers()})
+        except httpx.TransportError as exc:
+            raise from_transport(exc, self.name) from None
+        if reply.status_code >= 400:
+            raise self.classify(reply.status_code, reply.headers, reply.content)
+        try:
+            return msgspec.json.decode(reply.content)
+        except msgspec.DecodeError:
+            raise ProviderError("invalid_response", f"{self.name} sent a body that is not JSON") from None
