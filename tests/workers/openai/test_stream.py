@@ -324,6 +324,6 @@ def test_raw_reasoning_text_streams_as_reasoning():
     events = run(chunkings(body)[1])
     check_invariants(events)
     content = events[-1].response.message.content
-    assert content[0] == ThinkingPart(text="Let me think.", provider="openai")
+    assert content[0] == ThinkingPart(text="Let me think.", provider="openai", model="gpt-5")
     assert content[1].kind == "reasoning" and content[1].data == item
     assert shape(content) == shape(wire_response.parse(completed(output=[item])["response"], MODEL).message.content)
