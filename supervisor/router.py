@@ -57,6 +57,7 @@ from ..protocol.messages import (
 )
 from ..protocol.sp_wire import Oversize, split_url
 from ..protocol.tokens import estimate_request_tokens
+from .ratelog import RateLimitedLog
 from .requests import RequestState
 from .validate import Invalid, validate
 
@@ -87,6 +88,7 @@ class Router:
         self.needs_token = split_url(daemon.control_url)[0] == "tcp"
         self.authenticated: set[int] = set()
         self.received_ns = 0  # when the request being handled arrived (TRUNKLINE_TRACE_HOPS)
+        self.bad_input_log = RateLimitedLog(log)
 
     async def serve(self, nursery: trio.Nursery) -> None:
         self._nursery = nursery
@@ -119,10 +121,26 @@ class Router:
     # -- dispatch --------------------------------------------------------------------
 
     def handle(self, data: bytes | Oversize, pipe_id: int) -> Any:
+        """The reply to one control request. Unreadable input gets a typed
+        `protocol_error` and one log line (rate-limited, so input cannot flood the
+        log); a bug while handling it fails that request alone, also in one line."""
+        try:
+            reply = self._dispatch(data, pipe_id)
+        except Exception as exc:  # noqa: BLE001 - a bug here must not stop the daemon
+            self.bad_input_log.note(f"control request failed ({type(exc).__name__}: {str(exc)[:200]})")
+            return ProtocolError(error=_error("other", f"internal error: {type(exc).__name__}"))
+        if type(reply) is ProtocolError:
+            self.bad_input_log.note(f"unreadable control request: {reply.error.message[:200]}")
+        return reply
+
+    def _dispatch(self, data: bytes | Oversize, pipe_id: int) -> Any:
         size = data.size if type(data) is Oversize else len(data)  # type: ignore[union-attr]
-        if size > self.max_bytes:
+        if type(data) is Oversize or size > self.max_bytes:
+            # The transport skips what is over its frame limit (the routing header
+            # included), so a body exactly at the limit arrives skipped too.
             return ProtocolError(error=_error(
-                "invalid_request", f"message of {size} bytes exceeds the limit of {self.max_bytes} bytes"))
+                "invalid_request", f"message of {size} bytes exceeds the limit of {self.max_bytes} bytes "
+                "(its routing header included)"))
         try:
             msg = codec.decode_control_request(data)
         except codec.DecodeError as exc:
@@ -234,7 +252,7 @@ class Router:
         if isinstance(resolved, ErrorInfo):
             return Rejected(request_id=msg.request_id, error=resolved)
         try:
-            validate(msg.request, resolved, msg.stream)
+            validate(msg.request, resolved, msg.stream, d.slots[resolved.provider].config.type)
         except Invalid as exc:
             return Rejected(request_id=msg.request_id, error=_error(exc.error_class, exc.message))
         slot = d.slots[resolved.provider]
@@ -250,8 +268,14 @@ class Router:
             state.trace = {"supervisor_received": self.received_ns}
         d.requests.add(state)
         slot.in_flight.add(msg.request_id)
-        slot.send(Job(request_id=msg.request_id, client_id=msg.client_id, request=msg.request, model=resolved,
-                      stream=msg.stream, operation_id=operation_id))
+        try:
+            slot.send(Job(request_id=msg.request_id, client_id=msg.client_id, request=msg.request, model=resolved,
+                          stream=msg.stream, operation_id=operation_id))
+        except Exception:
+            # Answered with an error: nothing of it may stay behind as `running`.
+            d.requests.active.pop(msg.request_id, None)
+            slot.in_flight.discard(msg.request_id)
+            raise
         return Accepted(request_id=msg.request_id, provider=slot.name, model=resolved.id)
 
     def cancel(self, msg: Cancel) -> CancelResult:

@@ -216,3 +216,34 @@ def test_usage_adds_up():
     b = m.Usage(input_tokens=10, output_tokens=20, total_tokens=30, cache_write_tokens=5, estimated=True)
     assert a + b == m.Usage(input_tokens=11, output_tokens=22, total_tokens=33, reasoning_tokens=1,
                             cache_read_tokens=1, cache_write_tokens=5, estimated=True)
+
+
+def _submit_with_options(value_bytes: bytes) -> bytes:
+    """A submit whose provider_options.mock.x is the raw msgpack `value_bytes`."""
+    head = codec.encode({"type": "submit", "request_id": "r", "client_id": "c", "request": {
+        "model": "mock:echo", "messages": [{"role": "user", "content": [{"type": "text", "text": "x"}]}],
+        "provider_options": {"mock": {"x": 0}}}})
+    assert head.endswith(b"\xa1x\x00")
+    return head[:-1] + value_bytes
+
+
+@pytest.mark.parametrize("depth", [70, 980, 5000, 1_000_000])
+def test_over_deep_free_form_json_is_a_decode_error(depth: int):
+    with pytest.raises(DecodeError, match="nested") as info:
+        codec.decode_control_request(_submit_with_options(b"\x91" * depth + b"\x01"))
+    assert "64 levels" in str(info.value)
+
+
+def test_free_form_json_within_the_nesting_limit_decodes():
+    # provider_options is level 1, its `mock` level 2, `x` level 3: 61 lists more make 64.
+    msg = codec.decode_control_request(_submit_with_options(b"\x91" * 61 + b"\x01"))
+    assert type(msg) is m.Submit
+    deep = msg.request.provider_options["mock"]["x"]
+    assert codec.encode(m.Job(request_id="r", client_id="c", request=msg.request, operation_id="r",
+                              model=m.ModelInfo(id="a", provider="mock", wire_name="a")))
+    assert deep[0][0][0] is not None
+
+
+def test_invalid_utf8_is_a_decode_error():
+    with pytest.raises(DecodeError, match="not valid UTF-8"):
+        codec.decode_control_request(b"\x82\xa4type\xa5hello\xabclient_name\xa2\xff\xfe")
