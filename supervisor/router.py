@@ -128,6 +128,7 @@ class Router:
             reply = self._dispatch(data, pipe_id)
         except Exception as exc:  # noqa: BLE001 - a bug here must not stop the daemon
             self.bad_input_log.note(f"control request failed ({type(exc).__name__}: {str(exc)[:200]})")
+            log.debug("control request failed", exc_info=True)
             return ProtocolError(error=_error("other", f"internal error: {type(exc).__name__}"))
         if type(reply) is ProtocolError:
             self.bad_input_log.note(f"unreadable control request: {reply.error.message[:200]}")

@@ -226,7 +226,7 @@ def check_media(part: ImagePart | AudioPart | DocumentPart, where: str) -> None:
     """A media part: base64 `data` or a URL, never a local path, of an accepted type."""
     kind = part.__struct_config__.tag
     if part.path is not None:
-        raise Invalid(f"{where}: the daemon does not read local files (path {part.path!r}); send the bytes as "
+        raise Invalid(f"{where}: the daemon does not read local files (path {part.path[:200]!r}); send the bytes as "
                       "base64 `data` instead (the Python client does this for `path` parts)")
     if not (part.url or part.data):
         raise Invalid(f"{where}: {_article(kind)} needs a url or base64 data")
