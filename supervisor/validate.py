@@ -367,10 +367,12 @@ def check_provider_options(request: Request, provider: str, provider_type: str) 
     """The options the worker of `provider` will read (by its name, else by its type,
     as the workers look them up), checked against `OPTION_RULES`."""
     rules = OPTION_RULES.get(provider_type)
-    if not rules:
+    if not rules or not request.provider_options:
         return
     key = provider if request.provider_options.get(provider) else provider_type
-    options = request.provider_options.get(key) or {}
+    options = request.provider_options.get(key)
+    if not options:
+        return
     for path, rule in rules:
         for value, where in _at(options, path.split("."), f"provider_options.{key}"):
             if value is None:
