@@ -7,8 +7,11 @@ bound says the prompt may not fit) and records a submit on its event loop, so
 for that time no other client or stream is served. This builds, for several
 shapes of content, a submit just under the limit and times each step in this
 process (the smallest of `--repeats` runs): decode, validation of which the
-token estimate is part, and a `count_tokens` estimate as a worker makes it. The
-budget is 10 ms; the ratio column is the stall over it.
+token estimate is part (also what a worker spends on `count_tokens`), and the
+encoding of the job for the worker. The estimate's budget is 10 ms; the ratio
+column is its stall over it. The other columns show what else a submit of that
+size costs the loop (a worker spends about the decode again, and as much to
+encode the provider's JSON body).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trunkline.protocol import codec
-from trunkline.protocol.messages import ImagePart, Message, ModelInfo, Request, Submit, TextPart
+from trunkline.protocol.messages import ImagePart, Job, Message, ModelInfo, Request, Submit, TextPart
 from trunkline.protocol.tokens import estimate_request_tokens
 from trunkline.supervisor.validate import Invalid, validate
 
@@ -84,7 +87,8 @@ def main() -> None:
     args = parser.parse_args()
     print(f"submit just under {args.bytes} bytes; milliseconds on this machine (best of {args.repeats}); "
           f"budget {BUDGET_MS:g} ms")
-    print(f"{'content':30} {'bytes':>10} {'decode':>8} {'validate':>9} {'estimate':>9} {'x budget':>9}")
+    print(f"{'content':30} {'bytes':>10} {'decode':>8} {'validate':>9} {'estimate':>9} {'x budget':>9} "
+          f"{'job encode':>11}")
     worst = 0.0
     for name, request in shapes(args.bytes).items():
         data = codec.encode(Submit(request_id="r", client_id="c", request=request))
@@ -93,9 +97,11 @@ def main() -> None:
         decode = best_ms(lambda: codec.decode_control_request(data), args.repeats)
         check = best_ms(lambda: validate_quietly(decoded), args.repeats)
         estimate = best_ms(lambda: estimate_request_tokens(decoded), args.repeats)
+        job = Job(request_id="r", client_id="c", request=decoded, model=MODEL, operation_id="r")
+        encode = best_ms(lambda: codec.encode(job), args.repeats)
         worst = max(worst, estimate)
         print(f"{name:30} {len(data):>10} {decode:>8.1f} {check:>9.1f} {estimate:>9.1f} "
-              f"{estimate / BUDGET_MS:>9.2f}")
+              f"{estimate / BUDGET_MS:>9.2f} {encode:>11.1f}")
     print(f"longest token estimate: {worst:.1f} ms ({worst / BUDGET_MS:.2f} of the budget)")
 
 
