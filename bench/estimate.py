@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trunkline.protocol import codec
-from trunkline.protocol.messages import ImagePart, Job, Message, ModelInfo, Request, Submit, TextPart
+from trunkline.protocol.messages import ImagePart, Job, Message, ModelInfo, Request, Submit, TextPart, Tool
 from trunkline.protocol.tokens import estimate_request_tokens
 from trunkline.supervisor.validate import Invalid, validate
 
@@ -61,6 +61,8 @@ def shapes(size: int) -> dict[str, Request]:
             data=base64.b64encode(raw).decode(), media_type="image/png"))]),
         "tiny text parts": Request(model="mock:basic", messages=[
             Message.user(*[TextPart(text="ab") for _ in range(tiny)])]),
+        "tool schema, many keys": Request(model="mock:basic", messages=[Message.user("x")], tools=[Tool(
+            name="t", parameters={"type": "object", "properties": {f"k{i}": [i, "ab"] for i in range(text // 24)}})]),
     }
 
 
