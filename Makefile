@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.deps-installed
 PIP    := $(BIN)/python -m pip --disable-pip-version-check --quiet
 
-.PHONY: serve test install schema clean
+.PHONY: serve test install schema clean fuzz
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,11 @@ serve: install
 
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# A long random campaign of arbitrary control messages at a live daemon (CI runs a
+# fixed one of 2000): `make fuzz`, or `make fuzz N=100000`.
+fuzz: install
+	TRUNKLINE_FUZZ_EXAMPLES=$(or $(N),30000) TRUNKLINE_FUZZ_RANDOM=1 $(BIN)/python -m pytest tests/e2e/test_fuzz.py -q -s -p no:cacheprovider
 
 schema: install
 	$(BIN)/python -m trunkline.protocol.schema

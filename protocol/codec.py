@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from .limits import MAX_NESTING, request_problem
 from .messages import AnyEvent, ControlReply, ControlRequest, FromWorker, Request, ToWorker
 
 T = TypeVar("T")
@@ -46,11 +47,29 @@ def _decoder(dec: msgspec.msgpack.Decoder[Any]):  # type: ignore[no-untyped-def]
             raise DecodeError(f"invalid message: {exc}") from None
         except msgspec.DecodeError as exc:
             raise DecodeError(f"malformed msgpack: {exc}") from None
+        except UnicodeDecodeError as exc:
+            raise DecodeError(f"a string is not valid UTF-8 (byte {exc.start} of it)") from None
+        except RecursionError:
+            raise DecodeError(f"nested too deeply (free-form JSON may nest {MAX_NESTING} levels)") from None
 
     return decode
 
 
-decode_control_request = _decoder(_control_requests)
+_decode_control_request = _decoder(_control_requests)
+
+
+def decode_control_request(data: bytes | memoryview) -> Any:
+    """A control request, its free-form JSON nested at most `MAX_NESTING` levels deep
+    (deeper would break re-encoding it for a worker)."""
+    msg = _decode_control_request(data)
+    request = getattr(msg, "request", None)
+    if type(request) is Request:
+        problem = request_problem(request, numbers=False)
+        if problem is not None:
+            raise DecodeError(f"request.{problem} (the limit for free-form JSON)")
+    return msg
+
+
 decode_control_reply = _decoder(_control_replies)
 decode_event = _decoder(_events)
 _decode_event_list = _decoder(_event_lists)

@@ -92,7 +92,8 @@ class TextPart(Msg, tag="text", kw_only=True):
 
 
 class ImagePart(Msg, tag="image", kw_only=True):
-    """An image given as a URL, as base64 `data`, or as a local file `path` the worker reads."""
+    """An image given as a URL (https, http or data:) or as base64 `data`. The daemon
+    refuses `path`: a client reads its own files (the Python client turns `path` into `data`)."""
 
     url: str | None = None
     data: str | None = None
@@ -102,7 +103,7 @@ class ImagePart(Msg, tag="image", kw_only=True):
 
 
 class AudioPart(Msg, tag="audio", kw_only=True):
-    """Audio given as a URL, base64 `data` or a local file `path`."""
+    """Audio given as a URL or base64 `data` (`path`: read by the client, refused by the daemon)."""
 
     url: str | None = None
     data: str | None = None
@@ -111,7 +112,8 @@ class AudioPart(Msg, tag="audio", kw_only=True):
 
 
 class DocumentPart(Msg, tag="document", kw_only=True):
-    """A document (PDF, plain text) given as a URL, base64 `data` or a local file `path`."""
+    """A document (PDF, plain text) given as a URL or base64 `data` (`path`: read by the
+    client, refused by the daemon)."""
 
     url: str | None = None
     data: str | None = None

@@ -59,6 +59,7 @@ from ..protocol.messages import (
 )
 from ..protocol.tokens import estimate_request_tokens
 from .reload import reload
+from .ratelog import RateLimitedLog
 from .requests import RequestState
 from .validate import Invalid, validate
 
@@ -92,6 +93,7 @@ class Router:
         self.needs_token = nng.is_remote(daemon.control_url)
         self.authenticated: set[int] = set()
         self.received_ns = 0  # when the request being handled arrived (TRUNKLINE_TRACE_HOPS)
+        self.bad_input_log = RateLimitedLog(log)
 
     async def serve(self, nursery: trio.Nursery) -> None:
         """Read control requests and answer each before reading the next (a slow one,
@@ -130,10 +132,25 @@ class Router:
     # -- dispatch --------------------------------------------------------------------
 
     def handle(self, data: bytes, pipe_id: int) -> Any:
+        """The reply to one control request. Unreadable input gets a typed
+        `protocol_error` and one log line (rate-limited, so input cannot flood the
+        log); a bug while handling it fails that request alone, also in one line."""
+        try:
+            reply = self._dispatch(data, pipe_id)
+        except Exception as exc:  # noqa: BLE001 - a bug here must not stop the daemon
+            self.bad_input_log.note(f"control request failed ({type(exc).__name__}: {str(exc)[:200]})")
+            log.debug("control request failed", exc_info=True)
+            return ProtocolError(error=_error("other", f"internal error: {type(exc).__name__}"))
+        if type(reply) is ProtocolError:
+            self.bad_input_log.note(f"unreadable control request: {reply.error.message[:200]}")
+        return reply
+
+    def _dispatch(self, data: bytes, pipe_id: int) -> Any:
         size = len(data)
         if size > self.max_bytes:
             return ProtocolError(error=_error(
-                "invalid_request", f"message of {size} bytes exceeds the limit of {self.max_bytes} bytes"))
+                "invalid_request", f"message of {size} bytes exceeds the limit of {self.max_bytes} bytes "
+                "(its routing header included)"))
         try:
             msg = codec.decode_control_request(data)
         except codec.DecodeError as exc:
@@ -252,7 +269,7 @@ class Router:
         if isinstance(resolved, ErrorInfo):
             return Rejected(request_id=msg.request_id, error=resolved)
         try:
-            validate(msg.request, resolved, msg.stream)
+            validate(msg.request, resolved, msg.stream, d.slots[resolved.provider].config.type)
         except Invalid as exc:
             return Rejected(request_id=msg.request_id, error=_error(exc.error_class, exc.message))
         slot = d.slots[resolved.provider]
@@ -272,7 +289,13 @@ class Router:
                         stream=msg.stream, operation_id=operation_id)
         if slot.name in d.job_policies:  # a reload changed them since the worker started
             state.job.retry, state.job.timeouts = d.job_policies[slot.name]
-        slot.send(state.job)
+        try:
+            slot.send(state.job)
+        except Exception:
+            # Answered with an error: nothing of it may stay behind as `running`.
+            d.requests.active.pop(msg.request_id, None)
+            slot.in_flight.discard(msg.request_id)
+            raise
         return Accepted(request_id=msg.request_id, provider=slot.name, model=resolved.id)
 
     def cancel(self, msg: Cancel, pipe_id: int) -> CancelResult:

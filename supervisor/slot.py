@@ -260,7 +260,10 @@ class WorkerSlot:
         status, or None if it could not start."""
         ours, theirs = link.socket_pair()
         try:
-            self._proc = await spawn.start(self.settings(theirs.fileno()), pass_fds=(theirs.fileno(),))
+            others = {p.api_key_env for p in self.daemon.config.providers.values() if p.api_key_env}
+            others.discard(self.config.api_key_env)
+            self._proc = await spawn.start(self.settings(theirs.fileno()), pass_fds=(theirs.fileno(),),
+                                           other_keys=others)
         except OSError as exc:
             self.last_error = f"cannot start worker: {exc}"
             ours.close()

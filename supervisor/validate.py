@@ -4,13 +4,23 @@ The message rules follow the OpenArmature spec: system (and developer)
 messages only at the start, the conversation then opens with the user and
 ends with a user or tool message, every tool result answers an earlier tool
 call, tool names are unique and of the form every provider accepts, and
-required content is present. Then the request is checked against what the
-resolved model can do. Each failure is one clear sentence naming the place.
+required content is present. Every number is finite and within its range
+(the worker's deadlines and the mock's scripts included), media parts carry
+well-formed URLs or base64 of an accepted media type, and never a local path:
+the daemon does not open files a client names. Then the request is checked
+against what the resolved model can do. Each failure is one clear sentence
+naming the place.
 """
 
 from __future__ import annotations
 
+import math
 import re
+import string
+from typing import Any
+from urllib.parse import urlsplit
+
+import msgspec
 
 import msgspec
 
@@ -28,6 +38,7 @@ from ..protocol.messages import (
     ToolCallPart,
     ToolResultPart,
 )
+from ..protocol.limits import request_problem
 from ..protocol.tokens import estimate_request_tokens, provider_part_chars
 from ..config.rules import effort_refusal, forced_tool_refusal
 
@@ -38,6 +49,72 @@ TOOL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_-]{0,63}")
 
 #: An estimate this far over the context window is certainly too long.
 CONTEXT_MARGIN = 1.15
+
+#: Ranges of the request's own numbers.
+MAX_TOKENS = 2**31 - 1  # the widest any provider takes (a signed 32-bit count)
+SEED_RANGE = (-(2**63), 2**63 - 1)
+MAX_TIMEOUT_S = 86_400.0
+
+#: Media a part may carry, by part kind (what the providers we speak to accept).
+MEDIA_TYPES: dict[str, frozenset[str]] = {
+    "image": frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"}),
+    "document": frozenset({"application/pdf", "text/plain", "text/markdown", "text/csv", "text/html"}),
+    "audio": frozenset({"audio/wav", "audio/x-wav", "audio/mpeg", "audio/mp3", "audio/ogg", "audio/flac",
+                        "audio/webm", "audio/mp4", "audio/aac"}),
+}
+URL_SCHEMES = ("https", "http", "data")
+#: Bytes one media part may decode to (Anthropic's request limit, the largest we know
+#: of); the message size limit (16 MiB by default) usually binds first.
+MAX_MEDIA_BYTES = 32 * 1024 * 1024
+#: A web URL longer than this is refused (data: URLs are bounded by MAX_MEDIA_BYTES).
+MAX_URL_CHARS = 8192
+_BASE64 = (string.ascii_letters + string.digits + "+/").encode()
+_URL_FORBIDDEN = re.compile(r"[\x00-\x20\x7f]")
+
+#: Longest pause a mock script may ask for, and the most chunks it may play.
+MAX_MOCK_DELAY_S = 3600.0
+MAX_MOCK_CHUNKS = 1_000_000
+_COUNT = ("int", 0, 2**53)
+_DELAY = ("number", 0.0, MAX_MOCK_DELAY_S)
+
+#: Values inside `provider_options` that a worker reads itself (not just forwards),
+#: by provider type: a path (`[]` stands for every item of a list), and what it must be.
+OPTION_RULES: dict[str, list[tuple[str, tuple[Any, ...]]]] = {
+    "mock": [
+        ("delay", _DELAY),
+        ("repeat", ("int", 1, MAX_MOCK_CHUNKS)),
+        ("steps", ("list",)),
+        ("steps[].delay", _DELAY),
+        ("steps[].tool_call", ("object",)),
+        ("steps[].tool_call.chunks", ("int", 1, MAX_MOCK_CHUNKS)),
+        ("steps[].tool_call.fragment_delay", _DELAY),
+        ("steps[].tool_call.hold", _DELAY),
+        ("steps[].error", ("object",)),
+        ("steps[].error.retry_after", _DELAY),
+        ("steps[].error.attempts", ("int", 0, 1000)),
+        ("steps[].error.status", ("int", 100, 599)),
+        ("steps[].usage", ("object",)),
+        ("steps[].usage.input_tokens", _COUNT),
+        ("steps[].usage.output_tokens", _COUNT),
+        ("steps[].usage.reasoning_tokens", _COUNT),
+        ("steps[].usage.cache_read_tokens", _COUNT),
+        ("steps[].usage.cache_write_tokens", _COUNT),
+    ],
+    "anthropic": [
+        ("thinking", ("object",)),
+        ("thinking.budget_tokens", ("int", 1024, MAX_TOKENS)),
+        ("top_k", ("int", 0, MAX_TOKENS)),
+    ],
+    "ollama": [
+        ("options", ("object",)),
+        ("options.top_k", ("int", 0, MAX_TOKENS)),
+        ("options.num_ctx", ("int", 1, MAX_TOKENS)),
+        ("options.num_predict", ("int", -2, MAX_TOKENS)),
+    ],
+    "openai_compat": [
+        ("top_k", ("int", -1, MAX_TOKENS)),
+    ],
+}
 
 
 class Invalid(Exception):
@@ -97,10 +174,7 @@ def _check_user(content: list, where: str) -> None:  # type: ignore[type-arg]
         if t is TextPart:
             has_substance = has_substance or bool(p.text)
         elif t in (ImagePart, AudioPart, DocumentPart):
-            if not (p.url or p.data or p.path):
-                raise Invalid(f"{where}.content[{j}]: a {p.__struct_config__.tag} needs a url, data or path")
-            if p.data and not p.media_type:
-                raise Invalid(f"{where}.content[{j}]: base64 data needs a media_type")
+            check_media(p, f"{where}.content[{j}]")
             has_substance = True
         elif t is ToolResultPart:
             raise Invalid(f"{where}.content[{j}]: tool results go in a message with role `tool`")
@@ -144,12 +218,87 @@ def _check_tool(m, where: str, seen_calls: set[str]) -> None:  # type: ignore[no
     for j, p in enumerate(m.content):
         if type(p) not in (ToolResultPart, TextPart, ImagePart):
             raise Invalid(f"{where}.content[{j}]: a tool message cannot hold {p.__struct_config__.tag} parts")
+        if type(p) is ImagePart:
+            check_media(p, f"{where}.content[{j}]")
+        elif type(p) is ToolResultPart and not isinstance(p.content, str):
+            for k, q in enumerate(p.content):
+                if type(q) is ImagePart:
+                    check_media(q, f"{where}.content[{j}].content[{k}]")
     ids = [p.tool_call_id for p in results] or [m.tool_call_id]
     for call_id in ids:
         if call_id not in seen_calls:
             raise Invalid(f"{where}: tool_call_id {call_id!r} does not answer any earlier tool call")
     if not results and not any(type(p) is TextPart for p in m.content):
         raise Invalid(f"{where}: a tool message needs result content")
+
+
+def check_media(part: ImagePart | AudioPart | DocumentPart, where: str) -> None:
+    """A media part: base64 `data` or a URL, never a local path, of an accepted type."""
+    kind = part.__struct_config__.tag
+    if part.path is not None:
+        raise Invalid(f"{where}: the daemon does not read local files (path {part.path[:200]!r}); send the bytes as "
+                      "base64 `data` instead (the Python client does this for `path` parts)")
+    if not (part.url or part.data):
+        raise Invalid(f"{where}: {_article(kind)} needs a url or base64 data")
+    if part.url and part.data:
+        raise Invalid(f"{where}: {_article(kind)} takes a url or base64 data, not both")
+    if part.media_type is not None:
+        _check_media_type(part.media_type, kind, f"{where}.media_type")
+    if part.data:
+        if not part.media_type:
+            raise Invalid(f"{where}: base64 data needs a media_type")
+        _check_base64(part.data, f"{where}.data")
+    elif part.url:
+        _check_url(part.url, kind, f"{where}.url")
+
+
+def _article(kind: str) -> str:
+    return f"an {kind}" if kind[0] in "aeiou" else f"a {kind}"
+
+
+def _check_media_type(media_type: str, kind: str, where: str) -> None:
+    accepted = MEDIA_TYPES[kind]
+    if media_type.lower() not in accepted:
+        raise Invalid(f"{where}: {media_type[:100]!r} is not an accepted {kind} type "
+                      f"(one of {', '.join(sorted(accepted))})")
+
+
+def _check_base64(data: str, where: str) -> None:
+    # One C-speed pass (translate), not a decode: a full 16 MiB part costs ~15 ms, a decode 50.
+    if not data.isascii():
+        raise Invalid(f"{where}: not base64 (a character outside A-Z a-z 0-9 + /)")
+    raw = data.encode()
+    body = raw.rstrip(b"=")
+    if len(raw) % 4 or len(raw) - len(body) > 2 or body.translate(None, _BASE64):
+        raise Invalid(f"{where}: not valid base64 (standard alphabet, padded to a multiple of 4 characters)")
+    size = len(raw) // 4 * 3 - (len(raw) - len(body))
+    if size > MAX_MEDIA_BYTES:
+        raise Invalid(f"{where}: {size} bytes, over the {MAX_MEDIA_BYTES}-byte limit of a media part")
+
+
+def _check_url(url: str, kind: str, where: str) -> None:
+    scheme = url.partition(":")[0].lower()
+    if scheme not in URL_SCHEMES or ":" not in url:
+        raise Invalid(f"{where}: only https, http and data: URLs are accepted, not {url[:40]!r}")
+    if scheme == "data":
+        head, comma, payload = url.partition(",")
+        media_type, _, encoding = head[5:].partition(";")
+        if not comma or encoding.lower() != "base64":
+            raise Invalid(f"{where}: a data: URL must be data:<media type>;base64,<data>")
+        _check_media_type(media_type, kind, where)
+        _check_base64(payload, where)
+        return
+    if len(url) > MAX_URL_CHARS:
+        raise Invalid(f"{where}: a URL of {len(url)} characters, over the limit of {MAX_URL_CHARS}")
+    if _URL_FORBIDDEN.search(url) or not url.isascii():
+        raise Invalid(f"{where}: a URL may not hold spaces, control or non-ASCII characters (percent-encode them)")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises on a malformed port
+    except ValueError as exc:
+        raise Invalid(f"{where}: malformed URL ({exc})") from None
+    if not parts.hostname:
+        raise Invalid(f"{where}: the URL has no host")
 
 
 def check_tools(request: Request) -> None:
@@ -176,20 +325,101 @@ def check_tools(request: Request) -> None:
                 raise Invalid(f"tool_choice names {choice.name!r}, which is not among the tools")
 
 
+def _number(value: Any, where: str, low: float, high: float, *, integer: bool = False,
+            low_open: bool = False) -> None:
+    if integer:
+        if type(value) is not int:
+            raise Invalid(f"{where} must be an integer, got {_shown(value)}")
+    elif type(value) not in (int, float):
+        raise Invalid(f"{where} must be a number, got {_shown(value)}")
+    elif not math.isfinite(value):
+        raise Invalid(f"{where} must be a finite number, got {value}")
+    if value < low or (low_open and value == low) or value > high:
+        opening = "(" if low_open else "["
+        raise Invalid(f"{where} {value} is outside {opening}{_bound(low)}, {_bound(high)}]")
+
+
+def _bound(x: float) -> str:
+    return str(x) if type(x) is int else f"{x:g}"
+
+
+def _shown(value: Any) -> str:
+    return "null" if value is None else f"a {type(value).__name__}"
+
+
 def check_settings(request: Request) -> None:
-    if request.temperature is not None and not 0.0 <= request.temperature <= 2.0:
-        raise Invalid(f"temperature {request.temperature} is outside [0, 2]")
-    if request.top_p is not None and not 0.0 < request.top_p <= 1.0:
-        raise Invalid(f"top_p {request.top_p} is outside (0, 1]")
-    if request.max_tokens is not None and request.max_tokens < 1:
-        raise Invalid(f"max_tokens must be at least 1, got {request.max_tokens}")
-    if request.max_retries is not None and not 0 <= request.max_retries <= 10:
-        raise Invalid(f"max_retries must be within [0, 10], got {request.max_retries}")
+    if request.temperature is not None:
+        _number(request.temperature, "temperature", 0.0, 2.0)
+    if request.top_p is not None:
+        _number(request.top_p, "top_p", 0.0, 1.0, low_open=True)
+    if request.max_tokens is not None:
+        _number(request.max_tokens, "max_tokens", 1, MAX_TOKENS, integer=True)
+    if request.seed is not None:
+        _number(request.seed, "seed", *SEED_RANGE, integer=True)
+    if request.max_retries is not None:
+        _number(request.max_retries, "max_retries", 0, 10, integer=True)
+    if request.timeouts is not None:
+        for name in ("connect_s", "request_s", "stream_idle_s"):
+            value = getattr(request.timeouts, name)
+            if value is not None:
+                _number(value, f"timeouts.{name}", 0.0, MAX_TIMEOUT_S, low_open=True)
+    problem = request_problem(request, numbers=True)
+    if problem is not None:
+        raise Invalid(problem)
     fmt = request.response_format
     if fmt is not None and fmt.kind == "json_schema" and not fmt.schema:
         raise Invalid("response_format json_schema needs a schema")
     if any(not s for s in request.stop_sequences):
         raise Invalid("stop_sequences cannot contain an empty string")
+
+
+def check_provider_options(request: Request, provider: str, provider_type: str) -> None:
+    """The options the worker of `provider` will read (by its name, else by its type,
+    as the workers look them up), checked against `OPTION_RULES`."""
+    rules = OPTION_RULES.get(provider_type)
+    if not rules or not request.provider_options:
+        return
+    key = provider if request.provider_options.get(provider) else provider_type
+    options = request.provider_options.get(key)
+    if not options:
+        return
+    for path, rule in rules:
+        for value, where in _at(options, path.split("."), f"provider_options.{key}"):
+            if value is None:
+                continue  # absent, or the worker's default
+            kind = rule[0]
+            if kind == "object" and type(value) is not dict:
+                raise Invalid(f"{where} must be an object, got {_shown(value)}")
+            if kind == "list" and type(value) is not list:
+                raise Invalid(f"{where} must be a list, got {_shown(value)}")
+            if kind in ("int", "number"):
+                _number(value, where, rule[1], rule[2], integer=kind == "int")
+    if provider_type == "mock":
+        steps = options.get("steps")
+        repeat = options.get("repeat") or 1
+        if type(steps) is list and len(steps) * repeat > MAX_MOCK_CHUNKS:
+            raise Invalid(f"provider_options.{key}: {len(steps)} steps repeated {repeat} times is over the "
+                          f"{MAX_MOCK_CHUNKS} steps a mock script may play")
+
+
+def _at(value: Any, keys: list[str], where: str) -> list[tuple[Any, str]]:
+    """The values at a dotted path (`name[]` walks every item of a list), with their places."""
+    if not keys:
+        return [(value, where)]
+    key, rest = keys[0], keys[1:]
+    each = key.endswith("[]")
+    key = key.removesuffix("[]")
+    if type(value) is not dict or key not in value:
+        return []
+    inner = value[key]
+    if not each:
+        return _at(inner, rest, f"{where}.{key}")
+    if type(inner) is not list:
+        return []
+    out: list[tuple[Any, str]] = []
+    for i, item in enumerate(inner):
+        out += _at(item, rest, f"{where}.{key}[{i}]")
+    return out
 
 
 def check_capabilities(request: Request, model: ModelInfo, stream: bool) -> None:
@@ -256,13 +486,16 @@ def _upper_bound_tokens(request: Request) -> int:
                 size += provider_part_chars(p)  # type: ignore[arg-type]
             else:
                 size += 4000
-    return size + sum(len(str(t.parameters)) + len(t.description) for t in request.tools)
+    # The JSON form's length bounds a schema's tokens; str() of a big dict costs 40 times more.
+    return size + sum(len(msgspec.json.encode(t.parameters)) + len(t.description) for t in request.tools)
 
 
-def validate(request: Request, model: ModelInfo, stream: bool) -> None:
-    """Raise `Invalid` at the first rule `request` breaks."""
+def validate(request: Request, model: ModelInfo, stream: bool, provider_type: str | None = None) -> None:
+    """Raise `Invalid` at the first rule `request` breaks. `provider_type` (the type of
+    the provider `model` resolved to) selects which provider options are checked."""
     check_messages(request)
     check_tools(request)
     check_settings(request)
+    check_provider_options(request, model.provider, provider_type or model.provider)
     check_capabilities(request, model, stream)
     check_rules(request, model)

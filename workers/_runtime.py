@@ -242,8 +242,26 @@ class JobRunner:
         return info
 
     async def run(self, job: Job) -> None:
+        """Run one job to its terminal event. Whatever goes wrong inside fails this job
+        alone (class `other`, one log line naming it), never the worker and its other jobs."""
         emitter = Emitter(job, self.adapter.name, self.outbox.push_frames, self._canonical(job),
                           max_event_bytes=max_event_bytes(self.adapter.max_response_bytes))
+        try:
+            await self._run(job, emitter)
+        except Exception as exc:  # noqa: BLE001 - the second wall behind validation
+            log.error("request %s: the worker failed on it: %s", job.request_id,
+                      redact(f"{type(exc).__name__}: {exc}", self.adapter.secrets)[:300])
+            log.debug("request %s: traceback", job.request_id, exc_info=True)
+            self.scopes.pop(job.request_id, None)
+            self.calls.pop(job.request_id, None)
+            if not self.scopes:
+                self._idle.set()
+            emitter.fail(ErrorInfo(error_class="other", provider=self.adapter.name,
+                                   message=f"the {self.adapter.name} worker failed on this request "
+                                   f"({type(exc).__name__}); other requests are unaffected"))
+            self.outbox.flush_now()
+
+    async def _run(self, job: Job, emitter: Emitter) -> None:
         deadlines = Deadlines.resolve(reloaded(job.timeouts, TimeoutPolicy) or self.adapter.timeouts, job)
         with trio.CancelScope() as scope:
             self.scopes[job.request_id] = scope
@@ -316,7 +334,9 @@ class JobRunner:
             except trio.Cancelled:
                 raise
             except Exception as exc:  # a response the translator could not read
-                log.exception("provider %s: unexpected failure", adapter.name)
+                log.error("request %s: provider %s: unexpected failure: %s", job.request_id, adapter.name,
+                          redact(f"{type(exc).__name__}: {exc}", adapter.secrets)[:300])
+                log.debug("request %s: traceback", job.request_id, exc_info=True)
                 error = ProviderError("invalid_response", f"could not read the provider's response: {exc!r}")
             emitter.rate_limit = call.rate_limit or emitter.rate_limit
             if call.answered:

@@ -236,3 +236,47 @@ def test_batched_event_messages_carry_every_event_in_order(texts):
         assert topic == "c7"
         events += codec.decode_events(body)
     assert [(e.seq, e.text) for e in events] == list(enumerate(texts))
+
+
+def _submit_with_options(value_bytes: bytes) -> bytes:
+    """A submit whose provider_options.mock.x is the raw msgpack `value_bytes`."""
+    head = codec.encode({"type": "submit", "request_id": "r", "client_id": "c", "request": {
+        "model": "mock:echo", "messages": [{"role": "user", "content": [{"type": "text", "text": "x"}]}],
+        "provider_options": {"mock": {"x": 0}}}})
+    assert head.endswith(b"\xa1x\x00")
+    return head[:-1] + value_bytes
+
+
+@pytest.mark.parametrize("depth", [64, 70, 980, 5000, 1_000_000])
+def test_over_deep_free_form_json_is_a_decode_error(depth: int):
+    with pytest.raises(DecodeError, match="nested") as info:
+        codec.decode_control_request(_submit_with_options(b"\x91" * depth + b"\x01"))
+    assert "64 levels" in str(info.value)
+
+
+def test_free_form_json_within_the_nesting_limit_decodes():
+    # provider_options.mock is level 1, the list in its `x` level 2: 63 lists reach level 64.
+    msg = codec.decode_control_request(_submit_with_options(b"\x91" * 63 + b"\x01"))
+    assert type(msg) is m.Submit
+    deep = msg.request.provider_options["mock"]["x"]
+    assert codec.encode(m.Job(request_id="r", client_id="c", request=msg.request, operation_id="r",
+                              model=m.ModelInfo(id="a", provider="mock", wire_name="a")))
+    assert deep[0][0][0] is not None
+
+
+def test_invalid_utf8_is_a_decode_error():
+    with pytest.raises(DecodeError, match="not valid UTF-8"):
+        codec.decode_control_request(b"\x82\xa4type\xa5hello\xabclient_name\xa2\xff\xfe")
+
+
+def test_a_problem_in_a_huge_value_names_the_field_and_costs_no_walk_in_python():
+    from trunkline.protocol.limits import LOCATE_LIMIT, json_problem
+
+    huge = {"properties": {f"k{i}": [i, "x"] for i in range(LOCATE_LIMIT)}}
+    assert json_problem(huge, "tools[0].parameters", numbers=True) is None
+    huge["properties"]["k9"].append(float("nan"))
+    assert json_problem(huge, "tools[0].parameters", numbers=True) == (
+        "tools[0].parameters: holds a number that is not finite (NaN or infinity)")
+    small = {"a": [1, {"b": float("-inf")}]}
+    assert json_problem(small, "f", numbers=True) == "f.a[1].b: -inf is not a finite number"
+    assert json_problem(small, "f", numbers=False) is None

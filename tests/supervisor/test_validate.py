@@ -7,6 +7,7 @@ import re
 import pytest
 
 from trunkline.protocol.messages import (
+    DocumentPart,
     ImagePart,
     Message,
     ModelInfo,
@@ -17,6 +18,8 @@ from trunkline.protocol.messages import (
     Tool,
     ToolCallPart,
     ToolChoice,
+    ToolResultPart,
+    Timeouts,
 )
 from trunkline.supervisor.validate import Invalid, validate
 
@@ -70,12 +73,12 @@ INVALID = [
                                    tool_choice=ToolChoice(mode="tool", name="b")), "not among the tools"),
     ("required without tools", req(Message.user("x"), tool_choice=ToolChoice(mode="required")), "needs at least one"),
     ("tool call in user", req(Message(role="user", content=[CALL])), "cannot hold tool_call"),
-    ("image without source", req(Message.user("x", ImagePart())), "needs a url, data or path"),
+    ("image without source", req(Message.user("x", ImagePart())), "an image needs a url or base64 data"),
     ("data without media type", req(Message.user("x", ImagePart(data="aGk="))), "needs a media_type"),
     ("duplicate call ids", req(Message.user("x"), Message(role="assistant", content=[CALL, CALL]),
                                Message.tool_result(CALL.id, "r")), "used twice"),
     ("temperature", req(Message.user("x"), temperature=3.0), "outside [0, 2]"),
-    ("max_tokens", req(Message.user("x"), max_tokens=0), "at least 1"),
+    ("max_tokens", req(Message.user("x"), max_tokens=0), "max_tokens 0 is outside [1, 2147483647]"),
     ("schema missing", req(Message.user("x"), response_format=ResponseFormat(kind="json_schema")), "needs a schema"),
     ("empty stop", req(Message.user("x"), stop_sequences=[""]), "empty string"),
     ("over max output", req(Message.user("x"), max_tokens=101), "exceeds the 100 output tokens"),
@@ -150,3 +153,123 @@ def test_prompt_over_the_input_limit_is_context_length_even_inside_the_window():
     with pytest.raises(Invalid, match="over the 100-token input limit of openai:gpt-6-sol") as info:
         validate(req(Message.user("word " * 400)), model, stream=True)
     assert info.value.error_class == "context_length"
+
+
+# -- numbers, provider options, media (issue 11) ------------------------------------------
+
+NAN, INF = float("nan"), float("inf")
+PNG = "iVBORw0KGgo="  # the PNG signature, base64
+
+
+def one(**fields) -> Request:
+    return req(Message.user("x"), **fields)
+
+
+def mock(**options) -> dict:
+    return {"mock": options}
+
+
+BAD_NUMBERS = [
+    ("request_s negative", one(timeouts=Timeouts(request_s=-1)), "timeouts.request_s -1"),
+    ("request_s nan", one(timeouts=Timeouts(request_s=NAN)), "timeouts.request_s must be a finite number"),
+    ("stream_idle_s nan", one(timeouts=Timeouts(stream_idle_s=NAN)), "timeouts.stream_idle_s must be a finite"),
+    ("connect_s zero", one(timeouts=Timeouts(connect_s=0)), "timeouts.connect_s 0 is outside (0, 86400]"),
+    ("request_s a year", one(timeouts=Timeouts(request_s=3e7)), "timeouts.request_s"),
+    ("temperature nan", one(temperature=NAN), "temperature must be a finite number"),
+    ("temperature inf", one(temperature=INF), "temperature must be a finite number"),
+    ("top_p zero", one(top_p=0.0), "top_p 0.0 is outside (0, 1]"),
+    ("max_tokens huge", one(max_tokens=2**40), "max_tokens"),
+    ("seed over int64", one(seed=2**63), "seed"),
+    ("max_retries", one(max_retries=11), "max_retries 11"),
+    ("nan in provider options", one(provider_options={"openrouter": {"x": [1.0, NAN]}}),
+     "provider_options.openrouter.x[1]: nan is not a finite number"),
+    ("inf in a tool schema", req(Message.user("x"), tools=[Tool(name="t", parameters={"type": "object", "maximum": INF})]),
+     "tools[0].parameters.maximum: inf is not a finite number"),
+    ("mock delay negative", one(provider_options=mock(delay=-1)), "provider_options.mock.delay -1"),
+    ("mock step delay nan", one(provider_options=mock(steps=[{"text": "a", "delay": NAN}])),
+     "provider_options.mock.steps[0].delay: nan is not a finite number"),
+    ("mock step delay a string", one(provider_options=mock(steps=[{"text": "a", "delay": "soon"}])),
+     "provider_options.mock.steps[0].delay must be a number, got a str"),
+    ("mock chunks zero", one(provider_options=mock(steps=[{"tool_call": {"name": "t", "chunks": 0}}])),
+     "provider_options.mock.steps[0].tool_call.chunks 0"),
+    ("mock repeat float", one(provider_options=mock(steps=[{"text": "a"}], repeat=2.5)),
+     "provider_options.mock.repeat must be an integer"),
+    ("mock script too long", one(provider_options=mock(steps=[{"text": "a"}] * 10, repeat=200_000)),
+     "over the 1000000 steps"),
+    ("mock usage negative", one(provider_options=mock(steps=[{"usage": {"input_tokens": -5}}])),
+     "provider_options.mock.steps[0].usage.input_tokens -5"),
+]
+
+
+@pytest.mark.parametrize(("name", "request_", "words"), BAD_NUMBERS, ids=[c[0] for c in BAD_NUMBERS])
+def test_every_number_is_checked_for_type_finiteness_and_range(name, request_, words):
+    with pytest.raises(Invalid, match=re.escape(words)) as info:
+        validate(request_, FULL, stream=True, provider_type="mock")
+    assert info.value.error_class == "invalid_request"
+
+
+def test_provider_options_are_checked_for_the_provider_that_reads_them():
+    thinking = one(provider_options={"anthropic": {"thinking": {"type": "enabled", "budget_tokens": 10}}})
+    claude = ModelInfo(id="anthropic:x", provider="anthropic", wire_name="x", in_catalog=False)
+    with pytest.raises(Invalid, match=re.escape("provider_options.anthropic.thinking.budget_tokens 10")):
+        validate(thinking, claude, stream=True, provider_type="anthropic")
+    validate(thinking, FULL, stream=True, provider_type="mock")  # the mock never reads them
+    with pytest.raises(Invalid, match="provider_options.anthropic.thinking must be an object"):
+        validate(one(provider_options={"anthropic": {"thinking": "on"}}), claude, stream=True,
+                 provider_type="anthropic")
+    local = ModelInfo(id="lab:x", provider="lab", wire_name="x", in_catalog=False)
+    by_name = one(provider_options={"lab": {"options": {"top_k": -3}}, "ollama": {"options": {"top_k": 5}}})
+    with pytest.raises(Invalid, match=re.escape("provider_options.lab.options.top_k -3")):
+        validate(by_name, local, stream=True, provider_type="ollama")
+    validate(one(provider_options=mock(delay=0.01, repeat=3, steps=[{"text": "a", "delay": 0}])), FULL,
+             stream=True, provider_type="mock")
+
+
+def image(**fields) -> Request:
+    return req(Message.user("look", ImagePart(**fields)))
+
+
+BAD_MEDIA = [
+    ("local path", image(path="/etc/passwd"), "the daemon does not read local files"),
+    ("path with data", image(path="/proc/self/environ", data=PNG, media_type="image/png"), "does not read local"),
+    ("file url", image(url="file:///etc/passwd"), "only https, http and data: URLs"),
+    ("ftp url", image(url="ftp://host/x.png"), "only https, http and data: URLs"),
+    ("no host", image(url="https:///x.png"), "has no host"),
+    ("bad port", image(url="https://host:99999999/x.png"), "malformed URL"),
+    ("space in url", image(url="https://host/a b.png"), "may not hold spaces"),
+    ("url and data", image(url="https://host/x.png", data=PNG, media_type="image/png"), "not both"),
+    ("bad base64", image(data="not base64!", media_type="image/png"), "not valid base64"),
+    ("unpadded base64", image(data="iVBORw0KGgo", media_type="image/png"), "not valid base64"),
+    ("non-ascii base64", image(data="iVBORw0KGgé=", media_type="image/png"), "not base64"),
+    ("image as pdf", image(data=PNG, media_type="application/pdf"), "not an accepted image type"),
+    ("svg", image(url="https://host/x.svg", media_type="image/svg+xml"), "not an accepted image type"),
+    ("data url not base64", image(url="data:image/png,abc"), "data:<media type>;base64,<data>"),
+    ("data url wrong type", image(url=f"data:text/html;base64,{PNG}"), "not an accepted image type"),
+    ("data url bad payload", image(url="data:image/png;base64,@@@@"), "not valid base64"),
+    ("document type", req(Message.user("read", DocumentPart(data=PNG, media_type="application/x-sh"))),
+     "not an accepted document type"),
+    ("image in a tool result", req(Message.user("x"), Message(role="assistant", content=[CALL]), Message(
+        role="tool", content=[ToolResultPart(tool_call_id=CALL.id, content=[ImagePart(path="/etc/shadow")])])),
+     "messages[2].content[0].content[0]: the daemon does not read local files"),
+]
+
+
+@pytest.mark.parametrize(("name", "request_", "words"), BAD_MEDIA, ids=[c[0] for c in BAD_MEDIA])
+def test_media_parts_are_checked_before_any_provider_call(name, request_, words):
+    with pytest.raises(Invalid, match=re.escape(words)) as info:
+        validate(request_, FULL, stream=True, provider_type="mock")
+    assert info.value.error_class == "invalid_request"
+
+
+@pytest.mark.parametrize("part", [
+    ImagePart(url="https://example.com/cat.png?size=2#x"),
+    ImagePart(url="http://127.0.0.1:8080/cat.jpg", media_type="image/jpeg"),
+    ImagePart(url=f"data:image/png;base64,{PNG}"),
+    ImagePart(data=PNG, media_type="image/png"),
+    ImagePart(data="", url="https://example.com/a.webp"),
+    DocumentPart(data="aGVsbG8=", media_type="text/plain", name="a.txt"),
+    DocumentPart(url="https://example.com/paper.pdf", media_type="application/pdf"),
+])
+def test_well_formed_media_pass(part):
+    roomy = ModelInfo(id="mock:echo", provider="mock", wire_name="echo", vision=True, context_window=100_000)
+    validate(req(Message.user("look", part)), roomy, stream=True, provider_type="mock")

@@ -521,3 +521,22 @@ def test_a_finish_larger_than_the_daemon_sends_keeps_its_usage_and_cost():
     assert type(end) is ErrorEvent and end.error.error_class == "invalid_response"
     assert end.partial.usage.output_tokens == 2000 and end.partial.cost_usd == pytest.approx(0.004005)
     assert end.partial.text == ""
+
+
+@pytest.mark.parametrize("request_s", [-1.0, math.nan])
+async def test_an_unexpected_failure_fails_that_job_alone(autojump_clock, request_s, caplog):
+    """Behind validation, a second wall: a deadline trio refuses (it raises) ends this
+    job with class `other` in one log line, and the runner serves the next job."""
+    runner = make_runner()
+    async with trio.open_nursery() as nursery:  # as the worker runs its jobs
+        nursery.start_soon(runner.run, job({"text": "poison"}, rid="bad", timeouts=Timeouts(request_s=request_s)))
+        nursery.start_soon(runner.run, job({"text": "fine", "delay": 1.0}, rid="good"))
+    events, _ = drain(runner)
+    bad = [e for e in events if e.request_id == "bad"]
+    good = [e for e in events if e.request_id == "good"]
+    assert len(bad) == 1 and type(bad[0]) is ErrorEvent and bad[0].error.error_class == "other"
+    check_invariants(good)
+    assert good[-1].response.text == "fine"
+    lines = [r for r in caplog.records if "bad" in r.getMessage() and r.levelname == "ERROR"]
+    assert len(lines) == 1 and lines[0].exc_info is None
+    assert not runner.scopes

@@ -12,7 +12,6 @@ from ...protocol.messages import ModelInfo, RateLimit, Request, Response
 from ...protocol.tokens import estimate_request_tokens
 from .._adapter import Call, Emit
 from .._http import HttpAdapter
-from .._media import inline_files
 from .._sse import SseDecoder
 from ..errors import ProviderError, parse_retry_after
 from . import errors, request, response
@@ -67,7 +66,7 @@ class AnthropicAdapter(HttpAdapter):
         )
 
     def _build(self, call: Call, stream: bool) -> request.Built:
-        built = request.build(inline_files(call.request), call.model, provider=self.name,
+        built = request.build(call.request, call.model, provider=self.name,
                               wire_ids=call.wire_ids, stream=stream)
         call.warnings.extend(w for w in built.warnings if w not in call.warnings)
         return built

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import msgspec
@@ -95,30 +96,28 @@ def _last_user_text(request: Request) -> str:
     return ""
 
 
-def _echo(request: Request, opts: MockOptions) -> list[Step]:
+def _echo(request: Request, opts: MockOptions) -> Iterator[Step]:
+    """The last user message word by word, made as it is played: a long prompt must not
+    hold the worker's loop while all of its words are cut up at once."""
     text = _last_user_text(request) or "(nothing to echo)"
-    words = _WORDS.findall(text)
     finish = "stop"
     matched: str | None = None
     for stop in request.stop_sequences:
         at = text.find(stop)
         if stop and at >= 0:
-            text = text[:at]
-            words, matched = _WORDS.findall(text), stop
-    if request.max_tokens is not None:
-        kept, used = [], 0
-        for word in words:
-            used += estimate_text_tokens(word.strip()) or 1
+            text, matched = text[:at], stop
+    used, end = 0, 0
+    for word in _WORDS.finditer(text):
+        if request.max_tokens is not None:
+            used += estimate_text_tokens(word.group().strip()) or 1
             if used > request.max_tokens:
                 finish = "length"
                 break
-            kept.append(word)
-        words = kept
-    steps = [Step(text=w, delay=opts.delay or None) for w in words]
-    out_tokens = estimate_text_tokens("".join(words))
-    steps.append(Step(usage=UsageStep(input_tokens=estimate_request_tokens(request), output_tokens=out_tokens)))
-    steps.append(Step(finish=finish if matched is None else f"stop_sequence:{matched}"))
-    return steps
+        end = word.end()
+        yield Step(text=word.group(), delay=opts.delay or None)
+    out_tokens = estimate_text_tokens(text[:end])
+    yield Step(usage=UsageStep(input_tokens=estimate_request_tokens(request), output_tokens=out_tokens))
+    yield Step(finish=finish if matched is None else f"stop_sequence:{matched}")
 
 
 def _fragments(arguments: dict[str, Any] | str, n: int) -> list[str]:
@@ -130,51 +129,55 @@ def _fragments(arguments: dict[str, Any] | str, n: int) -> list[str]:
     return [raw[i : i + size] for i in range(0, len(raw), size)]
 
 
-def build(request: Request, provider: str, model_wire_name: str) -> list[dict[str, Any]]:
-    """The chunks the mock will play for `request`."""
+def build(request: Request, provider: str, model_wire_name: str) -> Iterator[dict[str, Any]]:
+    """The chunks the mock will play for `request`, made as they are played (the
+    options are checked at once)."""
     opts = options(request, provider)
-    steps = opts.steps if opts.steps is not None else _echo(request, opts)
-    chunks: list[dict[str, Any]] = [{"kind": "start", "model": opts.model or model_wire_name}]
+    return _chunks(request, opts, model_wire_name)
+
+
+def _chunks(request: Request, opts: MockOptions, model_wire_name: str) -> Iterator[dict[str, Any]]:
+    steps: Iterable[Step] = opts.steps if opts.steps is not None else _echo(request, opts)
+    yield {"kind": "start", "model": opts.model or model_wire_name}
     tool_number = 0
     for _ in range(max(opts.repeat, 1)):
         for step in steps:
             if step.delay:
-                chunks.append({"kind": "delay", "seconds": step.delay})
+                yield {"kind": "delay", "seconds": step.delay}
             if step.text is not None:
-                chunks.append({"kind": "text", "text": step.text})
+                yield {"kind": "text", "text": step.text}
             if step.reasoning is not None:
-                chunks.append({"kind": "reasoning", "text": step.reasoning})
+                yield {"kind": "reasoning", "text": step.reasoning}
             if step.signature is not None:
-                chunks.append({"kind": "signature", "signature": step.signature})
+                yield {"kind": "signature", "signature": step.signature}
             if step.redacted is not None:
-                chunks.append({"kind": "redacted", "data": step.redacted})
+                yield {"kind": "redacted", "data": step.redacted}
             if step.tool_call is not None:
                 tool_number += 1
                 call = step.tool_call
                 call_id = call.id or f"mockcall_{tool_number}"
-                chunks.append({"kind": "tool_start", "id": call_id, "name": call.name})
+                yield {"kind": "tool_start", "id": call_id, "name": call.name}
                 for fragment in _fragments(call.arguments, call.chunks):
                     if call.fragment_delay:
-                        chunks.append({"kind": "delay", "seconds": call.fragment_delay})
-                    chunks.append({"kind": "tool_args", "id": call_id, "json": fragment})
+                        yield {"kind": "delay", "seconds": call.fragment_delay}
+                    yield {"kind": "tool_args", "id": call_id, "json": fragment}
                 if call.hold:
-                    chunks.append({"kind": "delay", "seconds": call.hold})
-                chunks.append({"kind": "tool_end", "id": call_id})
+                    yield {"kind": "delay", "seconds": call.hold}
+                yield {"kind": "tool_end", "id": call_id}
             if step.event is not None:
-                chunks.append({"kind": "event", "data": step.event})
+                yield {"kind": "event", "data": step.event}
             if step.usage is not None:
-                chunks.append({"kind": "usage", **msgspec.to_builtins(step.usage)})
+                yield {"kind": "usage", **msgspec.to_builtins(step.usage)}
             if step.error is not None:
-                chunks.append({"kind": "error", **msgspec.to_builtins(step.error)})
+                yield {"kind": "error", **msgspec.to_builtins(step.error)}
             if step.finish is not None:
-                chunks.append({"kind": "finish", "reason": step.finish})
+                yield {"kind": "finish", "reason": step.finish}
             if step.stall:
-                chunks.append({"kind": "stall"})
+                yield {"kind": "stall"}
             if step.crash:
-                chunks.append({"kind": "crash"})
+                yield {"kind": "crash"}
         if opts.steps is None:
             break
-    return chunks
 
 
 def history_warnings(request: Request, model_wire_name: str) -> list[WarningInfo]:

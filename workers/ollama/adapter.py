@@ -10,7 +10,6 @@ from ...protocol.messages import ModelInfo, Response, Usage, WarningInfo
 from ...protocol.tokens import estimate_request_tokens, estimate_text_tokens
 from .._adapter import Call, Emit
 from .._http import HttpAdapter
-from .._media import inline_files
 from .._sse import NdjsonDecoder
 from ..errors import ProviderError
 from . import errors, request, response
@@ -42,7 +41,7 @@ class OllamaAdapter(HttpAdapter):
         return err
 
     def _build(self, call: Call, stream: bool) -> request.Built:
-        built = request.build(inline_files(call.request), call.model, provider=self.name, stream=stream)
+        built = request.build(call.request, call.model, provider=self.name, stream=stream)
         call.warnings.extend(w for w in built.warnings if w not in call.warnings)
         return built
 

@@ -57,7 +57,7 @@ def _images(parts: list[Any], warnings: list[WarningInfo]) -> list[str]:
                 images.append(part.data)
             else:
                 warn(warnings, "unsupported_content", "Ollama takes images as base64 data only; an image URL "
-                      "was dropped (send `data`, or a local `path`)")
+                      "was dropped (send base64 `data`)")
     return images
 
 

@@ -22,7 +22,6 @@ from ...protocol.messages import ModelInfo, RateLimit, Request, Response, Warnin
 from ...protocol.tokens import estimate_request_tokens
 from .._adapter import Call, Emit, consume
 from .._http import HttpAdapter
-from .._media import inline_files
 from .._sse import SseDecoder
 from ..errors import ProviderError, from_transport, parse_retry_after
 from ..openai_compat.adapter import duration_s
@@ -90,7 +89,7 @@ class OpenAIAdapter(HttpAdapter):
         )
 
     def _build(self, call: Call, stream: bool) -> request.Built:
-        built = request.build(inline_files(call.request), call.model, provider=self.name, wire_ids=call.wire_ids,
+        built = request.build(call.request, call.model, provider=self.name, wire_ids=call.wire_ids,
                               stream=stream)
         call.warnings.extend(w for w in built.warnings if w not in call.warnings)
         return built
@@ -218,7 +217,7 @@ class OpenAIAdapter(HttpAdapter):
         failure (a proxy without the endpoint) raises, and the runtime estimates instead."""
         if not self.api_key:
             return None
-        built = request.build(inline_files(req), model, provider=self.name, stream=False)
+        built = request.build(req, model, provider=self.name, stream=False)
         answer = await self.post_simple("/responses/input_tokens",
                                         {k: v for k, v in built.body.items() if k in COUNT_FIELDS})
         count = answer.get("input_tokens") if isinstance(answer, dict) else None

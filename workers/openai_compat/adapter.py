@@ -22,7 +22,6 @@ from ...protocol.messages import (
 from ...protocol.tokens import estimate_request_tokens, estimate_text_tokens
 from .._adapter import Call, Emit
 from .._http import HttpAdapter
-from .._media import inline_files
 from .._sse import SseDecoder
 from ..errors import ProviderError, parse_retry_after
 from . import errors, request, response
@@ -77,7 +76,7 @@ class OpenAICompatAdapter(HttpAdapter):
     def _build(self, call: Call, stream: bool) -> request.Built:
         if not self.base_url:
             raise ProviderError("not_configured", f"provider {self.name} has no base_url")
-        built = request.build(inline_files(call.request), call.model, provider=self.name, wire_ids=call.wire_ids,
+        built = request.build(call.request, call.model, provider=self.name, wire_ids=call.wire_ids,
                               stream=stream, instance=self.config.options)
         call.warnings.extend(w for w in built.warnings if w not in call.warnings)
         return built

@@ -29,6 +29,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 
 from .config.loader import default_runtime_dir
 from .errors import DaemonNotRunning, DaemonUnavailable, error_from_info
+from .files import inline_local_files, max_file_bytes
 from .protocol import codec, nng
 from .protocol.accumulate import StreamAccumulator
 from .protocol.ids import request_id as new_request_id
@@ -432,6 +433,7 @@ class Client:
         if self._control.connects != self._hello_at:
             await self._hello_again()
         rid = request_id or new_request_id()
+        request = await self._read_local_files(request)
         route = self._routes.get(rid) or _Route(self, rid)
         self._routes[rid] = route
         try:
@@ -449,6 +451,11 @@ class Client:
             self._routes.pop(rid, None)
             raise error_from_info(reply.error, request_id=rid)
         return reply, route
+
+    async def _read_local_files(self, request: Request) -> Request:
+        """`path` parts become base64 `data` here: the daemon never reads a client's files."""
+        limit = self.welcome.limits.max_message_bytes if self.welcome is not None else None
+        return await inline_local_files(request, max_file_bytes(limit))
 
     async def _next_event(self, route: _Route) -> Any | None:
         """The request's next event in order; None once its terminal event was taken."""
@@ -510,7 +517,8 @@ class Client:
 
     async def count_tokens(self, model: str | Request, messages: str | Message | Sequence[Message] | None = None,
                            **fields: Any) -> TokenCount:
-        reply = await self._call(CountTokens(request=build_request(model, messages, **fields)), slow=True)
+        request = await self._read_local_files(build_request(model, messages, **fields))
+        reply = await self._call(CountTokens(request=request), slow=True)
         if type(reply) is Rejected:
             raise error_from_info(reply.error)
         return reply  # type: ignore[no-any-return]

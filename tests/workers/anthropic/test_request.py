@@ -22,7 +22,6 @@ from trunkline.protocol.messages import (
     ToolChoice,
     ToolResultPart,
 )
-from trunkline.workers._media import inline_files
 from trunkline.workers.anthropic.request import build
 from trunkline.workers.errors import ProviderError
 
@@ -112,36 +111,27 @@ def test_tool_role_with_plain_text_content():
         {"type": "tool_result", "tool_use_id": "w1", "content": "ok"}]}
 
 
-def test_images_documents_and_local_files(tmp_path):
-    pdf = tmp_path / "a.pdf"
-    pdf.write_bytes(b"%PDF-1.4 test")
-    note = tmp_path / "note.txt"
-    note.write_text("plain words")
+def test_images_and_documents():
+    pdf = base64.b64encode(b"%PDF-1.4 test").decode()
+    note = base64.b64encode(b"plain words").decode()
     request = Request(model="x", provider_options=NO_CACHE, messages=[Message.user(
         "look",
         ImagePart(url="https://example.com/cat.png"),
         ImagePart(data="aGk=", media_type="image/jpeg"),
-        DocumentPart(path=str(pdf), name="Report"),
-        DocumentPart(path=str(note), media_type="text/plain"),
+        DocumentPart(data=pdf, media_type="application/pdf", name="Report"),
+        DocumentPart(data=note, media_type="text/plain"),
         DocumentPart(url="https://example.com/x.pdf"),
     )])
-    built = build(inline_files(request), SONNET, provider="anthropic", wire_ids={}, stream=False)
+    built = build(request, SONNET, provider="anthropic", wire_ids={}, stream=False)
     assert built.body["messages"][0]["content"] == [
         {"type": "text", "text": "look"},
         {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.png"}},
         {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": "aGk="}},
-        {"type": "document", "title": "Report", "source": {
-            "type": "base64", "media_type": "application/pdf", "data": base64.b64encode(b"%PDF-1.4 test").decode()}},
+        {"type": "document", "title": "Report", "source": {"type": "base64", "media_type": "application/pdf",
+                                                           "data": pdf}},
         {"type": "document", "source": {"type": "text", "media_type": "text/plain", "data": "plain words"}},
         {"type": "document", "source": {"type": "url", "url": "https://example.com/x.pdf"}},
     ]
-
-
-def test_unreadable_local_file_is_an_invalid_request(tmp_path):
-    request = Request(model="x", messages=[Message.user("x", ImagePart(path=str(tmp_path / "missing.png")))])
-    with pytest.raises(ProviderError, match="cannot read") as info:
-        inline_files(request)
-    assert info.value.error_class == "invalid_request"
 
 
 def test_audio_is_dropped_with_a_warning():
