@@ -9,7 +9,6 @@ cancellation, the emitter and the link to the supervisor.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -87,7 +86,7 @@ class Adapter:
         self.config = config
         self.retry = retry
         self.timeouts = timeouts
-        self.api_key = os.environ.get(config.api_key_env) if config.api_key_env else None
+        self.api_key = config.api_key()
 
     @property
     def secrets(self) -> tuple[str, ...]:

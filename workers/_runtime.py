@@ -302,6 +302,7 @@ ADAPTERS = {
     "anthropic": "anthropic.adapter:AnthropicAdapter",
     "openai_compat": "openai_compat.adapter:OpenAICompatAdapter",
     "ollama": "ollama.adapter:OllamaAdapter",
+    "gemini": "gemini.adapter:GeminiAdapter",
 }
 
 

@@ -1,0 +1,76 @@
+"""Gemini's I/O: generateContent, streamGenerateContent, the model endpoint, countTokens.
+
+The key travels in the `x-goog-api-key` header, never in the URL (URLs end up
+in transport error messages and proxies' logs).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from ...protocol.messages import ModelInfo, Response
+from .._adapter import Call, Emit
+from .._http import HttpAdapter
+from .._media import inline_files
+from ..errors import ProviderError
+from . import errors, request, response
+from .stream import BodyDecoder, GeminiStream
+
+
+class GeminiAdapter(HttpAdapter):
+    provider_type = "gemini"
+    default_base_url = "https://generativelanguage.googleapis.com"
+    idempotency_header = None  # Gemini has none; a custom header would only be noise
+
+    def auth_headers(self) -> dict[str, str]:
+        return {"x-goog-api-key": self.api_key} if self.api_key else {}
+
+    def classify(self, status: int, headers: httpx.Headers, body: bytes) -> ProviderError:
+        return errors.classify(status, headers, body)
+
+    def _build(self, call: Call, stream: bool) -> request.Built:
+        built = request.build(inline_files(call.request), call.model, provider=self.name,
+                              wire_ids=call.wire_ids, stream=stream)
+        call.warnings.extend(w for w in built.warnings if w not in call.warnings)
+        return built
+
+    def _check_key(self) -> None:
+        if not self.api_key:
+            raise ProviderError("not_configured", f"no API key: set {self.config.key_hint() or 'GEMINI_API_KEY'}")
+
+    async def stream(self, call: Call, emit: Emit) -> Response:
+        self._check_key()
+        built = self._build(call, stream=True)
+        decoder = BodyDecoder()
+        translator = GeminiStream(call.model.wire_name, passthrough=call.request.passthrough)
+        raw: list[Any] | None = [] if call.request.include_raw else None
+
+        def handle(payloads: list[bytes]) -> None:
+            for data in payloads:
+                if raw is not None:
+                    raw.append(data.decode("utf-8", "replace"))
+                for event in translator.feed_bytes(data):
+                    emit(event)
+
+        await self.post_stream(call, built.path, built.body, lambda chunk: handle(decoder.feed(chunk)))
+        handle(decoder.flush())
+        closing, skeleton = translator.finish()
+        for event in closing:
+            emit(event)
+        call.warnings.extend(w for w in skeleton.warnings if w not in call.warnings)
+        skeleton.raw = raw
+        return skeleton
+
+    async def complete(self, call: Call) -> Response:
+        self._check_key()
+        built = self._build(call, stream=False)
+        body, _ = await self.post_json(call, built.path, built.body)
+        result = response.parse(body, call.model.wire_name, include_raw=call.request.include_raw)
+        call.warnings.extend(w for w in result.warnings if w not in call.warnings)
+        return result
+
+    async def ready(self, model: ModelInfo) -> None:
+        self._check_key()
+        await self.get_json(request.model_path(model.wire_name))
