@@ -230,7 +230,7 @@ class GeminiStream:
         signature = part.get("thoughtSignature")
         if isinstance(part.get("functionCall"), dict):
             return self._function_call(part["functionCall"], signature)
-        if "text" in part:
+        if "text" in part or part.get("thought"):
             return self._text(part, str(part.get("text") or ""), signature)
         out = self._close()
         kind = next((k for k in part if k not in ("thoughtSignature", "thought")), "part")
