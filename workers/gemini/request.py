@@ -249,14 +249,14 @@ def _thinking(request: Request, model: ModelInfo, warnings: list[WarningInfo]) -
         return None
     rules = model.rules
     allowed = [e for e in (rules.efforts or []) if e in EFFORTS]
-    if allowed and effort not in allowed:
+    levels = uses_levels(model)
+    if allowed and effort not in allowed and effort != "none":
         chosen = _nearest_effort(effort, allowed)
         warn(warnings, "unsupported_setting",
              f"{model.wire_name} does not take reasoning_effort {effort}; {chosen} was used")
         effort = chosen
-    levels = uses_levels(model)
     if effort == "none":
-        if rules.thinking_always_on or levels:
+        if rules.thinking_always_on or levels or (allowed and "none" not in allowed):
             lowest = next((e for e in EFFORTS[1:] if not allowed or e in allowed), "minimal")
             warn(warnings, "unsupported_setting",
                  f"thinking cannot be turned off on {model.wire_name}; the lowest level ({lowest}) was used")
