@@ -18,6 +18,7 @@ from ..protocol.messages import (
     ErrorClass,
     ImagePart,
     ModelInfo,
+    ProviderPart,
     RedactedThinkingPart,
     Request,
     TextPart,
@@ -121,7 +122,7 @@ def _check_assistant(content: list, where: str, seen_calls: set[str]) -> None:  
             if p.provider_id:
                 seen_calls.add(p.provider_id)
             has_substance = True
-        elif t in (ThinkingPart, RedactedThinkingPart):
+        elif t in (ThinkingPart, RedactedThinkingPart, ProviderPart):
             has_substance = True
         else:
             raise Invalid(f"{where}.content[{j}]: an assistant message cannot hold {p.__struct_config__.tag} parts")

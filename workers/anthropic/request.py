@@ -25,6 +25,7 @@ from ...protocol.messages import (
     ImagePart,
     Message,
     ModelInfo,
+    ProviderPart,
     RedactedThinkingPart,
     Request,
     TextPart,
@@ -33,6 +34,7 @@ from ...protocol.messages import (
     ToolResultPart,
     WarningInfo,
 )
+from .._provider_parts import keep_provider_part
 from .._warnings import warn
 from ..errors import ProviderError
 
@@ -131,6 +133,9 @@ class _Translator:
                 else:
                     warn(self.warnings, "thinking_dropped", "reasoning from another provider (or without a "
                           "signature) cannot be sent to Anthropic; it was dropped")
+            elif isinstance(part, ProviderPart) and part.api != "anthropic":
+                # Another API's opaque content (Gemini's thought signatures...): said, then left out.
+                keep_provider_part(part, "anthropic", "", self.warnings)
         if message.role == "tool" and message.tool_call_id and not any(b["type"] == "tool_result" for b in out):
             # The OpenAI-style form: the message's own text is the result.
             out = [{"type": "tool_result", "tool_use_id": self.wire_id(message.tool_call_id),
