@@ -896,12 +896,14 @@ class RelayBatch(Msg, tag="relay_batch", kw_only=True):
 
 
 class CallResult(Msg, tag="call_result", kw_only=True):
-    """The answer to `check_ready` / `estimate_tokens`."""
+    """The answer to `check_ready` / `estimate_tokens`; `exact` when the provider counted
+    the tokens itself rather than the worker estimating them."""
 
     call_id: int
     ok: bool = True
     error: ErrorInfo | None = None
     input_tokens: int = 0
+    exact: bool = False
 
 
 FromWorker = WorkerUp | Heartbeat | Relay | RelayBatch | CallResult

@@ -309,7 +309,7 @@ class Router:
             result = await slot.call(EstimateTokens(call_id=0, request=msg.request, model=resolved),
                                      COUNT_TIMEOUT_S)
             if result.ok:
-                return TokenCount(input_tokens=result.input_tokens, exact=False)
+                return TokenCount(input_tokens=result.input_tokens, exact=result.exact)
         return TokenCount(input_tokens=estimate_request_tokens(msg.request), exact=False)
 
 

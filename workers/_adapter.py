@@ -112,6 +112,11 @@ class Adapter:
     def count_tokens(self, request: Request, model: ModelInfo) -> int:
         return estimate_request_tokens(request)
 
+    async def count_tokens_exact(self, request: Request, model: ModelInfo) -> int | None:
+        """The provider's own count of the prompt's tokens, where it has an endpoint for
+        that; None to fall back on `count_tokens`' estimate."""
+        return None
+
     async def probe(self) -> str | None:
         """None when the provider's server answers; otherwise why not. Only local
         servers are probed: a hosted API is not worth a request every few seconds."""

@@ -371,12 +371,7 @@ async def serve(settings: WorkerSettings) -> None:
                     elif type(msg) is CheckReady:
                         nursery.start_soon(_answer_ready, adapter, outbox, msg)
                     elif type(msg) is EstimateTokens:
-                        try:
-                            count = adapter.count_tokens(msg.request, msg.model)
-                            outbox.push(CallResult(call_id=msg.call_id, input_tokens=count))
-                        except Exception as exc:  # noqa: BLE001 - answer, never die on one request
-                            outbox.push(CallResult(call_id=msg.call_id, ok=False,
-                                                   error=ErrorInfo(error_class="other", message=repr(exc))))
+                        nursery.start_soon(_answer_count, adapter, outbox, msg)
                     elif type(msg) is Shutdown:
                         await _drain(runner, msg.grace_s)
                         await outbox.flush()
@@ -404,6 +399,31 @@ async def _answer_ready(adapter: Adapter, outbox: Outbox, msg: CheckReady) -> No
     except ProviderError as err:
         outbox.push(CallResult(call_id=msg.call_id, ok=False, error=err.to_info(adapter.name, adapter.secrets)))
     except Exception as exc:  # noqa: BLE001
+        outbox.push(CallResult(call_id=msg.call_id, ok=False, error=ErrorInfo(error_class="other", message=repr(exc))))
+
+
+#: How long a provider's own token count may take before the estimate answers instead
+#: (the supervisor waits 10 s for the answer).
+EXACT_COUNT_S = 8.0
+
+
+async def _answer_count(adapter: Adapter, outbox: Outbox, msg: EstimateTokens) -> None:
+    exact: int | None = None
+    with trio.move_on_after(EXACT_COUNT_S):
+        try:
+            exact = await adapter.count_tokens_exact(msg.request, msg.model)
+        except ProviderError as err:
+            log.info("provider %s could not count tokens (%s); estimating", adapter.name,
+                     redact(err.message, adapter.secrets))
+        except Exception:  # noqa: BLE001 - the estimate still answers
+            log.exception("provider %s: token count failed; estimating", adapter.name)
+    if exact is not None:
+        outbox.push(CallResult(call_id=msg.call_id, input_tokens=exact, exact=True))
+        return
+    try:
+        count = adapter.count_tokens(msg.request, msg.model)
+        outbox.push(CallResult(call_id=msg.call_id, input_tokens=count))
+    except Exception as exc:  # noqa: BLE001 - answer, never die on one request
         outbox.push(CallResult(call_id=msg.call_id, ok=False, error=ErrorInfo(error_class="other", message=repr(exc))))
 
 

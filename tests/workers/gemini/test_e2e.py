@@ -295,3 +295,27 @@ async def test_without_either_key_gemini_is_not_configured(start_daemon):
         async with Client(daemon.runtime_dir) as client:
             with pytest.raises(NotConfiguredError, match="GEMINI_API_KEY or GOOGLE_API_KEY"):
                 await client.complete(FLASH, "hi")
+
+
+async def test_count_tokens_asks_gemini_and_falls_back_to_the_estimate(daemon, upstream):
+    path = "/v1beta/models/gemini-3.8-flash:countTokens"
+    upstream.route("POST", path, Reply.json({"totalTokens": 1234, "promptTokensDetails": []}),
+                   error(503, "UNAVAILABLE", "try later"))
+    request = Request(model=FLASH, messages=[Message.system("Be brief."), Message.user("How many tokens?")],
+                      tools=[Tool(name="lookup")])
+    upstream.route("GET", "/v1beta/models/gemini-3.8-flash", Reply.json({"name": "models/gemini-3.8-flash"}))
+    with trio.fail_after(20):
+        async with Client(daemon.runtime_dir) as client:
+            assert (await client.ready(FLASH)).ok  # the worker is up: a count is not answered by the daemon alone
+            exact = await client.count_tokens(request)
+            estimated = await client.count_tokens(request)
+    assert (exact.input_tokens, exact.exact) == (1234, True)
+    assert not estimated.exact and 0 < estimated.input_tokens < 100
+    sent = upstream.sent(path)[0]
+    assert sent.headers["x-goog-api-key"] == KEY
+    assert sent.json() == {"generateContentRequest": {
+        "model": "models/gemini-3.8-flash",
+        "contents": [{"role": "user", "parts": [{"text": "How many tokens?"}]}],
+        "systemInstruction": {"parts": [{"text": "Be brief."}]},
+        "tools": [{"functionDeclarations": [{"name": "lookup", "parametersJsonSchema": {
+            "type": "object", "properties": {}}}]}]}}
