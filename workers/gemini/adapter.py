@@ -19,6 +19,10 @@ from ..errors import ProviderError, from_transport, invalid_response
 from . import errors, request, response
 from .stream import BodyDecoder, GeminiStream
 
+#: Requests one answer may take when the model continues a long generation (Argon's
+#: 1,048,576 tokens in hops of 65,536 is 16; a model that never finishes stops here).
+MAX_HOPS = 32
+
 
 class GeminiAdapter(HttpAdapter):
     provider_type = "gemini"
@@ -44,7 +48,6 @@ class GeminiAdapter(HttpAdapter):
     async def stream(self, call: Call, emit: Emit) -> Response:
         self._check_key()
         built = self._build(call, stream=True)
-        decoder = BodyDecoder()
         translator = GeminiStream(call.model.wire_name, passthrough=call.request.passthrough)
         raw: list[Any] | None = [] if call.request.include_raw else None
 
@@ -55,8 +58,16 @@ class GeminiAdapter(HttpAdapter):
                 for event in translator.feed_bytes(data):
                     emit(event)
 
-        await self.post_stream(call, built.path, built.body, lambda chunk: handle(decoder.feed(chunk)))
-        handle(decoder.flush())
+        body = built.body
+        for hop in range(1, MAX_HOPS + 1):
+            decoder = BodyDecoder()
+            await self.post_stream(call, built.path, body, lambda chunk: handle(decoder.feed(chunk)))
+            handle(decoder.flush())
+            token = translator.take_continuation() if hop < MAX_HOPS else None
+            if token is None:
+                break
+            # Long decode: the same request with the token; maxOutputTokens is a cumulative budget.
+            body = {**built.body, "continuationToken": token}
         closing, skeleton = translator.finish()
         for event in closing:
             emit(event)
@@ -67,8 +78,15 @@ class GeminiAdapter(HttpAdapter):
     async def complete(self, call: Call) -> Response:
         self._check_key()
         built = self._build(call, stream=False)
-        body, _ = await self.post_json(call, built.path, built.body)
-        result = response.parse(body, call.model.wire_name, include_raw=call.request.include_raw)
+        collector = response.Collector(call.model.wire_name)
+        body = built.body
+        for hop in range(1, MAX_HOPS + 1):
+            reply, _ = await self.post_json(call, built.path, body)
+            token = collector.feed(reply, follow=hop < MAX_HOPS)
+            if token is None:
+                break
+            body = {**built.body, "continuationToken": token}
+        result = collector.result(include_raw=call.request.include_raw)
         call.warnings.extend(w for w in result.warnings if w not in call.warnings)
         return result
 

@@ -68,6 +68,7 @@ _FINISH: dict[str, FinishReasonName] = {
     "TOO_MANY_TOOL_CALLS": "error",
     "MISSING_THOUGHT_SIGNATURE": "error",
     "MALFORMED_RESPONSE": "error",
+    "CONTINUATION": "length",  # only when we stop following continuations
 }
 FINISH_NUMBERS = {0: "FINISH_REASON_UNSPECIFIED", 1: "STOP", 2: "MAX_TOKENS", 3: "SAFETY", 4: "RECITATION",
                   5: "OTHER", 6: "LANGUAGE", 7: "BLOCKLIST", 8: "PROHIBITED_CONTENT", 9: "SPII",
@@ -165,6 +166,8 @@ class GeminiStream:
         self._prompt_block: str | None = None
         self._calls = 0
         self._started = False
+        self._continuation: str | None = None
+        self._earlier_hops: list[Usage] = []
 
     def feed_bytes(self, data: bytes) -> list[Event]:
         try:
@@ -216,6 +219,8 @@ class GeminiStream:
         if candidate.get("finishReason") is not None:
             self._finish = enum_name(candidate["finishReason"], FINISH_NUMBERS)
             self._finish_message = str(candidate.get("finishMessage") or "")
+        if candidate.get("continuationToken"):
+            self._continuation = str(candidate["continuationToken"])
         self._note_blocked(candidate.get("safetyRatings"))
         return out
 
@@ -351,6 +356,22 @@ class GeminiStream:
                                          data=current.signature, model=self.model))
         return out
 
+    # -- continuations (long decode) ----------------------------------------------------
+
+    def take_continuation(self) -> str | None:
+        """After a hop's body ended: the token to send back when the model stopped at its
+        per-request limit but is not done (finish CONTINUATION). The parts stay open, so
+        the next hop's output continues them, and this hop's usage is kept to be summed."""
+        token = self._continuation
+        if token is None or self._finish != "CONTINUATION":
+            return None
+        self._earlier_hops.append(usage(self._usage))
+        self._usage = {}
+        self._finish = None
+        self._finish_message = ""
+        self._continuation = None
+        return token
+
     # -- the end ----------------------------------------------------------------------
 
     def finish(self, streamed: bool = True) -> tuple[list[Event], Response]:
@@ -370,12 +391,18 @@ class GeminiStream:
             if reason.reason == "content_filter":
                 warn(self.warnings, "content_filter", f"Gemini stopped the answer ({raw})"
                      + (f": {', '.join(self._blocked)}" if self._blocked else ""))
+            elif raw == "CONTINUATION":
+                warn(self.warnings, "truncated", "Gemini had not finished (CONTINUATION); the answer was cut "
+                     "after the most continuations one request may follow")
             elif reason.reason == "error":
                 warn(self.warnings, "degraded_finish", f"Gemini ended the turn with {raw}"
                      + (f": {self._finish_message}" if self._finish_message else "")
                      + "; what arrived before it is kept")
+        total = usage(self._usage)
+        for hop in self._earlier_hops:  # each hop is a request of its own: summed
+            total = hop + total
         return events, Response(id=self._id, model=self._model_version, finish_reason=reason,
-                                usage=usage(self._usage), warnings=list(self.warnings))
+                                usage=total, warnings=list(self.warnings))
 
 
 def _passthrough(payload: dict[str, Any]) -> Event:

@@ -319,3 +319,45 @@ async def test_count_tokens_asks_gemini_and_falls_back_to_the_estimate(daemon, u
         "systemInstruction": {"parts": [{"text": "Be brief."}]},
         "tools": [{"functionDeclarations": [{"name": "lookup", "parametersJsonSchema": {
             "type": "object", "properties": {}}}]}]}}
+
+
+async def test_a_long_generation_is_followed_across_two_continuations(daemon, upstream):
+    path = "/v1beta/models/gemini-4-argon:streamGenerateContent"
+
+    def hop(texts: list[str], finish: str, token: str | None, out: int) -> Reply:
+        chunks = [chunk({"text": t}, model="gemini-4-argon") for t in texts]
+        last = chunks[-1]["candidates"][0]
+        last["finishReason"] = finish
+        if token:
+            last["continuationToken"] = token
+        chunks[-1]["usageMetadata"] = {"promptTokenCount": 50, "candidatesTokenCount": out, "thoughtsTokenCount": 5}
+        return Reply.sse(sse(*chunks), chunk_size=29)
+
+    upstream.route("POST", path, hop(["Part one, ", "still one; "], "CONTINUATION", "Y29udC0x", 65536),
+                   hop(["part two; "], "CONTINUATION", "Y29udC0y", 65536),
+                   hop(["the end."], "STOP", None, 1000))
+    request = Request(model="gemini:gemini-4-argon", messages=[Message.user("Write a very long story.")],
+                      max_tokens=200_000)
+    with trio.fail_after(20):
+        async with Client(daemon.runtime_dir) as client:
+            events = []
+            async with client.stream(request) as stream:
+                async for ev in stream:
+                    events.append(ev)
+            from trunkline.errors import InvalidRequestError
+
+            with pytest.raises(InvalidRequestError, match="max_tokens 200000 exceeds"):
+                await client.complete(Request(model=FLASH, messages=[Message.user("x")], max_tokens=200_000))
+    check_invariants(events)
+    response = events[-1].response
+    # one uninterrupted answer: one text part, whose deltas run on across the hops
+    assert [type(p).__name__ for p in response.message.content] == ["TextPart"]
+    assert response.text == "Part one, still one; part two; the end."
+    assert response.finish_reason.reason == "stop"
+    u = response.usage
+    assert (u.input_tokens, u.output_tokens, u.reasoning_tokens) == (150, 65536 * 2 + 1000 + 15, 15)
+    first, second, third = (r.json() for r in upstream.sent(path))
+    assert "continuationToken" not in first and first["generationConfig"]["maxOutputTokens"] == 200_000
+    assert second["continuationToken"] == "Y29udC0x" and third["continuationToken"] == "Y29udC0y"
+    # the same request each time: the budget is cumulative, the conversation unchanged
+    assert {k: v for k, v in second.items() if k != "continuationToken"} == first

@@ -82,3 +82,28 @@ def test_odd_error_bodies():
     assert classify(404, {}, wrapped).error_class == "not_found"  # the JSON-array stream form
     assert classify(502, {}, b"<html>Bad gateway</html>").error_class == "server_error"
     assert classify(429, {"retry-after": "3"}, b"").retry_after == 3.0
+
+
+def test_a_long_generation_in_several_bodies_is_one_response():
+    from trunkline.workers.gemini.response import Collector
+
+    def body(text, finish, token=None, out=100):
+        candidate = {"content": {"role": "model", "parts": [{"text": text}]}, "finishReason": finish}
+        if token:
+            candidate["continuationToken"] = token
+        return {"candidates": [candidate], "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": out}}
+
+    collector = Collector("gemini-4-argon")
+    assert collector.feed(body("Chapter 1. ", "CONTINUATION", "tok-1")) == "tok-1"
+    assert collector.feed(body("Chapter 2. ", "CONTINUATION", "tok-2")) == "tok-2"
+    assert collector.feed(body("The end.", "STOP", out=7)) is None
+    resp = collector.result()
+    assert resp.message.content == [TextPart(text="Chapter 1. Chapter 2. The end.")]
+    assert resp.finish_reason.reason == "stop"
+    assert (resp.usage.input_tokens, resp.usage.output_tokens) == (30, 207)  # each hop billed, summed
+    # not followed (the hop limit): the answer is cut, and says so
+    collector = Collector("gemini-4-argon")
+    assert collector.feed(body("Chapter 1. ", "CONTINUATION", "tok-1"), follow=False) is None
+    resp = collector.result()
+    assert resp.finish_reason.reason == "length" and resp.finish_reason.raw == "CONTINUATION"
+    assert [w.code for w in resp.warnings] == ["truncated"]
