@@ -17,6 +17,7 @@ from ...protocol.messages import (
     ImagePart,
     Message,
     ModelInfo,
+    ProviderPart,
     RedactedThinkingPart,
     Request,
     TextPart,
@@ -25,6 +26,7 @@ from ...protocol.messages import (
     ToolResultPart,
     WarningInfo,
 )
+from .._provider_parts import keep_provider_part
 from .._warnings import warn
 from ..openai_compat.request import error_text
 
@@ -76,6 +78,9 @@ def build(request: Request, model: ModelInfo, *, provider: str, stream: bool) ->
                 entry["tool_calls"] = calls
             if any(isinstance(p, (ThinkingPart, RedactedThinkingPart)) for p in message.content):
                 warn(warnings, "thinking_dropped", "earlier reasoning is not sent to Ollama; it was dropped")
+            for part in message.content:
+                if isinstance(part, ProviderPart):  # another API's opaque content: said, then left out
+                    keep_provider_part(part, "ollama", "", warnings)
             messages.append(entry)
         elif message.role == "tool":
             results = [p for p in message.content if isinstance(p, ToolResultPart)]

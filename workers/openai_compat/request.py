@@ -18,6 +18,7 @@ from ...protocol.messages import (
     ImagePart,
     Message,
     ModelInfo,
+    ProviderPart,
     RedactedThinkingPart,
     Request,
     TextPart,
@@ -26,6 +27,7 @@ from ...protocol.messages import (
     ToolResultPart,
     WarningInfo,
 )
+from .._provider_parts import keep_provider_part
 from .._warnings import warn
 
 #: Instance options (the `options:` of a provider in the config) this module reads.
@@ -89,6 +91,8 @@ class _Translator:
             elif isinstance(part, (ThinkingPart, RedactedThinkingPart)):
                 warn(self.warnings, "thinking_dropped",
                       "Chat Completions cannot carry earlier reasoning; it was dropped")
+            elif isinstance(part, ProviderPart):  # another API's opaque content: said, then left out
+                keep_provider_part(part, "openai_compat", "", self.warnings)
         out: dict[str, Any] = {"role": "assistant", "content": "".join(text) if text else None}
         if calls:
             out["tool_calls"] = calls
