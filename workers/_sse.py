@@ -25,6 +25,8 @@ skipped and the JSON is left to the caller.
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 
 _BOM = b"\xef\xbb\xbf"
@@ -171,6 +173,9 @@ class NdjsonDecoder:
 
 
 
+_STRUCTURAL = re.compile(rb'["\\{}\[\]]')
+
+
 class JsonArrayDecoder:
     """The objects of one streamed JSON array (`[{...}\n,\r\n{...}]`), each as the bytes of
     one complete object, as soon as its last byte arrives.
@@ -198,20 +203,25 @@ class JsonArrayDecoder:
             chunk = chunk[brace:]
         buf = self._buf
         buf += chunk
-        out: list[bytes] = []
-        pos, depth, in_string, escape = self._pos, self._depth, self._in_string, self._escape
-        start = 0
         n = len(buf)
-        while pos < n:
-            c = buf[pos]
+        pos, depth, in_string = self._pos, self._depth, self._in_string
+        if pos >= n:
+            return []
+        skip = pos if self._escape else -1  # the byte after a backslash, which means itself
+        start = 0
+        out: list[bytes] = []
+        # Only quotes, backslashes and brackets matter: the regex skips everything else in C.
+        for m in _STRUCTURAL.finditer(buf, pos):
+            i = m.start()
+            if i == skip:
+                continue
+            c = buf[i]
             if depth == 0:
                 if c == 0x7B:  # {
-                    start, depth = pos, 1
+                    start, depth = i, 1
             elif in_string:
-                if escape:
-                    escape = False
-                elif c == 0x5C:  # backslash
-                    escape = True
+                if c == 0x5C:  # backslash
+                    skip = i + 1
                 elif c == 0x22:  # quote
                     in_string = False
             elif c == 0x22:
@@ -221,15 +231,15 @@ class JsonArrayDecoder:
             elif c == 0x7D or c == 0x5D:  # } ]
                 depth -= 1
                 if depth == 0:
-                    out.append(bytes(buf[start : pos + 1]))
-            pos += 1
+                    out.append(bytes(buf[start : i + 1]))
+        self._escape = skip == n  # a backslash ended the chunk: the next byte is escaped
         if depth == 0:
             buf.clear()
-            pos = 0
+            n = 0
         elif start:
             del buf[:start]
-            pos -= start
-        self._pos, self._depth, self._in_string, self._escape = pos, depth, in_string, escape
+            n -= start
+        self._pos, self._depth, self._in_string = n, depth, in_string
         return out
 
     def flush(self) -> list[bytes]:

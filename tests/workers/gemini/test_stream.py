@@ -335,9 +335,12 @@ def test_the_json_array_form_with_objects_over_many_lines():
 # properties
 
 
-@settings(max_examples=150, deadline=None)
-@given(st.lists(st.dictionaries(st.text(max_size=5), st.recursive(
-    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+TRICKY = st.text(st.sampled_from('a"\\{}[]é, \n'), max_size=8) | st.text(max_size=6)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.dictionaries(TRICKY, st.recursive(
+    st.none() | st.booleans() | st.integers() | TRICKY,
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
     max_leaves=8), max_size=4), max_size=5), st.data())
 def test_json_array_decoder_gives_the_same_objects_under_any_chunking(objects, data):
