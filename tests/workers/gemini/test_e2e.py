@@ -246,6 +246,8 @@ async def test_resource_exhausted_past_the_cap_is_returned_with_its_delay(daemon
     assert info.value.retry_after == 3600 and info.value.code == "RESOURCE_EXHAUSTED"
     assert KEY not in str(info.value) and "[redacted]" in str(info.value)
     assert len(upstream.sent(STREAM)) == 1
+    await daemon.stop()
+    assert KEY not in daemon.output()
 
 
 async def test_cancel_mid_stream_closes_the_upstream_connection(daemon, upstream):
