@@ -52,6 +52,7 @@ API_PATH = "/v1beta/models"
 #: Google's documented marker for a function call whose signature was not made by this model.
 SKIP_SIGNATURE = "skip_thought_signature_validator"
 SIGNATURE_KIND = "thoughtSignature"
+METADATA_KINDS = ("groundingMetadata", "urlContextMetadata")
 
 #: Ladder order, to find the nearest effort a model takes.
 EFFORTS = ["none", "minimal", "low", "medium", "high", "xhigh", "max"]
@@ -174,6 +175,9 @@ class _Translator:
                             out.append({"text": "", "thoughtSignature": part.data})
                     host = None
                     continue
+                if part.api == API and part.kind in METADATA_KINDS:
+                    host = None
+                    continue  # the answer's grounding, for the caller: not a part Gemini takes back
                 if self.signature_ok(part) and isinstance(part.data, dict):
                     wire = dict(part.data)
             if wire is not None:

@@ -49,6 +49,8 @@ from .partial_args import PartialArgs
 
 API = "gemini"
 SIGNATURE_KIND = "thoughtSignature"
+#: Candidate-level results kept as provider parts for the caller; not parts, so never sent back.
+METADATA_KINDS = ("groundingMetadata", "urlContextMetadata")
 
 #: Candidate.FinishReason by name, and by number for the `enum-encoding=int` form.
 _FINISH: dict[str, FinishReasonName] = {
@@ -168,6 +170,7 @@ class GeminiStream:
         self._started = False
         self._continuation: str | None = None
         self._earlier_hops: list[Usage] = []
+        self._metadata: dict[str, Any] = {}  # candidate-level grounding (search, URL context), the last seen
 
     def feed_bytes(self, data: bytes) -> list[Event]:
         try:
@@ -221,6 +224,9 @@ class GeminiStream:
             self._finish_message = str(candidate.get("finishMessage") or "")
         if candidate.get("continuationToken"):
             self._continuation = str(candidate["continuationToken"])
+        for key in METADATA_KINDS:
+            if candidate.get(key):
+                self._metadata[key] = candidate[key]
         self._note_blocked(candidate.get("safetyRatings"))
         return out
 
@@ -377,6 +383,11 @@ class GeminiStream:
     def finish(self, streamed: bool = True) -> tuple[list[Event], Response]:
         """The events that close what is still open, and the finish skeleton."""
         events = self._close()
+        # Search and URL-context grounding (sources, citations) is the candidate's, not a
+        # part's: it comes last, for the caller, and is never sent back.
+        for kind, data in self._metadata.items():
+            events.append(ProviderPartEvent(index=self._take_index(), api=API, kind=kind, data=data))
+        self._metadata = {}
         raw = self._finish
         if raw is None and self._prompt_block is None:
             if streamed:  # cut short: worth another attempt

@@ -359,3 +359,15 @@ def test_any_bytes_end_in_a_terminal_event_never_a_crash(body, cuts):
     chunks = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)])]
     events = run(chunks)  # only ProviderError may escape the translator; run() turns it into an error event
     check_invariants(events)
+
+
+def test_search_grounding_comes_last_for_the_caller_and_is_never_sent_back():
+    from trunkline.workers.gemini.request import build
+
+    resp = final(run([(recording("web_search_tool_stream.0") / "response.body").read_bytes()]))
+    grounding = resp.message.content[-1]
+    assert isinstance(grounding, ProviderPart) and grounding.kind == "groundingMetadata"
+    assert "searchEntryPoint" in grounding.data and grounding.model is None
+    history = [Message.user("weather?"), resp.message, Message.user("and tomorrow?")]
+    built = build(Request(model=MODEL.id, messages=history), MODEL)
+    assert built.body["contents"][1]["parts"] == [{"text": resp.text}] and not built.warnings
