@@ -64,7 +64,7 @@ class PartialArgs:
     def feed(self, fragment: dict[str, Any]) -> str:
         """Take one fragment; the JSON text it adds."""
         path = parse_path(str(fragment.get("jsonPath") or ""))
-        if path is None:
+        if path is None or not isinstance(path[0], str):  # arguments are an object: `$[0]` leads nowhere
             return ""
         is_string, value = _fragment_value(fragment)
         more = bool(fragment.get("willContinue")) and is_string

@@ -68,6 +68,8 @@ def test_paths():
     assert parse_path("$.recipe.ingredients[0].amount") == ("recipe", "ingredients", 0, "amount")
     assert parse_path("$['a b'][2]") == ("a b", 2)
     assert parse_path("location") is None and parse_path("$") is None and parse_path("$.a[x]") is None
+    args = PartialArgs()
+    assert args.feed({"jsonPath": "$[0]", "numberValue": 1}) == "" and args.finish() == "" and args.value == {}
 
 
 def test_out_of_order_paths_still_give_valid_json_and_the_object_wins():
