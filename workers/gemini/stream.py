@@ -305,7 +305,6 @@ class GeminiStream:
         if text:
             opened.chunks.append(text)
             out.append(ToolCallDelta(index=opened.index, partial_json=text))
-        opened.args = None
         out += self._close(args)
         return out
 
@@ -336,27 +335,21 @@ class GeminiStream:
         current, self._open = self._open, None
         if current is None:
             return []
-        text = "".join(current.chunks)
-        out: list[Event]
+        out: list[Event] = []
         if current.kind == "text":
-            out = [TextEnd(index=current.index, text=text)]
+            out.append(TextEnd(index=current.index, text="".join(current.chunks)))
         elif current.kind == "reasoning":
-            out = [ReasoningEnd(index=current.index, text=text)]
+            out.append(ReasoningEnd(index=current.index, text="".join(current.chunks)))
         else:
-            if current.args is not None:
+            if current.args is not None:  # streamed by path: close the JSON text, take the object
                 tail = current.args.finish()
                 if tail:
                     current.chunks.append(tail)
-                    out_delta: list[Event] = [ToolCallDelta(index=current.index, partial_json=tail)]
-                else:
-                    out_delta = []
+                    out.append(ToolCallDelta(index=current.index, partial_json=tail))
                 args = current.args.value
-                text = "".join(current.chunks)
-            else:
-                out_delta = []
             self._calls += 1
-            out = out_delta + [ToolCallEnd(index=current.index, name=current.name, provider_id=current.id,
-                                           arguments=args or {}, raw_arguments=text)]
+            out.append(ToolCallEnd(index=current.index, name=current.name, provider_id=current.id,
+                                   arguments=args or {}, raw_arguments="".join(current.chunks)))
         if current.signature:
             out.append(ProviderPartEvent(index=self._take_index(), api=API, kind=SIGNATURE_KIND,
                                          data=current.signature, model=self.model))
