@@ -80,13 +80,18 @@ def model_path(wire_name: str) -> str:
     return f"{API_PATH}/{name}"
 
 
+def generation(wire_name: str) -> int | None:
+    """The major version in a Gemini model name (`gemini-3.8-flash` -> 3)."""
+    m = re.search(r"gemini-(\d+)", wire_name)
+    return int(m.group(1)) if m else None
+
+
 def uses_levels(model: ModelInfo) -> bool:
     """Whether `model` is steered by `thinkingLevel` rather than `thinkingBudget`."""
     if model.thinking is not None:
         return model.thinking == "adaptive"
     # Not in the catalog (or no rule yet): Gemini 3 and later take levels.
-    m = re.search(r"gemini-(\d+)", model.wire_name)
-    return bool(m) and int(m.group(1)) >= 3
+    return (generation(model.wire_name) or 0) >= 3
 
 
 def _media(part: ImagePart | AudioPart | DocumentPart, warnings: list[WarningInfo]) -> dict[str, Any] | None:
@@ -112,7 +117,8 @@ class _Translator:
         self.provider = provider
         self.wire_ids = wire_ids
         self.warnings = warnings
-        self.strict_signatures = uses_levels(model)
+        # Gemini 3 and later validate signatures on function calls.
+        self.strict_signatures = uses_levels(model) or (generation(model.wire_name) or 0) >= 3
         #: canonical call id -> (function name, the id to send or None for an id-less Gemini call)
         self.calls: dict[str, tuple[str, str | None]] = {}
 
