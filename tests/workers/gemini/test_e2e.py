@@ -278,9 +278,9 @@ async def test_ready_asks_the_model_endpoint_with_the_key_in_a_header(daemon, up
     assert got.headers["x-goog-api-key"] == KEY and "key=" not in got.path
 
 
-async def test_google_api_key_is_the_fallback_name(start_daemon, upstream):
-    daemon = await start_daemon({"providers": {"gemini": {"base_url": upstream.base_url}}},
-                                env={"GEMINI_API_KEY": "", "GOOGLE_API_KEY": "AIzaSy-google-fallback-key-000000"})
+async def test_google_api_key_is_the_fallback_name_and_gemini_base_url_is_honoured(start_daemon, upstream):
+    daemon = await start_daemon(env={"GEMINI_API_KEY": "", "GOOGLE_API_KEY": "AIzaSy-google-fallback-key-000000",
+                                     "GEMINI_BASE_URL": upstream.base_url})
     upstream.route("POST", GENERATE, Reply.json({"candidates": [{"content": {"role": "model", "parts": [
         {"text": "ok"}]}, "finishReason": "STOP"}]}))
     with trio.fail_after(20):
