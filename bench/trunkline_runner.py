@@ -46,6 +46,7 @@ def bench_config(port: int, state_dir: Path) -> dict:
             "openrouter": {"enabled": False},
             "anthropic": {"enabled": False},
             "openai": {"enabled": False},
+            "gemini": {"enabled": False},
             "ollama": {"base_url": upstream},
             # 1,200 connections: the memory test holds 1,000 streams open at once, and
             # the floor client gets the same pool size.

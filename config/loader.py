@@ -21,7 +21,7 @@ DEFAULTS_PATH = Path(__file__).resolve().with_name("defaults.yaml")
 USER_CONFIG_PATH = Path("~/.config/trunkline/config.yaml")
 
 #: Provider implementations this version ships (one worker package each).
-ProviderType = Literal["mock", "anthropic", "openai", "openai_compat", "ollama"]
+ProviderType = Literal["mock", "anthropic", "openai", "openai_compat", "ollama", "gemini"]
 
 
 class ConfigError(Exception):
@@ -106,13 +106,39 @@ class ProviderConfig(_Section):
 
     type: ProviderType
     enabled: bool = True
-    api_key_env: str | None = None
+    #: The environment variable holding the API key, or several names: the first one set wins.
+    api_key_env: str | list[str] | None = None
     base_url: str | None = None
+    #: An environment variable that, when set, replaces `base_url` (e.g. GEMINI_BASE_URL).
+    base_url_env: str | None = None
     headers: dict[str, str] = msgspec.field(default_factory=dict)
     max_connections: int = 100
     retry: RetryPolicy | None = None
     timeouts: TimeoutPolicy | None = None
     options: dict[str, Any] = msgspec.field(default_factory=dict)
+
+    def key_env_names(self) -> list[str]:
+        if self.api_key_env is None:
+            return []
+        return [self.api_key_env] if isinstance(self.api_key_env, str) else list(self.api_key_env)
+
+    def api_key(self) -> str | None:
+        """The key from the first of `api_key_env` that is set (and not empty)."""
+        for name in self.key_env_names():
+            value = os.environ.get(name)
+            if value:
+                return value
+        return None
+
+    def needs_key(self) -> bool:
+        return bool(self.key_env_names())
+
+    def resolved_base_url(self) -> str | None:
+        return (os.environ.get(self.base_url_env) if self.base_url_env else None) or self.base_url
+
+    def key_hint(self) -> str:
+        """The variable names, for messages: `A` or `A or B`."""
+        return " or ".join(self.key_env_names())
 
 
 class PriceTierEntry(_Section):
@@ -342,6 +368,10 @@ def _check(config: Config, source: Path) -> None:
             raise ConfigError(
                 f"config error in {source} at `providers.{name}`: provider names must match [a-z][a-z0-9_-]{{0,31}}"
             )
+    for name, provider in config.providers.items():
+        if isinstance(provider.api_key_env, list) and not provider.api_key_env:
+            raise ConfigError(f"config error in {source} at `providers.{name}.api_key_env`: "
+                              "give at least one variable name (or leave the key out)")
     for model_id in config.models:
         if ":" not in model_id:
             raise ConfigError(f"config error in {source} at `models.{model_id}`: model ids are `provider:name`")

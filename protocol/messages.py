@@ -496,6 +496,9 @@ class ModelRules(Data, kw_only=True):
     max_input_tokens: int | None = None
     #: Largest output of a non-streamed call, where smaller than `max_output`.
     max_output_non_streaming: int | None = None
+    #: Largest output of one answer when the provider can continue a generation past
+    #: `max_output` (Gemini's long decode); the worker follows the continuations.
+    max_output_total: int | None = None
     #: `max_tokens` sent when the request gives none (not the maximum: providers
     #: count it against output rate limits).
     default_max_tokens: int | None = None

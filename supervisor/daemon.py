@@ -61,7 +61,7 @@ class Daemon:
         self.control_url = config.endpoint("control", self.runtime_dir)
         self.events_url = config.endpoint("events", self.runtime_dir)
         providers = {n: p for n, p in config.providers.items() if p.enabled}
-        configured = [n for n, p in providers.items() if not p.api_key_env or os.environ.get(p.api_key_env)]
+        configured = [n for n, p in providers.items() if not p.needs_key() or p.api_key()]
         self.catalog = Catalog.load(config.models, providers=providers, configured=configured)
         self.requests = RequestTable(config.replay.ring_events, config.replay.keep_s, config.replay.max_requests,
                                      config.replay.max_bytes)
@@ -70,7 +70,7 @@ class Daemon:
             slot = WorkerSlot(self, name, provider)
             if name not in configured:
                 slot.state = "not_configured"
-                slot.last_error = f"environment variable {provider.api_key_env} is not set"
+                slot.last_error = f"environment variable {provider.key_hint()} is not set"
             self.slots[name] = slot
         self.accepting = True
         self.started_wall = time.time()

@@ -98,9 +98,12 @@ class WorkerSlot:
                 state = self._prepare_job(msg)  # type: ignore[arg-type]
                 if state is None:
                     return
-            if self.link is not None and self.link.send(codec.encode(msg)):
-                if type(msg) is Job and state.trace is not None:
-                    state.trace["job_sent"] = trace.now_ns()
+            data = codec.encode(msg)
+            # Stamped before the send: the worker may stamp its receipt before send returns.
+            sent_ns = trace.now_ns() if type(msg) is Job and state.trace is not None else 0
+            if self.link is not None and self.link.send(data):
+                if sent_ns:
+                    state.trace["job_sent"] = sent_ns
                 return
         try:
             self._outbound_send.send_nowait(msg)
@@ -156,10 +159,10 @@ class WorkerSlot:
                     if state is None:
                         continue
                 # Sent, or lost with a worker that just died (whose requests `_died` fails).
+                if state is not None and state.trace is not None:
+                    state.trace["job_sent"] = trace.now_ns()  # before the send: the worker may stamp first
                 if self.link is not None:
                     self.link.send(codec.encode(msg))
-                if state is not None and state.trace is not None:
-                    state.trace["job_sent"] = trace.now_ns()
             finally:
                 # Counted down only once sent: until then a direct send could overtake it.
                 self._queued -= 1
@@ -260,8 +263,8 @@ class WorkerSlot:
         status, or None if it could not start."""
         ours, theirs = link.socket_pair()
         try:
-            others = {p.api_key_env for p in self.daemon.config.providers.values() if p.api_key_env}
-            others.discard(self.config.api_key_env)
+            own = set(self.config.key_env_names())
+            others = {name for p in self.daemon.config.providers.values() for name in p.key_env_names()} - own
             self._proc = await spawn.start(self.settings(theirs.fileno()), pass_fds=(theirs.fileno(),),
                                            other_keys=others)
         except OSError as exc:

@@ -22,13 +22,14 @@ def worker_command() -> list[str]:
     return [sys.executable, "-m", "trunkline.workers"]
 
 
-def worker_environment(base: Mapping[str, str], own_key: str | None, other_keys: Iterable[str] = ()) -> dict[str, str]:
+def worker_environment(base: Mapping[str, str], own_keys: Iterable[str] = (), other_keys: Iterable[str] = ()) -> dict[str, str]:
     """What a worker inherits: everything but credentials, and of those only its own
     provider's key. A worker that is tricked into revealing its environment then
     holds nothing that belongs to another provider, and never the daemon's token."""
+    own = set(own_keys)
     drop = set(other_keys) | {"TRUNKLINE_TOKEN"}
     return {name: value for name, value in base.items()
-            if name == own_key or (name not in drop and not _SECRET_NAME.search(name))}
+            if name in own or (name not in drop and not _SECRET_NAME.search(name))}
 
 
 async def start(settings: WorkerSettings, pass_fds: tuple[int, ...] = (), other_keys: Iterable[str] = ()) -> trio.Process:
@@ -36,7 +37,7 @@ async def start(settings: WorkerSettings, pass_fds: tuple[int, ...] = (), other_
     stays where it already is (the inherited environment), never on a command line;
     `other_keys` (other providers' key variables) and anything named like a
     credential are left out. `pass_fds`: the descriptors it inherits (its end of the link)."""
-    env = worker_environment(os.environ, settings.provider.api_key_env, other_keys)
+    env = worker_environment(os.environ, settings.provider.key_env_names(), other_keys)
     env["TRUNKLINE_WORKER"] = msgspec.json.encode(settings).decode()
     # A session of its own: signals meant for the daemon's process group (Ctrl-C in
     # its terminal, a service manager's TERM) reach the supervisor only, which then

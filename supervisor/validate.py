@@ -31,6 +31,7 @@ from ..protocol.messages import (
     ImagePart,
     ProviderPart,
     ModelInfo,
+    ProviderPart,
     RedactedThinkingPart,
     Request,
     TextPart,
@@ -440,8 +441,9 @@ def check_capabilities(request: Request, model: ModelInfo, stream: bool) -> None
                 for q in inner:
                     if type(q) in (ImagePart, DocumentPart):
                         raise Invalid(f"{_where(i)}.content[{j}]: model {name} does not accept images or documents")
-    if model.max_output is not None and request.max_tokens is not None and request.max_tokens > model.max_output:
-        raise Invalid(f"max_tokens {request.max_tokens} exceeds the {model.max_output} output tokens of {name}")
+    most = model.rules.max_output_total or model.max_output
+    if most is not None and request.max_tokens is not None and request.max_tokens > most:
+        raise Invalid(f"max_tokens {request.max_tokens} exceeds the {most} output tokens of {name}")
     limit = min(filter(None, (model.context_window, model.rules.max_input_tokens)), default=None)
     if limit and _upper_bound_tokens(request) > limit * CONTEXT_MARGIN:
         estimate = estimate_request_tokens(_since_compaction(request))

@@ -9,7 +9,6 @@ cancellation, the emitter and the link to the supervisor.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
@@ -104,7 +103,7 @@ class Adapter:
         self.config = config
         self.retry = retry
         self.timeouts = timeouts
-        self.api_key = os.environ.get(config.api_key_env) if config.api_key_env else None
+        self.api_key = config.api_key()
         self.max_response_bytes = MAX_RESPONSE_BYTES
 
     @property

@@ -51,7 +51,7 @@ class HttpAdapter(Adapter):
 
     def __init__(self, *args: Any, transport: httpx.AsyncBaseTransport | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.base_url = (self.config.base_url or self.default_base_url).rstrip("/")
+        self.base_url = (self.config.resolved_base_url() or self.default_base_url).rstrip("/")
         t = self.timeouts
         limits = httpx.Limits(max_connections=self.config.max_connections,
                               max_keepalive_connections=min(self.config.max_connections, KEEPALIVE_MAX),

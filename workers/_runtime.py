@@ -378,6 +378,7 @@ ADAPTERS = {
     "openai": "openai.adapter:OpenAIAdapter",
     "openai_compat": "openai_compat.adapter:OpenAICompatAdapter",
     "ollama": "ollama.adapter:OllamaAdapter",
+    "gemini": "gemini.adapter:GeminiAdapter",
 }
 
 

@@ -25,6 +25,8 @@ skipped and the JSON is left to the caller.
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass
 
 _BOM = b"\xef\xbb\xbf"
@@ -168,3 +170,81 @@ class NdjsonDecoder:
         rest = bytes(self._buf)
         self._buf.clear()
         return [rest.removesuffix(b"\r")] if rest.strip() else []
+
+
+
+_STRUCTURAL = re.compile(rb'["\\{}\[\]]')
+
+
+class JsonArrayDecoder:
+    """The objects of one streamed JSON array (`[{...}\n,\r\n{...}]`), each as the bytes of
+    one complete object, as soon as its last byte arrives.
+
+    Works on bytes: every structural character is ASCII and never occurs inside a
+    multi-byte UTF-8 sequence, so a chunk may end anywhere. Each byte is scanned once.
+    Between objects everything (whitespace, commas, the array's brackets) is skipped,
+    so a lone object (an error body) comes out as one element too.
+    """
+
+    __slots__ = ("_buf", "_pos", "_depth", "_in_string", "_escape")
+
+    def __init__(self) -> None:
+        self._buf = bytearray()  # the object in progress, from its `{`
+        self._pos = 0  # next byte of _buf to scan
+        self._depth = 0  # nesting inside the object in progress (0: between objects)
+        self._in_string = False
+        self._escape = False
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        if self._depth == 0:
+            brace = chunk.find(b"{")
+            if brace < 0:
+                return []
+            chunk = chunk[brace:]
+        buf = self._buf
+        buf += chunk
+        n = len(buf)
+        pos, depth, in_string = self._pos, self._depth, self._in_string
+        if pos >= n:
+            return []
+        skip = pos if self._escape else -1  # the byte after a backslash, which means itself
+        start = 0
+        out: list[bytes] = []
+        # Only quotes, backslashes and brackets matter: the regex skips everything else in C.
+        for m in _STRUCTURAL.finditer(buf, pos):
+            i = m.start()
+            if i == skip:
+                continue
+            c = buf[i]
+            if depth == 0:
+                if c == 0x7B:  # {
+                    start, depth = i, 1
+            elif in_string:
+                if c == 0x5C:  # backslash
+                    skip = i + 1
+                elif c == 0x22:  # quote
+                    in_string = False
+            elif c == 0x22:
+                in_string = True
+            elif c == 0x7B or c == 0x5B:  # { [
+                depth += 1
+            elif c == 0x7D or c == 0x5D:  # } ]
+                depth -= 1
+                if depth == 0:
+                    out.append(bytes(buf[start : i + 1]))
+        self._escape = skip == n  # a backslash ended the chunk: the next byte is escaped
+        if depth == 0:
+            buf.clear()
+            n = 0
+        elif start:
+            del buf[:start]
+            n -= start
+        self._pos, self._depth, self._in_string = n, depth, in_string
+        return out
+
+    def flush(self) -> list[bytes]:
+        """End of body: an object never closed is incomplete and is dropped (the caller
+        notices the stream ended early)."""
+        self._buf.clear()
+        self._pos, self._depth, self._in_string, self._escape = 0, 0, False, False
+        return []

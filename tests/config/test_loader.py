@@ -90,3 +90,27 @@ async def test_the_daemon_refuses_to_start_on_a_config_error(tmp_path):
     assert result.returncode == 2
     assert f"config error in {path} at `supervision.max_restarts`" in result.stderr.decode()
     assert not (tmp_path / "rt").exists()
+
+
+def test_gemini_key_falls_back_to_google_api_key_and_its_base_url_to_the_environment(monkeypatch):
+    monkeypatch.delenv("GEMINI_API_KEY", raising=False)
+    monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
+    monkeypatch.delenv("GEMINI_BASE_URL", raising=False)
+    gemini = load_config(None, use_user_default=False).providers["gemini"]
+    assert gemini.type == "gemini" and gemini.needs_key() and gemini.api_key() is None
+    assert gemini.key_hint() == "GEMINI_API_KEY or GOOGLE_API_KEY"
+    assert gemini.resolved_base_url() == "https://generativelanguage.googleapis.com"
+    monkeypatch.setenv("GOOGLE_API_KEY", "google-key")
+    assert gemini.api_key() == "google-key"
+    monkeypatch.setenv("GEMINI_API_KEY", "gemini-key")
+    assert gemini.api_key() == "gemini-key"  # the first name set wins
+    monkeypatch.setenv("GEMINI_API_KEY", "")
+    assert gemini.api_key() == "google-key"  # an empty variable is not a key
+    monkeypatch.setenv("GEMINI_BASE_URL", "http://127.0.0.1:9")
+    assert gemini.resolved_base_url() == "http://127.0.0.1:9"
+
+
+def test_an_empty_list_of_key_names_is_refused(tmp_path):
+    path = write(tmp_path, "providers:\n  g:\n    type: gemini\n    api_key_env: []\n")
+    with pytest.raises(ConfigError, match=r"providers\.g\.api_key_env"):
+        load_config(path)

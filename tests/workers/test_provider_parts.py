@@ -38,3 +38,23 @@ def test_a_part_goes_back_only_to_its_api_and_model():
     assert not keep_provider_part(free, "openai", "gpt-6-sol", warnings)
     assert [w.code for w in warnings] == ["provider_part_dropped", "provider_part_dropped"]
     assert "claude-opus-5-5" in warnings[0].message and "openai" in warnings[1].message
+
+
+def test_every_other_translator_says_when_it_leaves_out_a_gemini_signature():
+    from trunkline.protocol.messages import Message, ModelInfo, Request, ToolCallPart
+    from trunkline.workers.anthropic.request import build as anthropic
+    from trunkline.workers.ollama.request import build as ollama
+    from trunkline.workers.openai_compat.request import build as openai_compat
+
+    signature = ProviderPart(api="gemini", kind="thoughtSignature", data="c2ln", model="gemini-3.8-flash",
+                             provider="gemini")
+    request = Request(model="x:y", messages=[
+        Message.user("go"), Message.assistant(ToolCallPart(id="tu_1", name="f", provider="gemini"), signature),
+        Message.tool_result("tu_1", "done")])
+    model = ModelInfo(id="x:y", provider="x", wire_name="y")
+    builds = [anthropic(request, model, provider="anthropic", wire_ids={}, stream=True),
+              openai_compat(request, model, provider="vllm", wire_ids={}, stream=True, instance={}),
+              ollama(request, model, provider="ollama", stream=True)]
+    for built in builds:
+        assert "c2ln" not in str(built.body)
+        assert [w.code for w in built.warnings] == ["provider_part_dropped"]

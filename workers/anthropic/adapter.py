@@ -119,7 +119,7 @@ class AnthropicAdapter(HttpAdapter):
 
     async def ready(self, model: ModelInfo) -> None:
         if not self.api_key:
-            raise ProviderError("not_configured", f"no API key: set {self.config.api_key_env}")
+            raise ProviderError("not_configured", f"no API key: set {self.config.key_hint()}")
         await self.get_json(f"/v1/models/{model.wire_name}", {"anthropic-version": request.API_VERSION})
 
     def count_tokens(self, req: Request, model: ModelInfo) -> int:

@@ -1,0 +1,1 @@
+"""Google Gemini's native API (`generateContent` / `streamGenerateContent`)."""

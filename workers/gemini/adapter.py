@@ -1,0 +1,119 @@
+"""Gemini's I/O: generateContent, streamGenerateContent, the model endpoint, countTokens.
+
+The key travels in the `x-goog-api-key` header, never in the URL (URLs end up
+in transport error messages and proxies' logs).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import msgspec
+
+from ...protocol.messages import ModelInfo, Request, Response
+from .._adapter import Call, Emit
+from .._http import HttpAdapter
+from .._media import inline_files
+from ..errors import ProviderError, from_transport, invalid_response
+from . import errors, request, response
+from .stream import BodyDecoder, GeminiStream
+
+#: Requests one answer may take when the model continues a long generation (Argon's
+#: 1,048,576 tokens in hops of 65,536 is 16; a model that never finishes stops here).
+MAX_HOPS = 32
+
+
+class GeminiAdapter(HttpAdapter):
+    provider_type = "gemini"
+    default_base_url = "https://generativelanguage.googleapis.com"
+    idempotency_header = None  # Gemini has none; a custom header would only be noise
+
+    def auth_headers(self) -> dict[str, str]:
+        return {"x-goog-api-key": self.api_key} if self.api_key else {}
+
+    def classify(self, status: int, headers: httpx.Headers, body: bytes) -> ProviderError:
+        return errors.classify(status, headers, body)
+
+    def _build(self, call: Call, stream: bool) -> request.Built:
+        built = request.build(inline_files(call.request), call.model, provider=self.name,
+                              wire_ids=call.wire_ids, stream=stream)
+        call.warnings.extend(w for w in built.warnings if w not in call.warnings)
+        return built
+
+    def _check_key(self) -> None:
+        if not self.api_key:
+            raise ProviderError("not_configured", f"no API key: set {self.config.key_hint() or 'GEMINI_API_KEY'}")
+
+    async def stream(self, call: Call, emit: Emit) -> Response:
+        self._check_key()
+        built = self._build(call, stream=True)
+        translator = GeminiStream(call.model.wire_name, passthrough=call.request.passthrough)
+        raw: list[Any] | None = [] if call.request.include_raw else None
+
+        def handle(payloads: list[bytes]) -> None:
+            for data in payloads:
+                if raw is not None:
+                    raw.append(data.decode("utf-8", "replace"))
+                for event in translator.feed_bytes(data):
+                    emit(event)
+
+        body = built.body
+        for hop in range(1, MAX_HOPS + 1):
+            decoder = BodyDecoder()
+            await self.post_stream(call, built.path, body, lambda chunk: handle(decoder.feed(chunk)))
+            handle(decoder.flush())
+            token = translator.take_continuation() if hop < MAX_HOPS else None
+            if token is None:
+                break
+            # Long decode: the same request with the token; maxOutputTokens is a cumulative budget.
+            body = {**built.body, "continuationToken": token}
+        closing, skeleton = translator.finish()
+        for event in closing:
+            emit(event)
+        call.warnings.extend(w for w in skeleton.warnings if w not in call.warnings)
+        skeleton.raw = raw
+        return skeleton
+
+    async def complete(self, call: Call) -> Response:
+        self._check_key()
+        built = self._build(call, stream=False)
+        collector = response.Collector(call.model.wire_name)
+        body = built.body
+        for hop in range(1, MAX_HOPS + 1):
+            reply, _ = await self.post_json(call, built.path, body)
+            token = collector.feed(reply, follow=hop < MAX_HOPS)
+            if token is None:
+                break
+            body = {**built.body, "continuationToken": token}
+        result = collector.result(include_raw=call.request.include_raw)
+        call.warnings.extend(w for w in result.warnings if w not in call.warnings)
+        return result
+
+    async def ready(self, model: ModelInfo) -> None:
+        self._check_key()
+        await self.get_json(request.model_path(model.wire_name))
+
+    async def count_tokens_exact(self, req: Request, model: ModelInfo) -> int | None:
+        """Gemini's own count (`:countTokens`) of everything the request would send: the
+        contents, the system instruction and the tools, as one generateContentRequest."""
+        if not self.api_key:
+            return None
+        built = request.build(inline_files(req), model, provider=self.name, stream=False)
+        inner = {k: v for k, v in built.body.items() if k in ("contents", "systemInstruction", "tools", "toolConfig")}
+        path = f"{request.model_path(model.wire_name)}:countTokens"
+        body = {"generateContentRequest": {"model": f"models/{model.wire_name.removeprefix('models/')}", **inner}}
+        try:
+            reply = await self.client.post(self.url(path), content=msgspec.json.encode(body),
+                                           headers={"content-type": "application/json", **self.auth_headers()})
+        except httpx.TransportError as exc:
+            raise from_transport(exc, self.name) from None
+        if reply.status_code >= 400:
+            raise self.classify(reply.status_code, reply.headers, reply.content)
+        try:
+            total = msgspec.json.decode(reply.content).get("totalTokens")
+        except (msgspec.DecodeError, AttributeError):
+            raise invalid_response(f"{self.name} sent a countTokens reply that is not JSON") from None
+        if not isinstance(total, int):
+            raise invalid_response(f"{self.name}'s countTokens reply has no totalTokens")
+        return total

@@ -1,0 +1,368 @@
+"""Canonical request -> Gemini `generateContent` body. Pure.
+
+Rules worth knowing (the tests hold each one):
+* system and developer messages go to `systemInstruction`; roles are `user`
+  and `model`, consecutive messages of one role merge into one turn (tool
+  results answering parallel calls must share a turn);
+* a tool result is a `functionResponse` carrying the function's name (looked
+  up from the call in the history) and an object: a string becomes
+  `{"result": ...}`, an error `{"error": ...}`;
+* thought signatures travel as `ProviderPart(kind="thoughtSignature")` right
+  after the part they sat on, and go back onto that same wire part, only to
+  the same model on the same provider instance (they are bound to both);
+  elsewhere they are dropped with a warning. A Gemini 3+ model refuses a turn
+  whose first function call has no signature, so a call that lost its own (or
+  came from another provider) gets the validator-skip marker Google
+  documents for transplanted history;
+* other Gemini parts (code execution, server tool calls, a signed empty text
+  part) are `ProviderPart`s holding the wire part verbatim;
+* `reasoning_effort` becomes `thinkingLevel` on models that take levels and
+  `thinkingBudget` on the others, per the catalog (`ModelInfo.thinking`).
+"""
+
+from __future__ import annotations
+
+import json
+import mimetypes
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...protocol.messages import (
+    AudioPart,
+    DocumentPart,
+    ImagePart,
+    Message,
+    ModelInfo,
+    ProviderPart,
+    RedactedThinkingPart,
+    Request,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolResultPart,
+    WarningInfo,
+)
+from .._provider_parts import keep_provider_part
+from .._warnings import warn
+from ..errors import ProviderError
+
+API = "gemini"
+API_PATH = "/v1beta/models"
+#: Google's documented marker for a function call whose signature was not made by this model.
+SKIP_SIGNATURE = "skip_thought_signature_validator"
+SIGNATURE_KIND = "thoughtSignature"
+METADATA_KINDS = ("groundingMetadata", "urlContextMetadata")
+
+#: Ladder order, to find the nearest effort a model takes.
+EFFORTS = ["none", "minimal", "low", "medium", "high", "xhigh", "max"]
+#: Effort -> thinkingLevel, for models steered by level (Gemini 3.5+, Argon refuse a budget).
+THINKING_LEVEL = {"minimal": "MINIMAL", "low": "LOW", "medium": "MEDIUM", "high": "HIGH",
+                  "xhigh": "XHIGH", "max": "XHIGH"}
+#: Effort -> thinkingBudget tokens, for models steered by budget (Gemini 2.x).
+THINKING_BUDGET = {"minimal": 512, "low": 2048, "medium": 8192, "high": 24576, "xhigh": 32768, "max": 32768}
+
+#: provider_options.gemini keys read here; any other key is merged into the body as given.
+_SHORTHAND_TOOLS = {"google_search": "googleSearch", "code_execution": "codeExecution", "url_context": "urlContext"}
+_SNAKE = {"safety_settings": "safetySettings", "cached_content": "cachedContent"}
+_OWN = {"tools", "thinking_config", "generation_config", *_SHORTHAND_TOOLS}
+
+
+@dataclass(slots=True)
+class Built:
+    body: dict[str, Any]
+    path: str
+    warnings: list[WarningInfo] = field(default_factory=list)
+
+
+def model_path(wire_name: str) -> str:
+    name = wire_name.removeprefix("models/")
+    return f"{API_PATH}/{name}"
+
+
+def generation(wire_name: str) -> int | None:
+    """The major version in a Gemini model name (`gemini-3.8-flash` -> 3)."""
+    m = re.search(r"gemini-(\d+)", wire_name)
+    return int(m.group(1)) if m else None
+
+
+def uses_levels(model: ModelInfo) -> bool:
+    """Whether `model` is steered by `thinkingLevel` rather than `thinkingBudget`."""
+    if model.thinking is not None:
+        return model.thinking == "adaptive"
+    # Not in the catalog (or no rule yet): Gemini 3 and later take levels.
+    return (generation(model.wire_name) or 0) >= 3
+
+
+def _media(part: ImagePart | AudioPart | DocumentPart, warnings: list[WarningInfo]) -> dict[str, Any] | None:
+    if part.data is not None:
+        if not part.media_type:
+            raise ProviderError("invalid_request", "an inline image, audio or document part needs media_type "
+                                "(Gemini's inlineData requires a mimeType)")
+        return {"inlineData": {"mimeType": part.media_type, "data": part.data}}
+    if part.url:
+        data: dict[str, Any] = {"fileUri": part.url}
+        kind = part.media_type or mimetypes.guess_type(part.url.split("?", 1)[0])[0]
+        if kind:
+            data["mimeType"] = kind
+        return {"fileData": data}
+    warn(warnings, "unsupported_content", "a media part with neither data nor url was dropped")
+    return None
+
+
+class _Translator:
+    def __init__(self, model: ModelInfo, provider: str, wire_ids: dict[str, str],
+                 warnings: list[WarningInfo]) -> None:
+        self.model = model
+        self.provider = provider
+        self.wire_ids = wire_ids
+        self.warnings = warnings
+        # Gemini 3 and later validate signatures on function calls.
+        self.strict_signatures = uses_levels(model) or (generation(model.wire_name) or 0) >= 3
+        #: canonical call id -> (function name, the id to send or None for an id-less Gemini call)
+        self.calls: dict[str, tuple[str, str | None]] = {}
+
+    def remember_calls(self, messages: list[Message]) -> None:
+        for message in messages:
+            for part in message.content:
+                if type(part) is ToolCallPart:
+                    self.calls[part.id] = (part.name, self.call_id(part))
+
+    def call_id(self, part: ToolCallPart) -> str | None:
+        if part.provider == self.provider:
+            # Ours: Gemini's own id, or none (2.x never gives one; the runtime minted ours).
+            return part.provider_id or None
+        return self.wire_ids.get(part.id, part.id)
+
+    def signature_ok(self, part: ProviderPart) -> bool:
+        if not keep_provider_part(part, API, self.model.wire_name, self.warnings):
+            return False
+        if part.provider is not None and part.provider != self.provider:
+            warn(self.warnings, "provider_part_dropped",
+                 f"gemini content ({part.kind}) came from provider {part.provider} (another key); "
+                 f"it was left out for {self.provider}")
+            return False
+        return True
+
+    def parts(self, message: Message) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        host: dict[str, Any] | None = None  # the wire part a following signature belongs to
+        for part in message.content:
+            wire: dict[str, Any] | None = None
+            if isinstance(part, TextPart):
+                if part.text:
+                    wire = {"text": part.text}
+            elif isinstance(part, (ImagePart, AudioPart, DocumentPart)):
+                wire = _media(part, self.warnings)
+            elif isinstance(part, ToolCallPart):
+                call: dict[str, Any] = {"name": part.name, "args": part.arguments or {}}
+                call_id = self.call_id(part)
+                if call_id:
+                    call["id"] = call_id
+                wire = {"functionCall": call}
+            elif isinstance(part, ToolResultPart):
+                wire = self.function_response(part.tool_call_id, part.content, part.is_error, part.name)
+            elif isinstance(part, ThinkingPart):
+                if part.provider is None or part.provider == self.provider:
+                    wire = {"text": part.text, "thought": True}
+                else:
+                    warn(self.warnings, "thinking_dropped",
+                         f"reasoning from {part.provider} cannot be sent to Gemini; it was dropped")
+            elif isinstance(part, RedactedThinkingPart):
+                warn(self.warnings, "thinking_dropped",
+                     f"encrypted reasoning from {part.provider or 'another provider'} cannot be sent to Gemini; "
+                     "it was dropped")
+            elif isinstance(part, ProviderPart):
+                if part.api == API and part.kind == SIGNATURE_KIND:
+                    if self.signature_ok(part):
+                        if host is not None:
+                            host["thoughtSignature"] = part.data
+                        else:  # nothing to sit on: a signed empty text part, as Gemini itself sends
+                            out.append({"text": "", "thoughtSignature": part.data})
+                    host = None
+                    continue
+                if part.api == API and part.kind in METADATA_KINDS:
+                    host = None
+                    continue  # the answer's grounding, for the caller: not a part Gemini takes back
+                if self.signature_ok(part) and isinstance(part.data, dict):
+                    wire = dict(part.data)
+            if wire is not None:
+                out.append(wire)
+            host = wire
+        if message.role == "tool" and message.tool_call_id and not any("functionResponse" in p for p in out):
+            out = [self.function_response(message.tool_call_id, message.text, False, message.name)]
+        return out
+
+    def function_response(self, canonical: str, content: str | list[TextPart | ImagePart], is_error: bool,
+                          name: str | None) -> dict[str, Any]:
+        known = self.calls.get(canonical)
+        fn = name or (known[0] if known else None)
+        if not fn:
+            raise ProviderError("invalid_request", f"tool result for {canonical!r} answers no tool call in the "
+                                "conversation, and Gemini needs the function's name: give ToolResultPart.name")
+        media: list[dict[str, Any]] = []
+        if isinstance(content, str):
+            text = content
+        else:
+            text = "".join(p.text for p in content if isinstance(p, TextPart))
+            for p in content:
+                if isinstance(p, ImagePart) and (m := _media(p, self.warnings)) is not None:
+                    media.append(m)
+        value: Any = text
+        if text.strip()[:1] in ("{", "["):
+            try:
+                value = json.loads(text)  # a JSON result goes as structure, not as a quoted string
+            except ValueError:
+                pass
+        response = {"error": value} if is_error else (value if isinstance(value, dict) else {"result": value})
+        body: dict[str, Any] = {"name": fn, "response": response}
+        call_id = known[1] if known else self.wire_ids.get(canonical, canonical)
+        if call_id:
+            body["id"] = call_id
+        if media:
+            body["parts"] = media
+        return {"functionResponse": body}
+
+    def contents(self, messages: list[Message]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for message in messages:
+            if message.role in ("system", "developer"):
+                continue
+            role = "model" if message.role == "assistant" else "user"
+            parts = self.parts(message)
+            if not parts:
+                continue
+            if out and out[-1]["role"] == role:
+                out[-1]["parts"].extend(parts)
+            else:
+                out.append({"role": role, "parts": parts})
+        if self.strict_signatures:
+            for turn in out:
+                if turn["role"] != "model":
+                    continue
+                calls = [p for p in turn["parts"] if "functionCall" in p]
+                if calls and not any("thoughtSignature" in p for p in calls):
+                    calls[0]["thoughtSignature"] = SKIP_SIGNATURE
+        return out
+
+
+def _nearest_effort(effort: str, allowed: list[str]) -> str:
+    if not allowed:
+        return effort
+    i = EFFORTS.index(effort)
+    return min(allowed, key=lambda e: (abs(EFFORTS.index(e) - i), -EFFORTS.index(e)))
+
+
+def _thinking(request: Request, model: ModelInfo, warnings: list[WarningInfo]) -> dict[str, Any] | None:
+    effort = request.reasoning_effort
+    if effort is None:
+        return None
+    rules = model.rules
+    allowed = [e for e in (rules.efforts or []) if e in EFFORTS]
+    levels = uses_levels(model)
+    if allowed and effort not in allowed and effort != "none":
+        chosen = _nearest_effort(effort, allowed)
+        warn(warnings, "unsupported_setting",
+             f"{model.wire_name} does not take reasoning_effort {effort}; {chosen} was used")
+        effort = chosen
+    if effort == "none":
+        if rules.thinking_always_on or levels or (allowed and "none" not in allowed):
+            lowest = next((e for e in EFFORTS[1:] if not allowed or e in allowed), "minimal")
+            warn(warnings, "unsupported_setting",
+                 f"thinking cannot be turned off on {model.wire_name}; the lowest level ({lowest}) was used")
+            return {"thinkingLevel": THINKING_LEVEL[lowest]} if levels else {"thinkingBudget": THINKING_BUDGET[lowest]}
+        return {"thinkingBudget": 0}
+    if levels:
+        if effort == "max":
+            warn(warnings, "unsupported_setting", "Gemini's highest thinking level is XHIGH; it was used for max")
+        return {"thinkingLevel": THINKING_LEVEL[effort], "includeThoughts": True}
+    return {"thinkingBudget": THINKING_BUDGET[effort], "includeThoughts": True}
+
+
+def _sampling(request: Request, model: ModelInfo, thinking_on: bool, gen: dict[str, Any],
+              warnings: list[WarningInfo]) -> None:
+    wanted = {"temperature": request.temperature, "top_p": request.top_p}
+    rules = model.rules
+    for name, value in wanted.items():
+        if value is None:
+            continue
+        if rules.sampling is not None and name not in rules.sampling:
+            warn(warnings, "unsupported_setting", f"{model.wire_name} does not take {name}; it was ignored")
+            continue
+        if rules.sampling_needs_no_reasoning and thinking_on:
+            warn(warnings, "unsupported_setting", f"{model.wire_name} takes {name} only with reasoning off; ignored")
+            continue
+        if rules.sampling_exclusive and ("temperature" in gen or "topP" in gen):
+            warn(warnings, "unsupported_setting",
+                 f"{model.wire_name} takes one sampling parameter at a time; {name} was ignored")
+            continue
+        gen["temperature" if name == "temperature" else "topP"] = value
+
+
+def build(request: Request, model: ModelInfo, *, provider: str = "gemini", wire_ids: dict[str, str] | None = None,
+          stream: bool = True) -> Built:
+    warnings: list[WarningInfo] = []
+    options = dict(request.provider_options.get(provider) or request.provider_options.get(API) or {})
+    tr = _Translator(model, provider, wire_ids or {}, warnings)
+    tr.remember_calls(request.messages)
+    body: dict[str, Any] = {"contents": tr.contents(request.messages)}
+    if not body["contents"]:
+        raise ProviderError("invalid_request", "nothing to send: every message was empty after translation")
+    system = "\n\n".join(m.text for m in request.messages if m.role in ("system", "developer") and m.text)
+    if system:
+        body["systemInstruction"] = {"parts": [{"text": system}]}
+
+    tools: list[dict[str, Any]] = []
+    choice = request.tool_choice
+    if request.tools:
+        decls = []
+        for tool in request.tools:
+            decl: dict[str, Any] = {"name": tool.name, "parametersJsonSchema": tool.parameters}
+            if tool.description:
+                decl["description"] = tool.description
+            decls.append(decl)
+        tools.append({"functionDeclarations": decls})
+        if choice is not None:
+            mode = {"auto": "AUTO", "none": "NONE", "required": "ANY", "tool": "ANY"}[choice.mode]
+            config: dict[str, Any] = {"mode": mode}
+            if choice.mode == "tool" and choice.name:
+                config["allowedFunctionNames"] = [choice.name]
+            body["toolConfig"] = {"functionCallingConfig": config}
+    for key, wire_name in _SHORTHAND_TOOLS.items():
+        if options.get(key):
+            tools.append({wire_name: options[key] if isinstance(options[key], dict) else {}})
+    extra = options.get("tools")
+    if isinstance(extra, list):
+        tools.extend(t for t in extra if isinstance(t, dict))
+    if tools:
+        body["tools"] = tools
+
+    gen: dict[str, Any] = {}
+    max_tokens = request.max_tokens or model.rules.default_max_tokens
+    if max_tokens:
+        gen["maxOutputTokens"] = max_tokens
+    thinking = options.get("thinking_config") or _thinking(request, model, warnings)
+    thinking_on = bool(thinking) and thinking.get("thinkingBudget") != 0
+    _sampling(request, model, thinking_on, gen, warnings)
+    if request.stop_sequences:
+        gen["stopSequences"] = list(request.stop_sequences)
+    if request.seed is not None:
+        gen["seed"] = request.seed
+    fmt = request.response_format
+    if fmt is not None and fmt.kind == "json_schema" and fmt.schema is not None:
+        gen["responseMimeType"] = "application/json"
+        gen["responseJsonSchema"] = fmt.schema
+    elif fmt is not None and fmt.kind in ("json_object", "json_schema"):
+        gen["responseMimeType"] = "application/json"
+    if thinking:
+        gen["thinkingConfig"] = thinking
+    raw_gen = options.get("generation_config")
+    if isinstance(raw_gen, dict):
+        gen.update(raw_gen)
+    if gen:
+        body["generationConfig"] = gen
+    for key, value in options.items():
+        if key not in _OWN:
+            body[_SNAKE.get(key, key)] = value
+    action = "streamGenerateContent?alt=sse" if stream else "generateContent"
+    return Built(body, f"{model_path(model.wire_name)}:{action}", warnings)
