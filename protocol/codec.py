@@ -97,25 +97,42 @@ def frame_event(topic: str, event: Any) -> bytes:
     return topic.encode() + SEPARATOR + _encoder.encode(event)
 
 
-#: Events per batched message at most: a subscriber's queue counts messages, and a
-#: message stays a size every client reads comfortably.
+#: Events per batched message at most, and its size (a single larger event goes
+#: alone): a subscriber's queue counts messages, so this bounds what one message
+#: in it holds, and a message stays a size every client reads comfortably.
 BATCH_EVENTS = 256
+BATCH_BYTES = 64 * 1024
 
 
 def batch_frames(frames: list[bytes]) -> list[bytes]:
-    """Frames of one topic (`topic \\x00 event`) as few messages as possible: each
-    `topic \\x00` + a msgpack array of up to BATCH_EVENTS events."""
+    """Frames of one topic (`topic \\x00 event`) as few messages as the bounds allow:
+    each `topic \\x00` + a msgpack array of up to BATCH_EVENTS events and about
+    BATCH_BYTES bytes, or a lone frame as it is."""
     if len(frames) == 1:
         return frames
     first = frames[0]
     cut = first.index(SEPARATOR) + 1
     prefix = first[:cut]
-    out = []
-    for start in range(0, len(frames), BATCH_EVENTS):
-        chunk = frames[start:start + BATCH_EVENTS]
+    out: list[bytes] = []
+    chunk: list[bytes] = []
+    size = 0
+
+    def close() -> None:
         n = len(chunk)
-        head = bytes((0x90 | n,)) if n < 16 else b"\xdc" + n.to_bytes(2, "big")
-        out.append(b"".join([prefix, head, *[f[cut:] for f in chunk]]))
+        if n == 1:
+            out.append(prefix + chunk[0])
+        elif n:
+            head = bytes((0x90 | n,)) if n < 16 else b"\xdc" + n.to_bytes(2, "big")
+            out.append(b"".join([prefix, head, *chunk]))
+
+    for frame in frames:
+        body = frame[cut:]
+        if chunk and (len(chunk) == BATCH_EVENTS or size + len(body) > BATCH_BYTES):
+            close()
+            chunk, size = [], 0
+        chunk.append(body)
+        size += len(body)
+    close()
     return out
 
 

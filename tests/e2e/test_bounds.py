@@ -146,7 +146,7 @@ SLEEPER = """
 
 
 async def test_a_subscriber_that_never_reads_holds_only_its_queue(start_daemon):
-    queue = 256
+    queue = 64
     # Finished requests' replay rings get a tiny budget, so what is measured is what the
     # subscribers hold.
     daemon = await start_daemon({"limits": {"subscriber_queue": queue}, "replay": {"max_bytes": 1_000_000}})
@@ -170,8 +170,8 @@ async def test_a_subscriber_that_never_reads_holds_only_its_queue(start_daemon):
     finally:
         for proc in sleepers:
             kill(proc)
-    # Each sleeper pins at most `queue` events (copies shared between subscribers):
-    # ~1-3 MB here; unbounded, three sleepers would hold ~180 MB.
+    # The sleepers pin at most the newest `queue` event messages (shared copies), each at
+    # most 64 KiB or one event (~200 KB here): ~13 MB; unbounded, ~180 MB.
     assert grown < 30, f"the daemon grew {grown:.0f} MiB for three subscribers that never read"
 
 

@@ -27,6 +27,7 @@ from trunkline.protocol.messages import (
     Submit,
     TextDelta,
     Timeouts,
+    Welcome,
 )
 
 pytestmark = pytest.mark.e2e
@@ -95,8 +96,8 @@ class Raw:
         self.sock.close()
 
 
-def submit(request: dict[str, Any], request_id: str = "attack") -> bytes:
-    return codec.encode({"type": "submit", "request_id": request_id, "client_id": "c-attacker", "request": {
+def submit(request: dict[str, Any], request_id: str = "attack", client_id: str = "c-attacker") -> bytes:
+    return codec.encode({"type": "submit", "request_id": request_id, "client_id": client_id, "request": {
         "model": "mock:echo", "messages": [{"role": "user", "content": [{"type": "text", "text": "x"}]}],
         **request}})
 
@@ -131,9 +132,10 @@ async def test_the_daemon_never_opens_a_path_a_client_names(start_daemon, tmp_pa
     try:
         with trio.fail_after(30):
             async with beside_an_innocent(daemon) as client:
+                welcome = await raw.ask(codec.encode({"type": "hello", "client_name": "attacker"}))
                 for path in ("/proc/self/environ", "/dev/zero", str(fifo)):
                     reply = await raw.ask(submit({"messages": [{"role": "user", "content": [
-                        {"type": "text", "text": "x"}, {"type": "image", "path": path}]}]}))
+                        {"type": "text", "text": "x"}, {"type": "image", "path": path}]}]}, client_id=welcome.client_id))
                     assert type(reply) is Rejected and reply.error.error_class == "invalid_request"
                     assert "does not read local files" in reply.error.message
                 # The Python client reads its own files, and refuses what is not a regular file.
@@ -191,10 +193,11 @@ async def test_unreadable_input_gets_its_class_and_one_rate_limited_log_line(sta
     hello = codec.encode({"type": "hello", "client_name": ""})
     at_limit = codec.encode({"type": "hello", "client_name": "x" * (limit - len(hello) - 2)})
     assert len(at_limit) == limit
+    over = codec.encode({"type": "hello", "client_name": "x" * (limit - len(hello) - 1)})
     bad = [
         (b"\x82\xa4type\xa5hello\xabclient_name\xa2\xff\xfe", "UTF-8"),
         (b"\x82\xa4type\xa5hello\xa1x" + b"\x91" * 5000 + b"\x01", "nested"),
-        (at_limit, "exceeds the limit"),
+        (over, "exceeds the limit"),
     ]
     raw = Raw(daemon)
     try:
@@ -208,6 +211,8 @@ async def test_unreadable_input_gets_its_class_and_one_rate_limited_log_line(sta
                         assert reply.error.error_class == "invalid_request", reply.error
                         assert words in reply.error.message, reply.error.message
                 elapsed = time.monotonic() - started
+                # A message exactly at the limit is within it: answered as any other.
+                assert type(await raw.ask(at_limit)) is Welcome
     finally:
         raw.close()
     await daemon.stop()

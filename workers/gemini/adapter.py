@@ -14,7 +14,6 @@ import msgspec
 from ...protocol.messages import ModelInfo, Request, Response
 from .._adapter import Call, Emit
 from .._http import HttpAdapter
-from .._media import inline_files
 from ..errors import ProviderError, from_transport, invalid_response
 from . import errors, request, response
 from .stream import BodyDecoder, GeminiStream
@@ -36,7 +35,7 @@ class GeminiAdapter(HttpAdapter):
         return errors.classify(status, headers, body)
 
     def _build(self, call: Call, stream: bool) -> request.Built:
-        built = request.build(inline_files(call.request), call.model, provider=self.name,
+        built = request.build(call.request, call.model, provider=self.name,
                               wire_ids=call.wire_ids, stream=stream)
         call.warnings.extend(w for w in built.warnings if w not in call.warnings)
         return built
@@ -45,7 +44,8 @@ class GeminiAdapter(HttpAdapter):
         if not self.api_key:
             raise ProviderError("not_configured", f"no API key: set {self.config.key_hint() or 'GEMINI_API_KEY'}")
 
-    async def stream(self, call: Call, emit: Emit) -> Response:
+    async def stream(self, call: Call, emit: Emit, whole: bool = False) -> Response:
+        # `whole` needs nothing here: streamGenerateContent always answers with a stream.
         self._check_key()
         built = self._build(call, stream=True)
         translator = GeminiStream(call.model.wire_name, passthrough=call.request.passthrough)
@@ -75,21 +75,6 @@ class GeminiAdapter(HttpAdapter):
         skeleton.raw = raw
         return skeleton
 
-    async def complete(self, call: Call) -> Response:
-        self._check_key()
-        built = self._build(call, stream=False)
-        collector = response.Collector(call.model.wire_name)
-        body = built.body
-        for hop in range(1, MAX_HOPS + 1):
-            reply, _ = await self.post_json(call, built.path, body)
-            token = collector.feed(reply, follow=hop < MAX_HOPS)
-            if token is None:
-                break
-            body = {**built.body, "continuationToken": token}
-        result = collector.result(include_raw=call.request.include_raw)
-        call.warnings.extend(w for w in result.warnings if w not in call.warnings)
-        return result
-
     async def ready(self, model: ModelInfo) -> None:
         self._check_key()
         await self.get_json(request.model_path(model.wire_name))
@@ -99,7 +84,7 @@ class GeminiAdapter(HttpAdapter):
         contents, the system instruction and the tools, as one generateContentRequest."""
         if not self.api_key:
             return None
-        built = request.build(inline_files(req), model, provider=self.name, stream=False)
+        built = request.build(req, model, provider=self.name, stream=False)
         inner = {k: v for k, v in built.body.items() if k in ("contents", "systemInstruction", "tools", "toolConfig")}
         path = f"{request.model_path(model.wire_name)}:countTokens"
         body = {"generateContentRequest": {"model": f"models/{model.wire_name.removeprefix('models/')}", **inner}}

@@ -94,7 +94,7 @@ class OpenAIAdapter(HttpAdapter):
         call.warnings.extend(w for w in built.warnings if w not in call.warnings)
         return built
 
-    async def stream(self, call: Call, emit: Emit) -> Response:
+    async def stream(self, call: Call, emit: Emit, whole: bool = False) -> Response:
         built = self._build(call, stream=True)
         translator = ResponsesStream(call.model, passthrough=call.request.passthrough, provider=self.name)
         raw: list[Any] | None = [] if call.request.include_raw else None
@@ -170,10 +170,14 @@ class OpenAIAdapter(HttpAdapter):
                             err.error_class)
 
     async def complete(self, call: Call) -> Response:
+        """A whole response is streamed from OpenAI all the same (see the runtime's
+        `complete`), except in background mode, where OpenAI keeps the response and
+        it is polled until it has finished."""
         built = self._build(call, stream=False)
+        if not built.body.get("background"):
+            return await super().complete(call)
         body, _ = await self.post_json(call, "/responses", built.body)
-        if built.body.get("background"):
-            body = await self._await_background(call, body)
+        body = await self._await_background(call, body)
         return response.parse(body, call.model, include_raw=call.request.include_raw)
 
     async def _await_background(self, call: Call, body: Any) -> Any:

@@ -203,15 +203,17 @@ async def test_a_safety_block(daemon, upstream):
 
 async def test_structured_output(daemon, upstream):
     schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
-    upstream.route("POST", GENERATE, Reply.json({"candidates": [{"content": {"role": "model", "parts": [
+    # A whole response is streamed from Gemini all the same (a long answer is then
+    # bounded by the idle timeout between chunks, not retried whole as a timeout).
+    upstream.route("POST", STREAM, Reply.sse(sse({"candidates": [{"content": {"role": "model", "parts": [
         {"text": '{"city": "Paris"}'}]}, "finishReason": "STOP"}],
-        "usageMetadata": {"promptTokenCount": 12, "candidatesTokenCount": 5}}))
+        "usageMetadata": {"promptTokenCount": 12, "candidatesTokenCount": 5}})))
     with trio.fail_after(20):
         async with Client(daemon.runtime_dir) as client:
             response = await client.complete(Request(model=FLASH, messages=[Message.user("Capital of France?")],
                                                      response_format=ResponseFormat(kind="json_schema", schema=schema)))
     assert json.loads(response.text) == {"city": "Paris"} and response.finish_reason.reason == "stop"
-    body = upstream.sent(GENERATE)[0].json()
+    body = upstream.sent(STREAM)[0].json()
     assert body["generationConfig"]["responseMimeType"] == "application/json"
     assert body["generationConfig"]["responseJsonSchema"] == schema
     assert response.cost_usd is not None and response.usage.total_tokens == 17
@@ -281,12 +283,11 @@ async def test_ready_asks_the_model_endpoint_with_the_key_in_a_header(daemon, up
 async def test_google_api_key_is_the_fallback_name_and_gemini_base_url_is_honoured(start_daemon, upstream):
     daemon = await start_daemon(env={"GEMINI_API_KEY": "", "GOOGLE_API_KEY": "AIzaSy-google-fallback-key-000000",
                                      "GEMINI_BASE_URL": upstream.base_url})
-    upstream.route("POST", GENERATE, Reply.json({"candidates": [{"content": {"role": "model", "parts": [
-        {"text": "ok"}]}, "finishReason": "STOP"}]}))
+    upstream.route("POST", STREAM, Reply.sse(sse(chunk({"text": "ok"}, finish="STOP"))))
     with trio.fail_after(20):
         async with Client(daemon.runtime_dir) as client:
             assert (await client.complete(FLASH, "hi")).text == "ok"
-    assert upstream.sent(GENERATE)[0].headers["x-goog-api-key"] == "AIzaSy-google-fallback-key-000000"
+    assert upstream.sent(STREAM)[0].headers["x-goog-api-key"] == "AIzaSy-google-fallback-key-000000"
 
 
 async def test_without_either_key_gemini_is_not_configured(start_daemon):

@@ -62,7 +62,7 @@ async def test_reasoning_is_reported_and_its_encrypted_item_goes_back_next_turn(
     thought = oa.reasoning("rs_A", ["Adding the numbers.", "Checking twice."], encrypted="gAAAAB-secret-thoughts")
     upstream.route("POST", RESPONSES,
                    stream_reply([thought, oa.message("msg_A", "2 + 2 = 4 — sure.", phase="final_answer")]),
-                   Reply.json(oa.body([oa.message("msg_B", "And 6.")], response_id="resp_2")))
+                   stream_reply([oa.message("msg_B", "And 6.")], response_id="resp_2"))
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir) as client:
             history = [Message.system("Be exact."), Message.user("2+2?")]
@@ -90,7 +90,7 @@ async def test_reasoning_is_reported_and_its_encrypted_item_goes_back_next_turn(
     assert body1["reasoning"] == {"effort": "high", "summary": "auto"} and body1["instructions"] == "Be exact."
     assert body1["stream"] is True
     body2 = sent2.json()
-    assert "stream" not in body2
+    assert body2["stream"] is True  # a whole response is streamed from OpenAI all the same
     assert body2["input"] == [
         {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "2+2?"}]},
         thought,  # byte for byte: original id, summary and encrypted content
@@ -187,7 +187,7 @@ async def test_a_conversation_moves_anthropic_openai_anthropic(daemon, upstream)
 async def test_structured_output(daemon, upstream):
     schema = {"type": "object", "properties": {"city": {"type": "string"}, "temp_c": {"type": "number"}},
               "required": ["city", "temp_c"], "additionalProperties": False}
-    upstream.route("POST", RESPONSES, Reply.json(oa.body([oa.message("msg_1", '{"city":"Paris","temp_c":18}')])))
+    upstream.route("POST", RESPONSES, stream_reply([oa.message("msg_1", '{"city":"Paris","temp_c":18}')]))
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir) as client:
             response = await client.complete(MODEL, "Weather in Paris as JSON", response_format=ResponseFormat(
