@@ -1,7 +1,9 @@
 """Canonical request -> the mock's wire plan (a list of chunks to play back).
 
-`provider_options.mock` scripts a reply as a list of steps; without it the
-mock echoes the last user message word by word. Chunks are plain dicts with a
+`provider_options.mock` scripts a reply as a list of steps, or a conversation
+as `turns` (a list of step lists: the one played is chosen by how many
+assistant turns the history already holds, so a tool loop runs offline);
+without either the mock echoes the last user message word by word. Chunks are plain dicts with a
 `kind`, the mock's own "wire format", so the stream and response translators
 work on it the way real providers' translators work on SSE or JSON.
 """
@@ -72,6 +74,7 @@ class Step(_Opt):
 
 class MockOptions(_Opt):
     steps: list[Step] | None = None
+    turns: list[list[Step]] | None = None  # turn n is played when the history holds n assistant turns
     delay: float = 0.0  # pause between the chunks of the default echo
     repeat: int = 1  # play the text steps this many times (long streams for tests and benchmarks)
     model: str | None = None
@@ -133,7 +136,8 @@ def _fragments(arguments: dict[str, Any] | str, n: int) -> list[str]:
 def build(request: Request, provider: str, model_wire_name: str) -> list[dict[str, Any]]:
     """The chunks the mock will play for `request`."""
     opts = options(request, provider)
-    steps = opts.steps if opts.steps is not None else _echo(request, opts)
+    scripted = _scripted(request, opts)
+    steps = scripted if scripted is not None else _echo(request, opts)
     chunks: list[dict[str, Any]] = [{"kind": "start", "model": opts.model or model_wire_name}]
     tool_number = 0
     for _ in range(max(opts.repeat, 1)):
@@ -172,9 +176,22 @@ def build(request: Request, provider: str, model_wire_name: str) -> list[dict[st
                 chunks.append({"kind": "stall"})
             if step.crash:
                 chunks.append({"kind": "crash"})
-        if opts.steps is None:
+        if scripted is None:
             break
     return chunks
+
+
+def _scripted(request: Request, opts: MockOptions) -> list[Step] | None:
+    if opts.turns is None:
+        return opts.steps
+    if opts.steps is not None:
+        raise ProviderError("invalid_request", "provider_options.mock: give steps or turns, not both")
+    done = sum(1 for m in request.messages if m.role == "assistant")
+    if done >= len(opts.turns):
+        raise ProviderError("invalid_request", (
+            f"provider_options.mock.turns scripts {len(opts.turns)} turn(s) and the history already holds "
+            f"{done} assistant turn(s): no turn is left to play"))
+    return opts.turns[done]
 
 
 def history_warnings(request: Request, model_wire_name: str) -> list[WarningInfo]:
