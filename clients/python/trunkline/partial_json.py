@@ -1,0 +1,195 @@
+"""The value a prefix of a JSON document already shows, for objects streamed as they are written.
+
+`parse_partial('{"name": "Al')` is `{"name": "Al"}`: a string cut short is kept
+as far as it goes, a key without its value yet is left out, and an unfinished
+`true`/`null` or a number that cannot be read yet (`-`, `1.`) is left out. On a
+whole document the result is exactly `json.loads`'s (complete strings and
+numbers are handed to `json` itself). Text that cannot begin a JSON document
+raises `ValueError`; nothing else is raised.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
+_NUMBER_CHARS = re.compile(r"[-+.eE0-9]*")
+_LITERALS = {"true": True, "false": False, "null": None}
+_WS = " \t\n\r"
+# "this value had not begun or could not be read yet": distinct from a parsed null.
+_MISSING = object()
+
+
+class _Incomplete(Exception):
+    """The text ended inside a value; `value` is what it shows so far (or _MISSING)."""
+
+    def __init__(self, value: Any = _MISSING) -> None:
+        self.value = value
+
+
+def parse_partial(text: str) -> Any:
+    """The value shown by `text`, a prefix of a JSON document. None when nothing
+    has been shown yet (empty text, or a value just begun)."""
+    end = len(text)
+    i = _skip(text, 0)
+    if i == end:
+        return None
+    try:
+        value, i = _value(text, i)
+    except _Incomplete as cut:
+        return None if cut.value is _MISSING else cut.value
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+    if _skip(text, i) != end:
+        raise ValueError(f"extra data after the JSON value at offset {i}")
+    return value
+
+
+def _skip(text: str, i: int) -> int:
+    end = len(text)
+    while i < end and text[i] in _WS:
+        i += 1
+    return i
+
+
+def _value(text: str, i: int) -> tuple[Any, int]:
+    c = text[i]
+    if c == "{":
+        return _object(text, i + 1)
+    if c == "[":
+        return _array(text, i + 1)
+    if c == '"':
+        return _string(text, i)
+    if c == "-" or c.isdigit():
+        return _number(text, i)
+    for word, value in _LITERALS.items():
+        if text.startswith(word, i):
+            return value, i + len(word)
+        if word.startswith(text[i:]):
+            raise _Incomplete()
+    raise ValueError(f"unexpected {c!r} at offset {i}")
+
+
+def _number(text: str, i: int) -> tuple[Any, int]:
+    run = _NUMBER_CHARS.match(text, i).end()  # type: ignore[union-attr]
+    match = _NUMBER.match(text, i)
+    if run == len(text):
+        # The number may go on in the next chunk; show it only if it reads as one now.
+        if match is not None and match.end() == run:
+            raise _Incomplete(json.loads(match.group()))
+        raise _Incomplete()
+    if match is None or match.end() != run:
+        raise ValueError(f"bad number at offset {i}")
+    return json.loads(match.group()), run
+
+
+def _string(text: str, i: int) -> tuple[str, int]:
+    end = len(text)
+    j = i + 1
+    while j < end:
+        c = text[j]
+        if c == '"':
+            try:
+                return json.loads(text[i : j + 1]), j + 1
+            except ValueError as exc:
+                raise ValueError(f"bad string at offset {i}: {exc}") from None
+        if c == "\\":
+            j += 2
+            continue
+        if c < " ":
+            raise ValueError(f"control character in a string at offset {j}")
+        j += 1
+    # Cut short: keep what can be read, leaving out an escape not yet whole.
+    body = text[i + 1 :]
+    tail = re.search(r"\\(u[0-9a-fA-F]{0,3})?$", body)
+    if tail is not None and _odd_backslashes(body, tail.start()):
+        body = body[: tail.start()]
+    try:
+        raise _Incomplete(json.loads('"' + body + '"'))
+    except ValueError:
+        raise ValueError(f"bad string at offset {i}") from None
+
+
+def _odd_backslashes(body: str, at: int) -> bool:
+    """Whether the backslash at `at` starts an escape (is not itself escaped)."""
+    n = 0
+    while at - n - 1 >= 0 and body[at - n - 1] == "\\":
+        n += 1
+    return n % 2 == 0
+
+
+def _array(text: str, i: int) -> tuple[list[Any], int]:
+    out: list[Any] = []
+    end = len(text)
+    i = _skip(text, i)
+    if i == end:
+        raise _Incomplete(out)
+    if text[i] == "]":
+        return out, i + 1
+    while True:
+        i = _skip(text, i)
+        if i == end:
+            raise _Incomplete(out)
+        try:
+            value, i = _value(text, i)
+        except _Incomplete as cut:
+            if cut.value is not _MISSING:
+                out.append(cut.value)
+            raise _Incomplete(out) from None
+        out.append(value)
+        i = _skip(text, i)
+        if i == end:
+            raise _Incomplete(out)
+        if text[i] == "]":
+            return out, i + 1
+        if text[i] != ",":
+            raise ValueError(f"expected ',' or ']' at offset {i}")
+        i += 1
+
+
+def _object(text: str, i: int) -> tuple[dict[str, Any], int]:
+    out: dict[str, Any] = {}
+    end = len(text)
+    i = _skip(text, i)
+    if i == end:
+        raise _Incomplete(out)
+    if text[i] == "}":
+        return out, i + 1
+    while True:
+        i = _skip(text, i)
+        if i == end:
+            raise _Incomplete(out)
+        if text[i] != '"':
+            raise ValueError(f"expected a key at offset {i}")
+        try:
+            key, i = _string(text, i)
+        except _Incomplete:
+            raise _Incomplete(out) from None
+        i = _skip(text, i)
+        if i == end:
+            raise _Incomplete(out)
+        if text[i] != ":":
+            raise ValueError(f"expected ':' at offset {i}")
+        i = _skip(text, i + 1)
+        if i == end:
+            raise _Incomplete(out)
+        try:
+            value, i = _value(text, i)
+        except _Incomplete as cut:
+            if cut.value is not _MISSING:
+                out[key] = cut.value
+            raise _Incomplete(out) from None
+        out[key] = value
+        i = _skip(text, i)
+        if i == end:
+            raise _Incomplete(out)
+        if text[i] == "}":
+            return out, i + 1
+        if text[i] != ",":
+            raise ValueError(f"expected ',' or '}}' at offset {i}")
+        i += 1
+
+
+__all__ = ["parse_partial"]
