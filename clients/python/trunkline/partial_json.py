@@ -15,6 +15,8 @@ import re
 from typing import Any
 
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
+_NUMBER_PREFIX = re.compile(r"-?(?:0|[1-9][0-9]*)?(?:(?<=[0-9])\.[0-9]*)?(?:(?<=[0-9])[eE][-+]?[0-9]*)?")
+_CUT_ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{0,3}|u[dD][89abAB][0-9a-fA-F]{2})?$")
 _NUMBER_CHARS = re.compile(r"[-+.eE0-9]*")
 _LITERALS = {"true": True, "false": False, "null": None}
 _WS = " \t\n\r"
@@ -79,6 +81,8 @@ def _number(text: str, i: int) -> tuple[Any, int]:
         # The number may go on in the next chunk; show it only if it reads as one now.
         if match is not None and match.end() == run:
             raise _Incomplete(json.loads(match.group()))
+        if _NUMBER_PREFIX.fullmatch(text, i) is None:
+            raise ValueError(f"bad number at offset {i}")
         raise _Incomplete()
     if match is None or match.end() != run:
         raise ValueError(f"bad number at offset {i}")
@@ -103,8 +107,8 @@ def _string(text: str, i: int) -> tuple[str, int]:
         j += 1
     # Cut short: keep what can be read, leaving out an escape not yet whole.
     body = text[i + 1 :]
-    tail = re.search(r"\\(u[0-9a-fA-F]{0,3})?$", body)
-    if tail is not None and _odd_backslashes(body, tail.start()):
+    # (a high surrogate too: its pair may follow, itself perhaps cut short)
+    while (tail := _CUT_ESCAPE.search(body)) is not None and _odd_backslashes(body, tail.start()):
         body = body[: tail.start()]
     try:
         raise _Incomplete(json.loads('"' + body + '"'))
