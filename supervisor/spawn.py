@@ -13,8 +13,10 @@ import trio
 from ..config.loader import WorkerSettings
 
 
-def worker_command() -> list[str]:
-    return [sys.executable, "-m", "trunkline.workers"]
+def worker_command(name: str = "") -> list[str]:
+    # The provider's name is on the command line only so `ps` says which worker is which
+    # (the worker reads its settings from the environment).
+    return [sys.executable, "-m", "trunkline.workers", *([name] if name else [])]
 
 
 async def start(settings: WorkerSettings, pass_fds: tuple[int, ...] = ()) -> trio.Process:
@@ -26,7 +28,7 @@ async def start(settings: WorkerSettings, pass_fds: tuple[int, ...] = ()) -> tri
     # A session of its own: signals meant for the daemon's process group (Ctrl-C in
     # its terminal, a service manager's TERM) reach the supervisor only, which then
     # drains and stops its workers in order.
-    return await trio.lowlevel.open_process(worker_command(), env=env, stdin=subprocess.DEVNULL,
+    return await trio.lowlevel.open_process(worker_command(settings.name), env=env, stdin=subprocess.DEVNULL,
                                             start_new_session=True, pass_fds=pass_fds)
 
 
