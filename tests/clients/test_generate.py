@@ -286,14 +286,41 @@ async def test_mock_turns_run_out_with_a_clear_error(daemon):
                                          client=client, **turns([{"text": "x"}]))
 
 
+async def test_set_default_client_puts_its_middleware_under_the_module_calls(daemon):
+    recorder = Recorder()
+    with trio.fail_after(30):
+        async with Client(daemon.runtime_dir, middleware=[recorder]) as client:
+            trunkline.set_default_client(client)
+            try:
+                result = await trunkline.generate("mock:echo", "through the default")
+                async with trunkline.stream("mock:echo", "streamed through it") as s:
+                    await s.result()
+            finally:
+                trunkline.set_default_client(None)
+    assert result.text == "through the default"
+    assert [r.messages[-1].text for r in recorder.requests] == ["through the default", "streamed through it"]
+
+
 DEFAULT_CLIENT_PROGRAM = textwrap.dedent("""
-    import asyncio, sys, trio, trunkline
+    import asyncio, sys, threading, trio, trunkline
+
+    barrier = threading.Barrier(2, timeout=10)
+
+    @trunkline.tool
+    def both(n: int) -> int:
+        barrier.wait()  # the two calls of one turn run side by side, under either loop
+        return n
+
+    script = {"mock": {"turns": [[{"tool_call": {"name": "both", "arguments": {"n": 1}}},
+                                  {"tool_call": {"name": "both", "arguments": {"n": 2}}}, {"finish": "tool_calls"}],
+                                 [{"text": "both ran"}]]}}
 
     async def main():
         first = await trunkline.generate("mock:echo", "lazy default")
         async with trunkline.stream("mock:echo", "streamed") as s:
             text = "".join([t async for t in s.text_stream])
-        print(first.text, "|", text)
+        looped = await trunkline.generate("mock:echo", "loop", tools=[both], provider_options=script)
+        print(first.text, "|", text, "|", looped.text, [r.content for r in looped.steps[0].tool_results])
 
     if sys.argv[1] == "trio":
         trio.run(main)
@@ -311,7 +338,7 @@ async def test_the_default_client_connects_lazily_and_closes_at_exit(daemon, bac
                                         capture_stdout=True, capture_stderr=True, check=False,
                                         env={**daemon.env, **env})
     assert result.returncode == 0, result.stderr.decode()
-    assert result.stdout.decode().split("\n")[:2] == ["lazy default | streamed", "exited"]
+    assert result.stdout.decode().split("\n")[:2] == ["lazy default | streamed | both ran ['1', '2']", "exited"]
     assert result.stderr.decode() == ""
 
 
