@@ -19,7 +19,10 @@ _NUMBER_PREFIX = re.compile(r"-?(?:0|[1-9][0-9]*)?(?:(?<=[0-9])\.[0-9]*)?(?:(?<=
 _CUT_ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{0,3}|u[dD][89abAB][0-9a-fA-F]{2})?$")
 _NUMBER_CHARS = re.compile(r"[-+.eE0-9]*")
 _LITERALS = {"true": True, "false": False, "null": None}
-_WS = " \t\n\r"
+_WS = re.compile(r"[ \t\n\r]*")
+# A string's body up to its closing quote, a control character or the end of the text;
+# the escapes themselves are checked by json.loads.
+_STRING_BODY = re.compile(r'(?:[^"\\\x00-\x1f]|\\.)*', re.S)
 # "this value had not begun or could not be read yet": distinct from a parsed null.
 _MISSING = object()
 
@@ -50,10 +53,7 @@ def parse_partial(text: str) -> Any:
 
 
 def _skip(text: str, i: int) -> int:
-    end = len(text)
-    while i < end and text[i] in _WS:
-        i += 1
-    return i
+    return _WS.match(text, i).end()  # type: ignore[union-attr]
 
 
 def _value(text: str, i: int) -> tuple[Any, int]:
@@ -80,31 +80,31 @@ def _number(text: str, i: int) -> tuple[Any, int]:
     if run == len(text):
         # The number may go on in the next chunk; show it only if it reads as one now.
         if match is not None and match.end() == run:
-            raise _Incomplete(json.loads(match.group()))
+            raise _Incomplete(_read_number(match.group()))
         if _NUMBER_PREFIX.fullmatch(text, i) is None:
             raise ValueError(f"bad number at offset {i}")
         raise _Incomplete()
     if match is None or match.end() != run:
         raise ValueError(f"bad number at offset {i}")
-    return json.loads(match.group()), run
+    return _read_number(match.group()), run
+
+
+def _read_number(token: str) -> Any:
+    # As json.loads reads them: int for integers, float for the rest.
+    return float(token) if any(c in token for c in ".eE") else int(token)
 
 
 def _string(text: str, i: int) -> tuple[str, int]:
-    end = len(text)
-    j = i + 1
-    while j < end:
-        c = text[j]
-        if c == '"':
-            try:
-                return json.loads(text[i : j + 1]), j + 1
-            except ValueError as exc:
-                raise ValueError(f"bad string at offset {i}: {exc}") from None
-        if c == "\\":
-            j += 2
-            continue
-        if c < " ":
-            raise ValueError(f"control character in a string at offset {j}")
-        j += 1
+    j = _STRING_BODY.match(text, i + 1).end()  # type: ignore[union-attr]
+    if j < len(text) and text[j] == '"':
+        if "\\" not in text[i + 1 : j]:
+            return text[i + 1 : j], j + 1  # nothing to decode (the common case, and quicker)
+        try:
+            return json.loads(text[i : j + 1]), j + 1
+        except ValueError as exc:
+            raise ValueError(f"bad string at offset {i}: {exc}") from None
+    if j < len(text) and not (text[j] == "\\" and j + 1 == len(text)):
+        raise ValueError(f"control character in a string at offset {j}")
     # Cut short: keep what can be read, leaving out an escape not yet whole.
     body = text[i + 1 :]
     # (a high surrogate too: its pair may follow, itself perhaps cut short)
