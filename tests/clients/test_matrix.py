@@ -267,3 +267,36 @@ async def test_provider_options_pass_through(provider: Harness):
                                               **{**fields, "provider_options": merged})
     assert result.text == "ok"
     check(result.response, provider.sent())
+
+
+@pytest.fixture(params=sorted(set(HARNESSES) - {"mock"}))
+async def real_provider(request, nursery, start_daemon) -> Harness:
+    return await HARNESSES[request.param]().start(nursery, start_daemon)
+
+
+async def test_a_loop_continues_on_another_provider(real_provider: Harness):
+    """A conversation a loop produced on the mock goes on on a real provider, and back."""
+    mock = HARNESSES["mock"]()
+    log: list[dict[str, Any]] = []
+    weather = weather_tool(log)
+    with trio.fail_after(30):
+        async with Client(real_provider.daemon.runtime_dir) as client:
+            on_mock = await trunkline.generate(mock.model, "Weather in Oslo?", tools=[weather], client=client,
+                                               **mock.script(Turn(calls=[("get_weather", {"city": "Oslo"})]),
+                                                             Turn(text="Oslo is clear.")))
+            fields = real_provider.script(Turn(calls=[("get_weather", {"city": "Rome"})]), Turn(text="Rome too."))
+            there = await trunkline.generate(real_provider.model, messages=[*on_mock.messages,
+                                                                            Message.user("And Rome?")],
+                                             tools=[weather], client=client, **fields)
+            back = await trunkline.generate("mock:basic", messages=[*there.messages, Message.user("Thanks!")],
+                                            client=client)
+    assert log == [{"city": "Oslo"}, {"city": "Rome"}]
+    assert there.text == "Rome too." and back.text == "Thanks!"
+    assert [m.role for m in there.messages] == ["user", "assistant", "tool", "assistant", "user", "assistant",
+                                                "tool", "assistant"]
+    sent = real_provider.sent()
+    if sent:
+        body = sent[-1]
+        uses = [b["id"] for m in body["messages"] for b in m["content"] if b.get("type") == "tool_use"]
+        results = [b["tool_use_id"] for m in body["messages"] for b in m["content"] if b.get("type") == "tool_result"]
+        assert len(uses) == 2 and uses == results  # the mock's call and the provider's, each answered
