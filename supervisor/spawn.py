@@ -18,8 +18,10 @@ from ..config.loader import WorkerSettings
 _SECRET_NAME = re.compile(r"(^|_)(API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)(_|$)", re.IGNORECASE)
 
 
-def worker_command() -> list[str]:
-    return [sys.executable, "-m", "trunkline.workers"]
+def worker_command(name: str = "") -> list[str]:
+    # The provider's name is on the command line only so `ps` says which worker is which
+    # (the worker reads its settings from the environment).
+    return [sys.executable, "-m", "trunkline.workers", *([name] if name else [])]
 
 
 def worker_environment(base: Mapping[str, str], own_keys: Iterable[str] = (), other_keys: Iterable[str] = ()) -> dict[str, str]:
@@ -42,7 +44,7 @@ async def start(settings: WorkerSettings, pass_fds: tuple[int, ...] = (), other_
     # A session of its own: signals meant for the daemon's process group (Ctrl-C in
     # its terminal, a service manager's TERM) reach the supervisor only, which then
     # drains and stops its workers in order.
-    return await trio.lowlevel.open_process(worker_command(), env=env, stdin=subprocess.DEVNULL,
+    return await trio.lowlevel.open_process(worker_command(settings.name), env=env, stdin=subprocess.DEVNULL,
                                             start_new_session=True, pass_fds=pass_fds)
 
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import trio
@@ -97,3 +99,40 @@ async def test_runtime_dir_from_the_environment(daemon):
     result = await trio.run_process([sys.executable, "-m", "trunkline.cli", "status"], capture_stdout=True,
                                     capture_stderr=True, env=env, check=False)
     assert result.returncode == 0 and "mock" in result.stdout.decode()
+
+
+async def test_a_reader_that_goes_away_ends_the_command_quietly(daemon):
+    # `trunkline status | head -1`, made certain: the pipe's reader is gone before we write.
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        with trio.fail_after(30):
+            result = await trio.run_process(
+                [sys.executable, "-m", "trunkline.cli", "status", "--runtime-dir", str(daemon.runtime_dir)],
+                stdout=write_end, capture_stderr=True, check=False)
+    finally:
+        os.close(write_end)
+    assert result.returncode == 128 + signal.SIGPIPE
+    assert result.stderr.decode() == ""  # no BrokenPipeError traceback
+    with trio.fail_after(30):
+        piped = await trio.run_process(
+            ["sh", "-c", f"{sys.executable} -m trunkline.cli models --runtime-dir {daemon.runtime_dir} | head -1"],
+            capture_stdout=True, capture_stderr=True, check=False)
+    assert piped.stderr.decode() == "" and len(piped.stdout.decode().splitlines()) == 1
+
+
+async def test_ps_shows_which_provider_each_worker_serves(start_daemon):
+    daemon = await start_daemon({"providers": {"ollama": {"enabled": True}}})
+    names: dict[str, str] = {}
+    with trio.fail_after(20):
+        while names != {"mock": "tl-mock", "ollama": "tl-ollama"}:  # each names itself as it starts
+            await trio.sleep(0.05)
+            workers = subprocess.run(["pgrep", "-P", str(daemon.proc.pid), "-f", "trunkline.workers"],
+                                     capture_output=True, text=True).stdout.split()
+            names = {}
+            for pid in workers:
+                try:
+                    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+                    names[cmdline[-2].decode()] = Path(f"/proc/{pid}/comm").read_text().strip()
+                except OSError:
+                    pass  # restarted meanwhile

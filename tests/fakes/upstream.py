@@ -10,6 +10,7 @@ Built on h11 (already installed with httpx) so the HTTP framing is right.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,7 +60,7 @@ class Recorded:
 
 class FakeUpstream:
     def __init__(self) -> None:
-        self.routes: dict[tuple[str, str], list[Reply]] = {}
+        self.routes: dict[tuple[str, str], list[Reply | Callable[[Recorded], Reply]]] = {}
         self.requests: list[Recorded] = []
         self.port = 0
         self.open_connections = 0
@@ -75,7 +76,7 @@ class FakeUpstream:
         """The requests made to one route (workers also probe local servers now and then)."""
         return [r for r in self.requests if r.method == method and r.path.split("?", 1)[0] == path]
 
-    def route(self, method: str, path: str, *replies: Reply) -> None:
+    def route(self, method: str, path: str, *replies: Reply | Callable[[Recorded], Reply]) -> None:
         self.routes[(method, path)] = list(replies)
 
     async def start(self, nursery: trio.Nursery) -> FakeUpstream:
@@ -84,7 +85,7 @@ class FakeUpstream:
         nursery.start_soon(trio.serve_listeners, self._serve, listeners)
         return self
 
-    def _next_reply(self, method: str, path: str) -> Reply:
+    def _next_reply(self, method: str, path: str) -> Reply | Callable[[Recorded], Reply]:
         path = path.split("?", 1)[0]
         queue = self.routes.get((method, path))
         if not queue:
@@ -100,6 +101,8 @@ class FakeUpstream:
                 if request is None:
                     return
                 reply = self._next_reply(request.method, request.path)
+                if callable(reply):  # a reply that depends on the request (streamed or not, say)
+                    reply = reply(request)
                 self.requests.append(request)
                 self.request_seen.set()
                 if not await self._send(stream, conn, reply):

@@ -1,7 +1,9 @@
 """Canonical request -> the mock's wire plan (a list of chunks to play back).
 
-`provider_options.mock` scripts a reply as a list of steps; without it the
-mock echoes the last user message word by word. Chunks are plain dicts with a
+`provider_options.mock` scripts a reply as a list of steps, or a conversation
+as `turns` (a list of step lists: the one played is chosen by how many
+assistant turns the history already holds, so a tool loop runs offline);
+without either the mock echoes the last user message word by word. Chunks are plain dicts with a
 `kind`, the mock's own "wire format", so the stream and response translators
 work on it the way real providers' translators work on SSE or JSON.
 """
@@ -73,6 +75,7 @@ class Step(_Opt):
 
 class MockOptions(_Opt):
     steps: list[Step] | None = None
+    turns: list[list[Step]] | None = None  # turn n is played when the history holds n assistant turns
     delay: float = 0.0  # pause between the chunks of the default echo
     repeat: int = 1  # play the text steps this many times (long streams for tests and benchmarks)
     model: str | None = None
@@ -137,7 +140,8 @@ def build(request: Request, provider: str, model_wire_name: str) -> Iterator[dic
 
 
 def _chunks(request: Request, opts: MockOptions, model_wire_name: str) -> Iterator[dict[str, Any]]:
-    steps: Iterable[Step] = opts.steps if opts.steps is not None else _echo(request, opts)
+    scripted = _scripted(request, opts)
+    steps: Iterable[Step] = scripted if scripted is not None else _echo(request, opts)
     yield {"kind": "start", "model": opts.model or model_wire_name}
     tool_number = 0
     for _ in range(max(opts.repeat, 1)):
@@ -176,8 +180,21 @@ def _chunks(request: Request, opts: MockOptions, model_wire_name: str) -> Iterat
                 yield {"kind": "stall"}
             if step.crash:
                 yield {"kind": "crash"}
-        if opts.steps is None:
+        if scripted is None:
             break
+
+
+def _scripted(request: Request, opts: MockOptions) -> list[Step] | None:
+    if opts.turns is None:
+        return opts.steps
+    if opts.steps is not None:
+        raise ProviderError("invalid_request", "provider_options.mock: give steps or turns, not both")
+    done = sum(1 for m in request.messages if m.role == "assistant")
+    if done >= len(opts.turns):
+        raise ProviderError("invalid_request", (
+            f"provider_options.mock.turns scripts {len(opts.turns)} turn(s) and the history already holds "
+            f"{done} assistant turn(s): no turn is left to play"))
+    return opts.turns[done]
 
 
 def history_warnings(request: Request, model_wire_name: str) -> list[WarningInfo]:

@@ -52,18 +52,28 @@ if TYPE_CHECKING:
         ResponseFormat,
         TextPart,
         ThinkingPart,
-        Tool,
         ToolCallPart,
         ToolChoice,
         ToolResultPart,
         Usage,
     )
+    from .default_client import set_default_client
+    from .errors import NoObjectGeneratedError
+    from .generation import GenerateStream, generate, stream
+    from .middleware import Middleware
+    from .results import GenerateResult, ObjectResult, StepFinish, StepResult
+    from .structured import ObjectStream, generate_object, stream_object
     from .sync import SyncClient
+    from .tools import Tool, tool
 
 
 _WHERE = {
     "Client": ".client", "ResponseStream": ".client", "build_request": ".client", "SyncClient": ".sync",
     "StreamAccumulator": ".protocol.accumulate", "__version__": ".protocol",
+    "generate": ".generation", "stream": ".generation", "GenerateStream": ".generation",
+    "generate_object": ".structured", "stream_object": ".structured", "ObjectStream": ".structured",
+    "Tool": ".tools", "tool": ".tools", "Middleware": ".middleware", "set_default_client": ".default_client",
+    "GenerateResult": ".results", "StepResult": ".results", "StepFinish": ".results", "ObjectResult": ".results",
 }
 
 
@@ -82,6 +92,20 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "__version__",
+    "generate",
+    "stream",
+    "generate_object",
+    "stream_object",
+    "tool",
+    "set_default_client",
+    "GenerateStream",
+    "ObjectStream",
+    "GenerateResult",
+    "StepResult",
+    "StepFinish",
+    "ObjectResult",
+    "Middleware",
+    "NoObjectGeneratedError",
     "Client",
     "SyncClient",
     "ResponseStream",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -33,6 +34,7 @@ from .protocol.messages import (
 )
 
 EXIT_FAILED, EXIT_USAGE, EXIT_NO_DAEMON, EXIT_INTERRUPTED = 1, 2, 3, 130
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE  # what a shell reports for a tool SIGPIPE ended
 
 
 def _runtime_dir(args: argparse.Namespace) -> Path | None:
@@ -244,7 +246,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "serve":
         return _serve(args)
     try:
-        return trio.run(COMMANDS[args.command], args)
+        status: int = trio.run(COMMANDS[args.command], args)
+        sys.stdout.flush()  # here, not at exit, so a closed pipe is handled below
+        return status
     except BaseException as exc:  # noqa: BLE001 - every ending gets its exit status
         return _exit_status(exc)
 
@@ -260,6 +264,12 @@ def _exit_status(exc: BaseException) -> int:
         return EXIT_FAILED
     if isinstance(exc, KeyboardInterrupt):
         return EXIT_INTERRUPTED
+    if isinstance(exc, BrokenPipeError):
+        # Our reader went away (`trunkline status | head -1`): stop quietly, as Unix tools
+        # do, and point stdout at nothing so the interpreter's final flush fails no more.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     if isinstance(exc, SystemExit):
         return int(exc.code or 0)
     raise exc

@@ -30,6 +30,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 from .config.loader import default_runtime_dir
 from .errors import DaemonNotRunning, DaemonUnavailable, error_from_info
 from .files import inline_local_files, max_file_bytes
+from .middleware import chain_complete, chain_stream, has_stream_hooks
 from .protocol import codec, nng
 from .protocol.accumulate import StreamAccumulator
 from .protocol.ids import request_id as new_request_id
@@ -177,6 +178,7 @@ class Client:
         tls_cert_file: str | None = None,
         tls_key_file: str | None = None,
         tls_server_name: str | None = None,
+        middleware: Sequence[Any] = (),
     ) -> None:
         self.runtime_dir = Path(runtime_dir).expanduser() if runtime_dir else default_runtime_dir()
         self.control_endpoint = control_endpoint or f"ipc://{self.runtime_dir / 'control.ipc'}"
@@ -192,6 +194,9 @@ class Client:
         self.tls_cert_file = tls_cert_file
         self.tls_key_file = tls_key_file
         self.tls_server_name = tls_server_name
+        #: Wraps every `complete` and `stream` (see `trunkline.middleware`): the request
+        #: phase in this order, the response phase in reverse.
+        self.middleware = list(middleware)
         self._control: nng.Requester | None = None
         self._sub: nng.Subscriber | None = None
         self._hello_at = 0  # the control socket's connection count when we said hello
@@ -481,12 +486,33 @@ class Client:
                        *, request_id: str | None = None, **fields: Any) -> Response:
         """Run a request to the end and return its response (or raise its error)."""
         request = build_request(model, messages, **fields)
+        if not self.middleware:
+            return await self._complete(request, request_id)
+        first = [request_id]
+
+        async def innermost(request: Request) -> Response:
+            rid = first.pop() if first else None  # a middleware calling twice sends twice
+            return await self._complete(request, rid)
+
+        return await chain_complete(self.middleware, innermost)(request)
+
+    async def _complete(self, request: Request, request_id: str | None) -> Response:
         _, route = await self.submit(request, stream=False, request_id=request_id)
-        while (ev := await self._next_event(route)) is not None:
-            if type(ev) is Finish:
-                return ev.response
-            if type(ev) is ErrorEvent:
-                raise error_from_info(ev.error, ev.partial, route.request_id)
+        try:
+            while (ev := await self._next_event(route)) is not None:
+                if type(ev) is Finish:
+                    return ev.response
+                if type(ev) is ErrorEvent:
+                    raise error_from_info(ev.error, ev.partial, route.request_id)
+        except BaseException:
+            # Cancelled (or the caller's deadline passed): the daemon stops too.
+            if not route.done:
+                with anyio.CancelScope(shield=True):
+                    try:
+                        await self.cancel(route.request_id)
+                    except (DaemonUnavailable, OSError):
+                        pass
+            raise
         raise DaemonUnavailable("the request ended without a terminal event")  # pragma: no cover
 
     def stream(self, model: str | Request, messages: str | Message | Sequence[Message] | None = None,
@@ -539,19 +565,42 @@ class ResponseStream:
         self.accumulator = StreamAccumulator()
         self._route: _Route | None = None
         self._started = False
+        self._chain: AsyncIterator[Any] | None = None  # the events through the client's middleware
 
     async def start(self) -> ResponseStream:
         if not self._started:
             self._started = True
-            self.accepted, self._route = await self.client.submit(self.request, stream=True,
-                                                                  request_id=self.request_id)
-            self.accumulator = StreamAccumulator(self.accepted.provider)
+            if has_stream_hooks(self.client.middleware):
+                # Submitted when the innermost iterator is first pulled, with the
+                # request as the middleware left it (a cache hit never submits).
+                self._chain = chain_stream(self.client.middleware, self._submitted)(self.request)
+            else:
+                await self._submit(self.request)
         return self
+
+    async def _submit(self, request: Request) -> None:
+        self.request = request
+        self.accepted, self._route = await self.client.submit(request, stream=True, request_id=self.request_id)
+        self.accumulator = StreamAccumulator(self.accepted.provider)
+
+    async def _submitted(self, request: Request) -> AsyncIterator[Any]:
+        if self._route is not None:
+            raise RuntimeError("a middleware called call_next twice for one stream")
+        await self._submit(request)
+        assert self._route is not None
+        while (ev := await self.client._next_event(self._route)) is not None:
+            yield ev
 
     async def __aenter__(self) -> ResponseStream:
         return await self.start()
 
     async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        if self._chain is not None:
+            with anyio.CancelScope(shield=True):
+                if et is None and self.accumulator.done:
+                    async for _ in self._chain:  # the middleware's response phase, after the end
+                        pass
+                await self._chain.aclose()  # type: ignore[attr-defined]
         if self._route is not None and not self.accumulator.done:
             with anyio.CancelScope(shield=True):
                 try:
@@ -564,6 +613,13 @@ class ResponseStream:
 
     async def __anext__(self) -> StreamEvent:
         await self.start()
+        if self._chain is not None:
+            # Pulled to its end even past the terminal event: the middleware's
+            # response phase runs after its loop.
+            ev = await self._chain.__anext__()
+            if not self.accumulator.done:
+                self.accumulator.feed(ev)
+            return ev  # type: ignore[no-any-return]
         if self.accumulator.done:
             raise StopAsyncIteration
         assert self._route is not None

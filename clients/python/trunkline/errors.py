@@ -4,7 +4,7 @@
       AuthenticationError, AccessDeniedError, NotFoundError, InvalidRequestError,
       ContextLengthError, ContentFilterError, QuotaExceededError, RateLimitError,
       ServerError, ProviderTimeoutError, NetworkError, ModelNotLoadedError,
-      InvalidResponseError, RequestCancelledError, NotConfiguredError,
+      InvalidResponseError (NoObjectGeneratedError), RequestCancelledError, NotConfiguredError,
       UnavailableError, OtherError            -- each named for its `error_class`
     DaemonNotRunning        no daemon listens where the client looked
     DaemonUnavailable       the daemon stopped answering
@@ -81,6 +81,18 @@ class ModelNotLoadedError(TrunklineError):
 
 class InvalidResponseError(TrunklineError):
     error_class = "invalid_response"
+
+
+class NoObjectGeneratedError(InvalidResponseError):
+    """`generate_object` got an answer that is not JSON or does not fit the schema:
+    `text` is the answer, `validation_error` says what is wrong with it."""
+
+    def __init__(self, info: ErrorInfo, partial: Response | None = None, request_id: str | None = None, *,
+                 text: str = "", validation_error: str = "", response: Response | None = None) -> None:
+        super().__init__(info, partial, request_id)
+        self.text = text
+        self.validation_error = validation_error
+        self.response = response
 
 
 class RequestCancelledError(TrunklineError):

@@ -8,9 +8,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import msgspec
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
-from .client import Client, ResponseStream
+from .client import Client
+from .generation import generate, stream
 from .protocol.messages import (
     Message,
     ModelInfo,
@@ -19,9 +21,56 @@ from .protocol.messages import (
     Request,
     Response,
     StatusReport,
-    StreamEvent,
+    TextDelta,
     TokenCount,
 )
+from .results import GenerateResult, ObjectResult
+from .structured import generate_object, stream_object
+
+
+class SyncStream:
+    """A high-level stream driven from blocking code, one item per call into the loop."""
+
+    def __init__(self, owner: SyncClient, items: Any, closer: Any, result: Any) -> None:
+        self._owner = owner
+        self._items = items
+        self._closer = closer
+        self._result = result
+        self._finished = False
+
+    def __enter__(self) -> SyncStream:
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    def __iter__(self) -> Iterator[Any]:
+        try:
+            while True:
+                try:
+                    item = self._owner._call(self._items.__anext__)
+                except StopAsyncIteration:
+                    self._finished = True
+                    return
+                yield item
+        finally:
+            if not self._finished:
+                self.close()
+
+    def close(self) -> None:
+        """Cancel what is still running (nothing, once the stream has ended)."""
+        if self._owner._portal is not None:
+            self._owner._call(self._closer.aclose)
+
+    @property
+    def text_stream(self) -> Iterator[str]:
+        for item in self:
+            if type(item) is TextDelta:
+                yield item.text
+        self.result()  # raises the error that ended the stream, if one did
+
+    def result(self) -> Any:
+        return self._owner._call(self._result)
 
 
 class SyncClient:
@@ -71,24 +120,39 @@ class SyncClient:
         assert self._client is not None
         return self._call(self._client.complete, model, messages, **fields)  # type: ignore[no-any-return]
 
-    def stream(self, model: str | Request, messages: str | Message | Sequence[Message] | None = None,
-               **fields: Any) -> Iterator[StreamEvent]:
-        """Yield events as they arrive; breaking out early cancels the request."""
+    def stream(self, model: str | Request, prompt: str | Message | Sequence[Message] | None = None,
+               **options: Any) -> SyncStream:
+        """`trunkline.stream`, blocking: iterate it for the events of every step (breaking
+        out early cancels the request and any running tools); `.text_stream`, `.result()`.
+        A `Request` is sent as it is (its messages, tools and fields)."""
         assert self._client is not None
-        stream: ResponseStream = self._client.stream(model, messages, **fields)
-        self._call(stream.start)
-        finished = False
-        try:
-            while True:
-                try:
-                    event = self._call(stream.__anext__)
-                except StopAsyncIteration:
-                    finished = True
-                    return
-                yield event
-        finally:
-            if not finished and not stream.done:
-                self._call(stream.cancel)
+        if isinstance(model, Request):
+            base = {k: v for k, v in msgspec.structs.asdict(model).items() if k not in ("model", "messages")}
+            options = {**base, **options}
+            if prompt is None:
+                prompt = model.messages
+            model = model.model
+        if prompt is not None and not isinstance(prompt, (str, Message)):
+            options["messages"], prompt = list(prompt), None
+        generating = stream(model, prompt, client=self._client, **options)
+        return SyncStream(self, generating, generating, generating.result)
+
+    def generate(self, model: str, prompt: str | Message | None = None, **options: Any) -> GenerateResult:
+        """`trunkline.generate`, blocking; the same arguments."""
+        return self._call(generate, model, prompt, client=self._client, **options)  # type: ignore[no-any-return]
+
+    def generate_object(self, model: str, prompt: str | Message | None = None, *, schema: Any,
+                        **options: Any) -> ObjectResult:
+        """`trunkline.generate_object`, blocking; the same arguments."""
+        return self._call(generate_object, model, prompt, schema=schema,  # type: ignore[no-any-return]
+                          client=self._client, **options)
+
+    def stream_object(self, model: str, prompt: str | Message | None = None, *, schema: Any,
+                      **options: Any) -> SyncStream:
+        """`trunkline.stream_object`, blocking: iterate it for partial objects; `.result()`
+        for the validated one."""
+        objects = stream_object(model, prompt, schema=schema, client=self._client, **options)
+        return SyncStream(self, aiter(objects), objects.events, objects.result)
 
     def cancel(self, request_id: str) -> bool:
         assert self._client is not None

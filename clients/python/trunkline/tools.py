@@ -1,0 +1,227 @@
+"""Tools with handlers: their definitions, their schemas, and running a turn's calls.
+
+    @trunkline.tool
+    async def get_weather(city: str, unit: Literal["C", "F"] = "C") -> str:
+        '''The weather now in a city.
+
+        Args:
+            city: the city's name
+        '''
+
+A `Tool` is the wire definition (it encodes exactly as the protocol's `Tool`)
+that may also carry an `execute` handler, which never leaves this process. A
+tool with a handler is *active*: `generate` runs its calls. One without is
+passive: its calls come back to the caller.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from contextlib import nullcontext
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any, get_type_hints
+
+import anyio
+import msgspec
+
+from .protocol.messages import ImagePart, Message, TextPart, ToolCallPart, ToolResultPart
+from .protocol.messages import Tool as ToolDefinition
+
+#: Handler parameters filled in by the loop rather than by the model.
+INJECTED = ("messages", "tool_call_id")
+
+_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
+
+
+class _ToolMeta(type(ToolDefinition)):  # type: ignore[misc]
+    # Struct types may define neither __new__ nor __init__; the handler is taken here
+    # and kept in the instance's __dict__, which msgspec never encodes.
+    def __call__(cls, *args: Any, execute: Callable[..., Any] | None = None, timeout_s: float | None = None,
+                 **kwargs: Any) -> Any:
+        obj = super().__call__(*args, **kwargs)
+        if not _NAME.match(obj.name):
+            raise ValueError(f"tool name {obj.name!r}: use a letter, then letters, digits or underscores "
+                             "(64 at most), the names every provider accepts")
+        if obj.parameters.get("type") != "object":
+            raise ValueError(f"tool {obj.name!r}: parameters must be a JSON Schema with \"type\": \"object\"")
+        obj.execute = execute
+        obj.timeout_s = timeout_s
+        return obj
+
+
+class Tool(ToolDefinition, metaclass=_ToolMeta, dict=True, kw_only=True):
+    """A tool the model may call. `Tool(name=..., parameters=..., execute=fn)` is active
+    (`fn`, sync or async, gets the arguments as keywords; `timeout_s` bounds one call);
+    without `execute` it is passive. (`execute` and `timeout_s` are plain attributes,
+    not fields: they are never encoded.)"""
+
+    @property
+    def active(self) -> bool:
+        return getattr(self, "execute", None) is not None
+
+
+def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None, description: str | None = None,
+         parameters: dict[str, Any] | None = None, timeout_s: float | None = None, strict: bool | None = None) -> Any:
+    """Make an active `Tool` of a function; its schema comes from the type hints and
+    the docstring unless `parameters` is given. Use bare (`@tool`) or with options."""
+
+    def make(fn: Callable[..., Any]) -> Tool:
+        summary, arg_docs = _docstring(fn)
+        return Tool(name=name or fn.__name__, description=description if description is not None else summary,
+                    parameters=parameters if parameters is not None else schema_from_signature(fn, arg_docs),
+                    strict=strict, execute=fn, timeout_s=timeout_s)
+
+    return make(fn) if fn is not None else make
+
+
+def schema_from_signature(fn: Callable[..., Any], descriptions: dict[str, str] | None = None) -> dict[str, Any]:
+    """The JSON Schema (an object) of a function's parameters, from its type hints."""
+    hints = get_type_hints(fn)
+    fields: list[tuple[str, Any] | tuple[str, Any, Any]] = []
+    for param in inspect.signature(fn).parameters.values():
+        if param.name in INJECTED or param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        hint = hints.get(param.name, Any)
+        fields.append((param.name, hint) if param.default is param.empty else (param.name, hint, param.default))
+    struct = msgspec.defstruct(f"{fn.__name__}_arguments", fields, kw_only=True)
+    schema = inline_root(msgspec.json.schema(struct))
+    schema.pop("title", None)
+    for arg, text in (descriptions or {}).items():
+        if arg in schema.get("properties", {}):
+            schema["properties"][arg]["description"] = text
+    return schema
+
+
+def inline_root(schema: dict[str, Any]) -> dict[str, Any]:
+    """msgspec puts a type's schema under `$defs` with a `$ref` at the root; providers
+    want the object itself at the root."""
+    ref = schema.get("$ref")
+    if not isinstance(ref, str) or not ref.startswith("#/$defs/"):
+        return schema
+    defs = dict(schema.get("$defs", {}))
+    root = dict(defs.pop(ref.rsplit("/", 1)[1]))
+    if defs:
+        root["$defs"] = defs
+    return root
+
+
+def _docstring(fn: Callable[..., Any]) -> tuple[str, dict[str, str]]:
+    """The summary paragraph and the `Args:` entries of a Google-style docstring."""
+    doc = inspect.getdoc(fn) or ""
+    summary = doc.split("\n\n", 1)[0].replace("\n", " ").strip()
+    args: dict[str, str] = {}
+    in_args = False
+    for line in doc.splitlines():
+        stripped = line.strip()
+        if stripped in ("Args:", "Arguments:", "Parameters:"):
+            in_args = True
+            continue
+        if in_args:
+            match = re.match(r"^(\w+)(?:\s*\(.*?\))?\s*:\s*(.*)$", stripped)
+            if match:
+                args[match.group(1)] = match.group(2)
+            elif stripped and not line.startswith((" ", "\t")):
+                in_args = False
+    return summary, args
+
+
+# -- running calls ------------------------------------------------------------------------
+
+
+def is_active(t: Any) -> bool:
+    return getattr(t, "execute", None) is not None
+
+
+def _result_content(value: Any) -> str | list[TextPart | ImagePart]:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list) and value and all(isinstance(v, (TextPart, ImagePart)) for v in value):
+        return value
+    try:
+        return msgspec.json.encode(value).decode()
+    except TypeError:
+        return str(value)
+
+
+def _validator(schema: dict[str, Any]) -> Any:
+    import jsonschema  # loaded on first use: a client that runs no tools never pays for it
+
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+
+
+def argument_errors(schema: dict[str, Any], arguments: Any) -> str | None:
+    """Why `arguments` do not fit `schema` (one sentence per problem), or None."""
+    errors = sorted(_validator(schema).iter_errors(arguments), key=lambda e: list(e.absolute_path))
+    if not errors:
+        return None
+    return "; ".join(f"{'/'.join(str(p) for p in e.absolute_path) or '(arguments)'}: {e.message}" for e in errors)
+
+
+async def run_call(call: ToolCallPart, tools: dict[str, Any], messages: Sequence[Message]) -> ToolResultPart:
+    """One call's result: the handler's return value, or an error result saying what
+    went wrong (unknown tool, bad arguments, an exception, a timeout) for the model."""
+
+    def error(text: str) -> ToolResultPart:
+        return ToolResultPart(tool_call_id=call.id, content=text, is_error=True, name=call.name)
+
+    t = tools.get(call.name)
+    if t is None:
+        known = ", ".join(sorted(tools)) or "none"
+        return error(f"unknown tool {call.name!r}; the tools available are: {known}")
+    if call.arguments is None:
+        return error(f"the arguments of {call.name} are not a JSON object: {call.raw_arguments!r}")
+    problems = argument_errors(t.parameters, call.arguments)
+    if problems is not None:
+        return error(f"invalid arguments for {call.name}: {problems}")
+    fn = t.execute
+    kwargs = dict(call.arguments)
+    accepted = _parameters(fn)
+    if "messages" in accepted:
+        kwargs["messages"] = list(messages)
+    if "tool_call_id" in accepted:
+        kwargs["tool_call_id"] = call.id
+    timeout = getattr(t, "timeout_s", None)
+    try:
+        with anyio.fail_after(timeout) if timeout else nullcontext():
+            if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)):
+                value = await fn(**kwargs)
+            else:
+                # A thread of its own, so N blocking tools run side by side too; a cancelled
+                # loop stops waiting for it (a thread cannot be stopped from outside).
+                value = await anyio.to_thread.run_sync(partial(fn, **kwargs), abandon_on_cancel=True)
+    except TimeoutError:
+        return error(f"{call.name} did not finish within {timeout:g}s")
+    except Exception as exc:  # noqa: BLE001 - any failure of the caller's function goes to the model
+        return error(f"{call.name} failed: {type(exc).__name__}: {exc}")
+    return ToolResultPart(tool_call_id=call.id, content=_result_content(value), name=call.name)
+
+
+def _parameters(fn: Callable[..., Any]) -> set[str]:
+    try:
+        return set(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return set()
+
+
+async def run_calls(calls: Sequence[ToolCallPart], tools: dict[str, Any],
+                    messages: Sequence[Message]) -> list[ToolResultPart]:
+    """Every call of one turn, concurrently; the results in the calls' order."""
+    results: list[ToolResultPart | None] = [None] * len(calls)
+
+    async def one(i: int, call: ToolCallPart) -> None:
+        results[i] = await run_call(call, tools, messages)
+
+    async with anyio.create_task_group() as tg:
+        for i, call in enumerate(calls):
+            tg.start_soon(one, i, call)
+    return [r for r in results if r is not None]
+
+
+def result_messages(results: Sequence[ToolResultPart]) -> list[Message]:
+    return [Message(role="tool", content=[r]) for r in results]
+
+
+__all__ = ["Tool", "tool", "schema_from_signature", "run_calls", "run_call", "argument_errors"]

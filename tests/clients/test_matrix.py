@@ -1,0 +1,302 @@
+"""The unified-client seed's cross-provider validation matrix, through the high-level API,
+the real daemon and its sockets: every row runs on every provider in `HARNESSES` (the
+mock, and each real provider against its fake upstream on 127.0.0.1)."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import msgspec
+import pytest
+import trio
+
+import trunkline
+from fakes.providers import ANTHROPIC_KEY, HARNESSES, Failure, Harness, Turn
+from helpers import check_invariants
+from trunkline import Client, ImagePart, Message, tool
+from trunkline.errors import AuthenticationError, NoObjectGeneratedError, RateLimitError
+from trunkline.protocol.messages import Finish, StreamStart, TextDelta
+
+pytestmark = pytest.mark.e2e
+
+PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x00" * 16).decode()
+
+
+@pytest.fixture(params=sorted(HARNESSES))
+async def provider(request, nursery, start_daemon) -> Harness:
+    return await HARNESSES[request.param]().start(nursery, start_daemon)
+
+
+def weather_tool(log: list[dict[str, Any]]) -> Any:
+    @tool
+    async def get_weather(city: str) -> str:
+        """The weather now in a city."""
+        log.append({"city": city})
+        return f"18C and clear in {city}"
+
+    return get_weather
+
+
+async def test_simple_text(provider: Harness):
+    fields = provider.script(Turn(text="Hello there."))
+    with trio.fail_after(30):
+        async with Client(provider.daemon.runtime_dir) as client:
+            result = await trunkline.generate(provider.model, "Say hello in one sentence.", max_tokens=100,
+                                              client=client, **fields)
+    assert result.text == "Hello there." and result.finish_reason.reason == "stop"
+    assert result.usage.input_tokens > 0 and result.usage.output_tokens > 0
+    for body in provider.sent():
+        assert body["max_tokens"] == 100
+
+
+async def test_streaming_text(provider: Harness):
+    fields = provider.script(Turn(text="A haiku about code, streaming in."))
+    with trio.fail_after(30):
+        async with Client(provider.daemon.runtime_dir) as client:
+            async with trunkline.stream(provider.model, "Write a haiku.", client=client, **fields) as s:
+                events = [e async for e in s]
+                result = await s.result()
+    check_invariants(events)
+    assert type(events[0]) is StreamStart and type(events[-1]) is Finish
+    assert "".join(e.text for e in events if type(e) is TextDelta) == result.text == "A haiku about code, streaming in."
+    assert events[-1].response.usage.output_tokens == 30
+
+
+@pytest.mark.parametrize("source", ["base64", "url"])
+async def test_image_input(provider: Harness, source: str):
+    image = ImagePart(data=PNG, media_type="image/png") if source == "base64" else \
+        ImagePart(url="https://example.com/cat.png")
+    fields = provider.script(Turn(text="A tiny black square."))
+    with trio.fail_after(30):
+        async with Client(provider.daemon.runtime_dir) as client:
+            result = await trunkline.generate(provider.model, messages=[Message.user("What do you see?", image)],
+                                              client=client, **fields)
+    assert result.text == "A tiny black square."
+    for body in provider.sent():
+        sent = [b for b in body["messages"][0]["content"] if b["type"] == "image"]
+        expected = ({"type": "base64", "media_type": "image/png", "data": PNG} if source == "base64"
+                    else {"type": "url", "url": "https://example.com/cat.png"})
+        assert [b["source"] for b in sent] == [expected]
+
+
+async def test_single_tool_call_with_execution(provider: Harness):
+    log: list[dict[str, Any]] = []
+    fields = provider.script(Turn(calls=[("get_weather", {"city": "Paris"})]), Turn(text="It is 18C in Paris."))
+    with trio.fail_after(30):
+        async with Client(provider.daemon.runtime_dir) as client:
+            result = await trunkline.generate(provider.model, "Weather in Paris?", tools=[weather_tool(log)],
+                                              client=client, **fields)
+    assert log == [{"city": "Paris"}]
+    assert len(result.steps) == 2 and result.text == "It is 18C in Paris."
+    call, = result.steps[0].tool_calls
+    assert result.steps[0].tool_results[0].tool_call_id == call.id
+    assert result.steps[0].tool_results[0].content == "18C and clear in Paris"
+    for body in provider.sent()[1:]:
+        results = [b for m in body["messages"] for b in m["content"] if isinstance(b, dict)
+                   and b.get("type") == "tool_result"]
+        assert [r["content"] for r in results] in (["18C and clear in Paris"],
+                                                   [[{"type": "text", "text": "18C and clear in Paris"}]])
+
+
+async def test_parallel_tool_calls(provider: Harness):
+    log: list[dict[str, Any]] = []
+    fields = provider.script(Turn(calls=[("get_weather", {"city": "San Francisco"}),
+                                         ("get_weather", {"city": "New York"})]),
+                             Turn(text="San Francisco: 18C. New York: 18C."))
+    with trio.fail_after(30):
+        async with Client(provider.daemon.runtime_dir) as client:
+            result = await trunkline.generate(provider.model, "Weather in San Francisco and New York?",
+                                              tools=[weather_tool(log)], max_tool_rounds=3, client=client, **fields)
+    assert sorted(c["city"] for c in log) == ["New York", "San Francisco"]
+    assert len(result.steps) >= 2 and "San Francisco" in result.text and "New York" in result.text
+    first = result.steps[0]
+    assert [r.tool_call_id for r in first.tool_results] == [c.id for c in first.tool_calls]
+    sent = provider.sent()
+    if sent:
+        assert len(sent) == 2  # both results went back in one continuation
+        last_user = [m for m in sent[1]["messages"] if m["role"] == "user"][-1]
+        assert [b["tool_use_id"] for b in last_user["content"] if b["type"] == "tool_result"] == \
+            ["toolu_0_0", "toolu_0_1"]
+
+
+async def test_a_loop_of_three_rounds(provider: Harness):
+    log: list[dict[str, Any]] = []
+    cities = ["Oslo", "Rome", "Lima"]
+    fields = provider.script(*[Turn(calls=[("get_weather", {"city": c})]) for c in cities],
+                             Turn(text="Done with three cities."))
+    with trio.fail_after(30):
+        async with Client(provider.daemon.runtime_dir) as client:
+            result = await trunkline.generate(provider.model, "Three cities, one at a time.",
+                                              tools=[weather_tool(log)], max_tool_rounds=5, client=client, **fields)
+    assert [c["city"] for c in log] == cities
+    assert len(result.steps) == 4 and result.text == "Done with three cities."
+    assert [m.role for m in result.messages] == ["user"] + ["assistant", "tool"] * 3 + ["assistant"]
+    sent = provider.sent()
+    if sent:
+        assert len(sent) == 4 and len(sent[3]["messages"]) == 7
+
+
+async def test_streaming_with_tool_calls(provider: Harness):
+    log: list[dict[str, Any]] = []
+    fields = provider.script(Turn(text="Checking.", calls=[("get_weather", {"city": "Kyiv"})]),
+                             Turn(text="Kyiv: 18C."))
+    with trio.fail_after(30):
+        async with Client(provider.daemon.runtime_dir) as client:
+            async with trunkline.stream(provider.model, "Weather in Kyiv?", tools=[weather_tool(log)],
+                                        client=client, **fields) as s:
+                events = [e async for e in s]
+                result = await s.result()
+    assert log == [{"city": "Kyiv"}]
+    boundary = [i for i, e in enumerate(events) if isinstance(e, trunkline.StepFinish)]
+    assert len(boundary) == 1
+    check_invariants(events[: boundary[0]])
+    assert "".join(e.text for e in events if type(e) is TextDelta) == "Checking.Kyiv: 18C."
+    assert result.text == "Kyiv: 18C." and len(result.steps) == 2
+
+
+class Person(msgspec.Struct):
+    name: str
+    age: int
+
+
+async def test_generate_object(provider: Harness):
+    fields = provider.script(Turn(text='{"name": "Alice", "age": 30}'))
+    with trio.fail_after(30):
+        async with Client(provider.daemon.runtime_dir) as client:
+            result = await trunkline.generate_object(provider.model, "Extract: Alice is 30 years old",
+                                                     schema=Person, client=client, **fields)
+            assert result.object == Person(name="Alice", age=30)
+            fields = provider.script(Turn(text='{"name": "Alice", "age": "thirty"}'))
+            with pytest.raises(NoObjectGeneratedError) as caught:
+                await trunkline.generate_object(provider.model, "Extract: Alice is thirty",
+                                                schema=Person, client=client, **fields)
+    assert caught.value.text == '{"name": "Alice", "age": "thirty"}'
+    assert "age: 'thirty' is not of type 'integer'" in caught.value.validation_error
+    for body in provider.sent():
+        fmt = body["output_config"]["format"]
+        assert fmt["type"] == "json_schema" and fmt["schema"]["required"] == ["name", "age"]
+
+
+async def test_stream_object(provider: Harness):
+    fields = provider.script(Turn(text='{"name": "Alice", "age": 30}'))
+    with trio.fail_after(30):
+        async with Client(provider.daemon.runtime_dir) as client:
+            async with trunkline.stream_object(provider.model, "Extract: Alice is 30", schema=Person,
+                                               client=client, **fields) as s:
+                partials = [p async for p in s]
+                person = await s.object()
+    assert person == Person(name="Alice", age=30)
+    assert partials[-1] == {"name": "Alice", "age": 30} and len(partials) > 1
+    assert all(set(p) <= {"name", "age"} for p in partials)
+
+
+async def test_reasoning_tokens(provider: Harness):
+    fields = provider.script(Turn(reasoning="Two plus two is four, since 2+2=4.", text="4",
+                                  output_tokens=40, reasoning_tokens=25))
+    with trio.fail_after(30):
+        async with Client(provider.daemon.runtime_dir) as client:
+            result = await trunkline.generate(provider.model, "2+2?", reasoning_effort="low", client=client,
+                                              **fields)
+    assert result.text == "4" and result.reasoning == "Two plus two is four, since 2+2=4."
+    usage = result.usage
+    assert 0 < usage.reasoning_tokens <= usage.output_tokens == 40
+    if provider.reasoning_exact:
+        assert usage.reasoning_tokens == 25 and not usage.estimated
+    else:
+        assert usage.estimated_fields == ["reasoning_tokens"]
+
+
+async def test_invalid_key_is_an_authentication_error(provider: Harness):
+    fields = provider.fail(Failure(401, "authentication", "invalid x-api-key"))
+    with trio.fail_after(30):
+        async with Client(provider.daemon.runtime_dir) as client:
+            with pytest.raises(AuthenticationError) as caught:
+                await trunkline.generate(provider.model, "hi", client=client, **fields)
+    assert caught.value.status == 401 and not caught.value.retryable
+    assert ANTHROPIC_KEY not in str(caught.value)
+
+
+async def test_rate_limit_is_a_rate_limit_error(provider: Harness):
+    fields = provider.fail(Failure(429, "rate_limit", "slow down", retry_after_s=7))
+    with trio.fail_after(30):
+        async with Client(provider.daemon.runtime_dir) as client:
+            with pytest.raises(RateLimitError) as caught:
+                await trunkline.generate(provider.model, "hi", client=client, **fields)
+    assert caught.value.status == 429 and caught.value.retryable and caught.value.retry_after == 7
+
+
+async def test_usage_is_accurate_per_step_and_in_total(provider: Harness):
+    log: list[dict[str, Any]] = []
+    fields = provider.script(Turn(calls=[("get_weather", {"city": "Oslo"})], input_tokens=300, output_tokens=20),
+                             Turn(text="Cold.", input_tokens=350, output_tokens=7))
+    with trio.fail_after(30):
+        async with Client(provider.daemon.runtime_dir) as client:
+            result = await trunkline.generate(provider.model, "Oslo?", tools=[weather_tool(log)], client=client,
+                                              **fields)
+    assert [(s.usage.input_tokens, s.usage.output_tokens) for s in result.steps] == [(300, 20), (350, 7)]
+    total = result.total_usage
+    assert (total.input_tokens, total.output_tokens, total.total_tokens) == (650, 27, 677)
+    assert result.total_cost_usd is not None and result.total_cost_usd > 0
+    assert result.total_cost_usd == pytest.approx(sum(s.cost_usd for s in result.steps))
+
+
+async def test_cache_reads_on_the_second_turn(provider: Harness):
+    fields = provider.script(Turn(text="First.", input_tokens=2000, cache_write_tokens=1800),
+                             Turn(text="Second.", input_tokens=2050, cache_read_tokens=1800))
+    system = "You are a careful assistant. " * 100
+    with trio.fail_after(30):
+        async with Client(provider.daemon.runtime_dir) as client:
+            first = await trunkline.generate(provider.model, "Turn one.", system=system, client=client, **fields)
+            second = await trunkline.generate(provider.model, messages=[*first.messages, Message.user("Turn two.")],
+                                              client=client, **fields)
+    assert first.usage.cache_write_tokens == 1800 and first.usage.cache_read_tokens == 0
+    assert second.usage.cache_read_tokens == 1800 > second.usage.input_tokens / 2
+    for body in provider.sent():
+        assert body["system"][0]["cache_control"] == {"type": "ephemeral"}
+
+
+async def test_provider_options_pass_through(provider: Harness):
+    options, check = provider.options()
+    fields = provider.script(Turn(text="ok"))
+    merged = {**fields.get("provider_options", {}), **{k: {**fields.get("provider_options", {}).get(k, {}), **v}
+                                                         for k, v in options.items()}}
+    with trio.fail_after(30):
+        async with Client(provider.daemon.runtime_dir) as client:
+            result = await trunkline.generate(provider.model, "hi", client=client,
+                                              **{**fields, "provider_options": merged})
+    assert result.text == "ok"
+    check(result.response, provider.sent())
+
+
+@pytest.fixture(params=sorted(set(HARNESSES) - {"mock"}))
+async def real_provider(request, nursery, start_daemon) -> Harness:
+    return await HARNESSES[request.param]().start(nursery, start_daemon)
+
+
+async def test_a_loop_continues_on_another_provider(real_provider: Harness):
+    """A conversation a loop produced on the mock goes on on a real provider, and back."""
+    mock = HARNESSES["mock"]()
+    log: list[dict[str, Any]] = []
+    weather = weather_tool(log)
+    with trio.fail_after(30):
+        async with Client(real_provider.daemon.runtime_dir) as client:
+            on_mock = await trunkline.generate(mock.model, "Weather in Oslo?", tools=[weather], client=client,
+                                               **mock.script(Turn(calls=[("get_weather", {"city": "Oslo"})]),
+                                                             Turn(text="Oslo is clear.")))
+            fields = real_provider.script(Turn(calls=[("get_weather", {"city": "Rome"})]), Turn(text="Rome too."))
+            there = await trunkline.generate(real_provider.model, messages=[*on_mock.messages,
+                                                                            Message.user("And Rome?")],
+                                             tools=[weather], client=client, **fields)
+            back = await trunkline.generate("mock:basic", messages=[*there.messages, Message.user("Thanks!")],
+                                            client=client)
+    assert log == [{"city": "Oslo"}, {"city": "Rome"}]
+    assert there.text == "Rome too." and back.text == "Thanks!"
+    assert [m.role for m in there.messages] == ["user", "assistant", "tool", "assistant", "user", "assistant",
+                                                "tool", "assistant"]
+    sent = real_provider.sent()
+    if sent:
+        body = sent[-1]
+        uses = [b["id"] for m in body["messages"] for b in m["content"] if b.get("type") == "tool_use"]
+        results = [b["tool_use_id"] for m in body["messages"] for b in m["content"] if b.get("type") == "tool_result"]
+        assert len(uses) == 2 and uses == results  # the mock's call and the provider's, each answered

@@ -1,0 +1,32 @@
+"""The mock's scripted conversations: the turn played follows the history's assistant turns."""
+
+from __future__ import annotations
+
+import pytest
+
+from trunkline.protocol.messages import Message, Request
+from trunkline.workers.errors import ProviderError
+from trunkline.workers.mock.request import build
+
+TURNS = {"mock": {"turns": [[{"tool_call": {"name": "f", "arguments": {}}}, {"finish": "tool_calls"}],
+                            [{"text": "second"}], [{"text": "third"}]]}}
+
+
+def played(history: list[Message], options: dict = TURNS) -> list[dict]:
+    request = Request(model="mock:echo", messages=history, provider_options=options)
+    return [c for c in build(request, "mock", "echo") if c["kind"] in ("text", "tool_start", "finish")]
+
+
+def test_the_turn_is_chosen_by_the_assistant_turns_already_held():
+    assert [c["kind"] for c in played([Message.user("q")])] == ["tool_start", "finish"]
+    one_round = [Message.user("q"), Message.assistant("calling"), Message.tool_result("tu_1", "r")]
+    assert played(one_round) == [{"kind": "text", "text": "second"}]
+    assert played([*one_round, Message.assistant("x"), Message.user("y")]) == [{"kind": "text", "text": "third"}]
+
+
+def test_a_history_past_the_script_and_steps_with_turns_are_refused():
+    history = [Message.user("q"), *[Message.assistant("a"), Message.user("q")] * 3]
+    with pytest.raises(ProviderError, match="scripts 3 turn\\(s\\) and the history already holds 3"):
+        played(history)
+    with pytest.raises(ProviderError, match="steps or turns, not both"):
+        played([Message.user("q")], {"mock": {"turns": [[]], "steps": []}})
