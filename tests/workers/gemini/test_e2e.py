@@ -16,7 +16,7 @@ from trunkline.protocol.messages import ProviderPart, ResponseFormat, TextDelta,
 
 pytestmark = pytest.mark.e2e
 
-KEY = "AIzaSy-fake-gemini-key-never-to-be-seen-0123"
+KEY = "gk-test-fake-gemini-key-never-to-be-seen-0123"
 FLASH = "gemini:gemini-3.8-flash"
 STREAM = "/v1beta/models/gemini-3.8-flash:streamGenerateContent"
 GENERATE = "/v1beta/models/gemini-3.8-flash:generateContent"
@@ -281,13 +281,13 @@ async def test_ready_asks_the_model_endpoint_with_the_key_in_a_header(daemon, up
 
 
 async def test_google_api_key_is_the_fallback_name_and_gemini_base_url_is_honoured(start_daemon, upstream):
-    daemon = await start_daemon(env={"GEMINI_API_KEY": "", "GOOGLE_API_KEY": "AIzaSy-google-fallback-key-000000",
+    daemon = await start_daemon(env={"GEMINI_API_KEY": "", "GOOGLE_API_KEY": "gk-test-google-fallback-key-000000",
                                      "GEMINI_BASE_URL": upstream.base_url})
     upstream.route("POST", STREAM, Reply.sse(sse(chunk({"text": "ok"}, finish="STOP"))))
     with trio.fail_after(20):
         async with Client(daemon.runtime_dir) as client:
             assert (await client.complete(FLASH, "hi")).text == "ok"
-    assert upstream.sent(STREAM)[0].headers["x-goog-api-key"] == "AIzaSy-google-fallback-key-000000"
+    assert upstream.sent(STREAM)[0].headers["x-goog-api-key"] == "gk-test-google-fallback-key-000000"
 
 
 async def test_without_either_key_gemini_is_not_configured(start_daemon):
