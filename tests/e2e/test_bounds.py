@@ -66,8 +66,9 @@ class PipeWatch:
         self.token = trio.lowlevel.current_trio_token()
         self.added = trio.Event()
         self.removed = trio.Event()
+        self.on_removed = self.removed.set
         sock.add_post_pipe_connect_cb(lambda pipe: self.token.run_sync_soon(self.added.set))
-        sock.add_post_pipe_remove_cb(lambda pipe: self.token.run_sync_soon(self.removed.set))
+        sock.add_post_pipe_remove_cb(lambda pipe: self.token.run_sync_soon(self.on_removed))
 
 
 async def test_one_connection_too_many_is_refused_and_the_others_are_untouched(start_daemon):
@@ -149,30 +150,42 @@ async def test_a_subscriber_that_never_reads_holds_only_its_queue(start_daemon):
     queue = 64
     # Finished requests' replay rings get a tiny budget, so what is measured is what the
     # subscribers hold.
-    daemon = await start_daemon({"limits": {"subscriber_queue": queue}, "replay": {"max_bytes": 1_000_000}})
+    daemon = await start_daemon({"limits": {"subscriber_queue": queue}, "replay": {"max_bytes": 1_000_000, "keep_s": 1.0}})
     events_url = daemon.control.replace("control", "events")
     chunk = "x" * 4000
     requests = 150  # each 50 deltas of 4 KB, then its whole text twice (text_end, finish): ~60 MB in all
     request = Request(model="mock:echo", messages=[Message.user("x")], provider_options=steps({"text": chunk}, repeat=50))
-    sleepers = [await spawn(SLEEPER, events_url) for _ in range(3)]
+    sleepers: list[trio.Process] = []
     try:
-        with trio.fail_after(120):
-            for proc in sleepers:
-                await read_until(proc, b"subscribed")
-                await stopped(proc.pid)
+        with trio.fail_after(180):
             async with Client(daemon.runtime_dir) as innocent:
+                async def load() -> None:
+                    for _ in range(requests):
+                        async with innocent.stream(request) as stream:
+                            response = await stream.response()
+                        assert response.text == chunk * 50
+
+                # The same load with nobody asleep, twice: the first warms the allocator
+                # up, the second shows what the load itself costs (terminal events kept
+                # for replay, the heap's own drift), which is not what this test measures.
+                await load()
                 before = rss_mib(daemon.proc.pid)
-                for _ in range(requests):
-                    async with innocent.stream(request) as stream:
-                        response = await stream.response()
-                    assert response.text == chunk * 50
-                grown = rss_mib(daemon.proc.pid) - before
+                await load()
+                awake = rss_mib(daemon.proc.pid) - before
+                for _ in range(3):
+                    proc = await spawn(SLEEPER, events_url)
+                    sleepers.append(proc)
+                    await read_until(proc, b"subscribed")
+                    await stopped(proc.pid)
+                before = rss_mib(daemon.proc.pid)
+                await load()
+                grown = rss_mib(daemon.proc.pid) - before - awake
     finally:
         for proc in sleepers:
             kill(proc)
     # The sleepers pin at most the newest `queue` event messages (shared copies), each at
-    # most 64 KiB or one event (~200 KB here): ~13 MB; unbounded, ~180 MB.
-    assert grown < 30, f"the daemon grew {grown:.0f} MiB for three subscribers that never read"
+    # most 64 KiB or one event (~200 KB here): ~13 MB; unbounded, the whole 60 MB or more.
+    assert grown < 25, f"the daemon grew {grown:.0f} MiB more for three subscribers that never read"
 
 
 LIMITED = "import os, resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, ({soft}, {hard})); os.execv(sys.argv[1], sys.argv[1:])"
@@ -197,15 +210,14 @@ async def test_idle_connections_never_keep_a_worker_from_restarting(nursery):
         await daemon.start(nursery)
         with trio.fail_after(90):
             async with Client(daemon.runtime_dir, watch_bus=True) as innocent:
-                watches = []
+                refused = trio.Event()  # one hog was turned away: the daemon holds all it will
                 for _ in range(400):
                     sock = pynng.Req0(resend_time=-1, reconnect_time_min=2000, reconnect_time_max=2000)
-                    watches.append(PipeWatch(sock))
+                    watch = PipeWatch(sock)
+                    watch.on_removed = refused.set
                     sock.dial(daemon.control, block=False)
                     hogs.append(sock)
-                # Every hog has been answered, admitted or refused (both connect first).
-                for watch in watches:
-                    await watch.added.wait()
+                await refused.wait()
                 crash = Request(model="mock:echo", messages=[Message.user("x")], provider_options=steps({"crash": True}))
                 with pytest.raises(UnavailableError):
                     await innocent.complete(crash)
