@@ -53,7 +53,7 @@ class LimitsConfig(_Section):
     max_connections: int = 1024
     #: Events queued per subscriber connection before its oldest are dropped (nng's
     #: Pub0 send buffer; at most 8192).
-    subscriber_queue: int = 2048
+    subscriber_queue: int = 1024
     #: File descriptors kept free for the daemon itself (worker restarts): connections
     #: that would eat into them are refused.
     fd_reserve: int = 64
