@@ -25,6 +25,7 @@ every call) and anyio's elsewhere, so the client serves asyncio programs too.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import resource
@@ -94,17 +95,14 @@ def server_tls(cert_file: str, key_file: str) -> pynng.TLSConfig:
                            own_key_string=_read(key_file))
 
 
-def client_tls(ca_file: str | None, cert_file: str | None = None, key_file: str | None = None,
+def client_tls(ca_file: str, cert_file: str | None = None, key_file: str | None = None,
                server_name: str | None = None) -> pynng.TLSConfig:
-    """A client's side: the CA that signed the daemon's certificate (verified), and
-    optionally the client's own certificate."""
-    config = pynng.TLSConfig(pynng.TLSConfig.MODE_CLIENT, server_name=server_name,
-                             ca_string=_read(ca_file) if ca_file else None,
-                             own_cert_string=_read(cert_file) if cert_file else None,
-                             own_key_string=_read(key_file) if key_file else None,
-                             auth_mode=pynng.TLSConfig.AUTH_MODE_REQUIRED if ca_file
-                             else pynng.TLSConfig.AUTH_MODE_NONE)
-    return config
+    """A client's side: the CA that signed the daemon's certificate (the server is
+    always verified), and optionally the client's own certificate."""
+    return pynng.TLSConfig(pynng.TLSConfig.MODE_CLIENT, server_name=server_name, ca_string=_read(ca_file),
+                           own_cert_string=_read(cert_file) if cert_file else None,
+                           own_key_string=_read(key_file) if key_file else None,
+                           auth_mode=pynng.TLSConfig.AUTH_MODE_REQUIRED)
 
 
 def _read(path: str) -> str:
@@ -293,8 +291,9 @@ def _trio_token() -> Any:
 def _fds_short(limit: int, reserve: int) -> bool:
     try:
         used = len(os.listdir("/proc/self/fd"))
-    except OSError:
-        return False  # no way to tell here: the connection cap still holds
+    except OSError as exc:
+        # Listing needs a descriptor of its own: none left is the clearest answer.
+        return exc.errno in (errno.EMFILE, errno.ENFILE)
     return used > limit - reserve
 
 

@@ -137,6 +137,10 @@ async def test_tls_needs_the_token_and_a_server_the_client_can_verify(start_daem
         with pytest.raises(AuthenticationError):
             async with Client(**{**reach, "token": "wrong"}):
                 pass
+        # A client must name the CA to trust: nothing unverified goes out.
+        with pytest.raises(DaemonNotRunning, match="give the CA"):
+            async with Client(**{**reach, "tls_ca_file": None}):
+                pass
         # A client that trusts another CA refuses the daemon's certificate.
         other = tmp_path / "other"
         other.mkdir()

@@ -281,6 +281,10 @@ class Client:
     def _tls(self, url: str) -> Any:
         if not nng.is_tls(url):
             return None
+        if not self.tls_ca_file:
+            # nng's TLS has no system store: without a CA nothing would be verified.
+            raise DaemonNotRunning(f"{url} is a TLS endpoint: give the CA that signed the daemon's certificate "
+                                   "(Client(tls_ca_file=...) or TRUNKLINE_TLS_CA_FILE)")
         try:
             return nng.client_tls(self.tls_ca_file, self.tls_cert_file, self.tls_key_file,
                                   self.tls_server_name or host_of(url))
