@@ -33,6 +33,7 @@ fuzz: install
 schema: install
 	$(BIN)/python -m trunkline.protocol.schema
 	$(BIN)/python -m trunkline.protocol.reference
+	$(BIN)/python -m trunkline.protocol.transcripts
 
 clean:
 	rm -rf $(VENV) build *.egg-info
