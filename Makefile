@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.deps-installed
 PIP    := $(BIN)/python -m pip --disable-pip-version-check --quiet
 
-.PHONY: serve test install schema clean fuzz
+.PHONY: serve test install schema clean fuzz c-client
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,8 +22,15 @@ install: $(STAMP)
 serve: install
 	$(BIN)/trunkline serve $(ARGS)
 
-test: install
+# The conformance suite runs the C client too: install its libraries (apt-get, as root
+# or with sudo; `apt-get update` only when the install fails without it) and build it.
+# A failure here fails `make test`: the C client is never skipped silently.
+test: install c-client
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+c-client:
+	$(MAKE) -C clients/c deps
+	$(MAKE) -C clients/c
 
 # A long random campaign of arbitrary control messages at a live daemon (CI runs a
 # fixed one of 2000): `make fuzz`, or `make fuzz N=100000`.
@@ -37,6 +44,7 @@ schema: install
 
 clean:
 	rm -rf $(VENV) build *.egg-info
+	$(MAKE) -C clients/c clean
 
 # Benchmark: trunkline vs. a direct httpx client (the floor) vs. LiteLLM, against one
 # fake upstream; writes bench/results/latest.md. QUICK=1: seconds, tiny counts, uses
