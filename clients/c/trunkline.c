@@ -438,6 +438,8 @@ static int hello(tl_client *c, tl_error *err) {
         msgpack_unpacked_destroy(&up);
         return TL_FAIL;
     }
+    if (c->topic_len) /* a hello again: the old client id is gone with its connection */
+        nng_socket_set(c->sub, NNG_OPT_SUB_UNSUBSCRIBE, c->topic, c->topic_len);
     tl_get_str(reply, "client_id", c->client_id, sizeof c->client_id);
     tl_get_str(reply, "event_endpoint", c->event_endpoint, sizeof c->event_endpoint);
     c->max_event_bytes = tl_get_int(tl_get(reply, "limits"), "max_event_bytes", 0);
