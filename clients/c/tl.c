@@ -66,7 +66,9 @@ static int chat(const char *model, const char *prompt) {
     msgpack_pack_str_with_body(&pk, "text", 4);
     msgpack_pack_str_with_body(&pk, prompt, strlen(prompt));
     char rid[64];
-    snprintf(rid, sizeof rid, "tl-%ld-%d", (long)time(NULL), rand());
+    struct timespec ts; /* unique across processes: the id must not collide with another client's */
+    clock_gettime(CLOCK_REALTIME, &ts);
+    snprintf(rid, sizeof rid, "tl-%lld%09ld-%d", (long long)ts.tv_sec, ts.tv_nsec, (int)getpid());
     tl_accepted acc;
     int rv = tl_submit(c, rid, sb.data, sb.size, 1, &acc, &err);
     msgpack_sbuffer_destroy(&sb);

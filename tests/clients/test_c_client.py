@@ -123,7 +123,7 @@ json_like = st.recursive(
 )
 event_like = st.fixed_dictionaries(
     {}, optional={"type": st.sampled_from(["text_delta", "finish", "error", "probe", "bus"]) | st.text(max_size=8),
-                  "request_id": st.text(max_size=6) | st.integers(), "seq": json_like, "text": json_like})
+                  "request_id": st.text(max_size=6) | st.integers(-(2**63), 2**63 - 1), "seq": json_like, "text": json_like})
 payloads = st.one_of(
     st.binary(max_size=80),                                     # any bytes
     _garbage_of(json_like),                                     # valid msgpack, any shape
@@ -147,3 +147,24 @@ def test_any_event_bytes_are_skipped_and_the_request_still_arrives(session, garb
     daemon.publish_request(rid)
     reply = tl.send({"cmd": "events", "id": rid, "timeout_s": 10})
     assert [(e["type"], e.get("seq", 0)) for e in reply["events"]] == [("stream_start", 0), ("finish", 1)]
+
+
+async def test_tl_chat_streams_a_reply_from_a_real_daemon(daemon):
+    """The example program as a user runs it: the daemon's control endpoint from the
+    environment, the reply's text on stdout."""
+    import os
+
+    import trio
+
+    build = subprocess.run(["make", "-C", str(C_DIR)], capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr[-4000:]
+    env = {**os.environ, "TRUNKLINE_CONTROL": daemon.control}
+    with trio.fail_after(30):
+        done = await trio.run_process([str(C_DIR / "build" / "tl"), "chat", "echo", "hello from C"],
+                                      capture_stdout=True, capture_stderr=True, env=env, check=False)
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.decode() == "hello from C\n"
+    with trio.fail_after(30):
+        done = await trio.run_process([str(C_DIR / "build" / "tl"), "chat", "no-such-model", "x"],
+                                      capture_stdout=True, capture_stderr=True, env=env, check=False)
+    assert done.returncode == 1 and "not_found" in done.stderr.decode()
