@@ -24,8 +24,10 @@ serve: install
 
 # The conformance suite runs the C client too: install its libraries (apt-get, as root
 # or with sudo; `apt-get update` only when the install fails without it) and build it.
-# A failure here fails `make test`: the C client is never skipped silently.
-test: install c-client
+# If that fails the rest still runs, and the C client's tests fail saying why: they
+# never skip.
+test: install
+	@$(MAKE) c-client || echo "make test: could not install or build the C client; its tests will fail"
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 c-client:

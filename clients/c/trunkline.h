@@ -7,7 +7,8 @@
  * last_seq), a request the daemon no longer knows ends with a retryable
  * `unavailable` error, and the terminal event (finish or error) is last.
  *
- * The library is single-threaded: events are read from the event socket only
+ * Endpoints: ipc:// and tcp:// (no tls+tcp:// yet). A tl_client is not thread-safe:
+ * use it from one thread. Events are read from the event socket only
  * while you call tl_next_event() (or tl_connect/tl_submit while probing). Call
  * it often enough, or lose events to the Sub0 queue: the library then gets
  * them back by replay.
