@@ -123,7 +123,8 @@ json_like = st.recursive(
 )
 event_like = st.fixed_dictionaries(
     {}, optional={"type": st.sampled_from(["text_delta", "finish", "error", "probe", "bus"]) | st.text(max_size=8),
-                  "request_id": st.text(max_size=6) | st.integers(-(2**63), 2**63 - 1), "seq": json_like, "text": json_like})
+                  "request_id": st.text(max_size=6) | st.integers(-(2**63), 2**63 - 1),
+                  "seq": json_like, "text": json_like})
 payloads = st.one_of(
     st.binary(max_size=80),                                     # any bytes
     _garbage_of(json_like),                                     # valid msgpack, any shape
@@ -141,7 +142,8 @@ _counter = iter(range(1_000_000))
 def test_any_event_bytes_are_skipped_and_the_request_still_arrives(session, garbage):
     daemon, tl = session
     rid = f"r{next(_counter)}"
-    assert tl.send({"cmd": "submit", "id": rid, "request": {"model": "mock:echo", "messages": []}})["reply"] == "accepted"
+    submitted = tl.send({"cmd": "submit", "id": rid, "request": {"model": "mock:echo", "messages": []}})
+    assert submitted["reply"] == "accepted"
     for body in garbage:
         daemon.pub.send(TOPIC + body)
     daemon.publish_request(rid)

@@ -79,7 +79,8 @@ def test_a_default_read_from_the_schema_is_what_the_decoder_fills_in():
 
 def test_the_defaults_table_names_every_non_zero_default():
     table = reference.render_defaults()
-    for row in ("| `submit` (Submit) | `stream` | `true` |", "| `replay_result` (ReplayResult) | `state` | `\"unknown\"` |",
+    for row in ("| `submit` (Submit) | `stream` | `true` |",
+                "| `replay_result` (ReplayResult) | `state` | `\"unknown\"` |",
                 "| `FinishReason` | `reason` | `\"other\"` |", "| `ToolChoice` | `mode` | `\"auto\"` |",
                 "| `ResponseFormat` | `kind` | `\"text\"` |", "| `welcome` (Welcome) | `protocol` | `1` |"):
         assert row in table
