@@ -297,9 +297,61 @@ static int dropped(tl_client *c, const tl_event *ev) {
     return 0;
 }
 
+/* Whether `data` holds exactly one well-formed msgpack value, checked without allocating.
+ * msgpack-c allocates an array's or map's slots from its header alone, so five bytes
+ * claiming 2^32 elements would ask for 128 GiB: every count must fit the bytes left. */
+static int well_formed(const unsigned char *p, size_t n) {
+    size_t pos = 0, pending = 1;
+    while (pending) {
+        if (pos >= n) return 0;
+        unsigned b = p[pos++];
+        size_t len = 0, items = 0, width = 0;
+        pending--;
+        if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) continue; /* fixint, nil, bool */
+        if ((b & 0xf0) == 0x80) items = 2 * (b & 0x0f);
+        else if ((b & 0xf0) == 0x90) items = b & 0x0f;
+        else if ((b & 0xe0) == 0xa0) len = b & 0x1f;
+        else switch (b) {
+            case 0xcc: case 0xd0: len = 1; break;
+            case 0xcd: case 0xd1: len = 2; break;
+            case 0xca: case 0xce: case 0xd2: len = 4; break;
+            case 0xcb: case 0xcf: case 0xd3: len = 8; break;
+            case 0xd4: len = 2; break;
+            case 0xd5: len = 3; break;
+            case 0xd6: len = 5; break;
+            case 0xd7: len = 9; break;
+            case 0xd8: len = 17; break;
+            case 0xc4: case 0xd9: width = 1; break;
+            case 0xc5: case 0xda: width = 2; break;
+            case 0xc6: case 0xdb: width = 4; break;
+            case 0xc7: width = 1; len = 1; break; /* ext 8: size, then type byte + data */
+            case 0xc8: width = 2; len = 1; break;
+            case 0xc9: width = 4; len = 1; break;
+            case 0xdc: case 0xde: width = 2; break;
+            case 0xdd: case 0xdf: width = 4; break;
+            default: return 0; /* 0xc1: never used */
+            }
+        if (width) {
+            if (n - pos < width) return 0;
+            size_t v = 0;
+            for (size_t i = 0; i < width; i++) v = v << 8 | p[pos + i];
+            pos += width;
+            if (b == 0xdc || b == 0xdd) items = v;
+            else if (b == 0xde || b == 0xdf) items = 2 * v;
+            else len += v;
+        }
+        if (items > n - pos) return 0; /* each element takes at least one byte */
+        pending += items;
+        if (len > n - pos) return 0;
+        pos += len;
+    }
+    return pos == n;
+}
+
 /* One message from the event socket: `topic \0` then a map or an array of maps. */
 static void dispatch(tl_client *c, const char *data, size_t size) {
     if (size < c->topic_len || memcmp(data, c->topic, c->topic_len) != 0) return; /* not our topic */
+    if (!well_formed((const unsigned char *)data + c->topic_len, size - c->topic_len)) return;
     msgpack_unpacked up;
     msgpack_unpacked_init(&up);
     size_t off = 0;
@@ -377,7 +429,8 @@ static int call_unpacked(tl_client *c, msgpack_sbuffer *sb, msgpack_unpacked *up
     int rv = tl_call(c, sb->data, sb->size, &reply, &n, err);
     msgpack_sbuffer_destroy(sb);
     if (rv != TL_OK) return rv;
-    int ok = msgpack_unpack_next(up, reply, n, &off) == MSGPACK_UNPACK_SUCCESS && up->data.type == MSGPACK_OBJECT_MAP;
+    int ok = well_formed((const unsigned char *)reply, n) &&
+             msgpack_unpack_next(up, reply, n, &off) == MSGPACK_UNPACK_SUCCESS && up->data.type == MSGPACK_OBJECT_MAP;
     /* The objects point into `reply` (msgpack-c does not copy strings): the zone frees it. */
     if (!up->zone || !msgpack_zone_push_finalizer(up->zone, free, reply)) free(reply);
     if (!ok) {
