@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.deps-installed
 PIP    := $(BIN)/python -m pip --disable-pip-version-check --quiet
 
-.PHONY: serve test install schema clean fuzz c-client
+.PHONY: serve test install schema clean fuzz c-client conformance
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,11 @@ test: install
 c-client:
 	$(MAKE) -C clients/c deps
 	$(MAKE) -C clients/c
+
+# The conformance scenarios against any client program (tests/conformance/README.md):
+# `make conformance CLIENT="path/to/program args"`; the C client by default.
+conformance: install c-client
+	$(BIN)/python tests/conformance/driver.py -- $(or $(CLIENT),clients/c/build/tl conform)
 
 # A long random campaign of arbitrary control messages at a live daemon (CI runs a
 # fixed one of 2000): `make fuzz`, or `make fuzz N=100000`.
