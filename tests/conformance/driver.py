@@ -182,15 +182,15 @@ class Run:
         self.client = ClientProcess(argv)
         self.vars: dict[str, Any] = {"token": TOKEN}
         self.watcher: Client | None = None
-        self.watcher_scope: trio.CancelScope | None = None
+        self.control_url: str | None = None  # a tcp endpoint; None: the daemon's ipc one
 
     def config(self) -> tuple[dict[str, Any], dict[str, str]]:
         config = dict(self.scenario.get("daemon") or {})
         env: dict[str, str] = {}
         if self.scenario.get("transport") == "tcp":
             ports = free_port(), free_port()
-            config["endpoints"] = {"control": f"tcp://127.0.0.1:{ports[0]}",
-                                   "events": f"tcp://127.0.0.1:{ports[1]}"}
+            self.control_url = f"tcp://127.0.0.1:{ports[0]}"
+            config["endpoints"] = {"control": self.control_url, "events": f"tcp://127.0.0.1:{ports[1]}"}
             env["TRUNKLINE_TOKEN"] = TOKEN
         return config, env
 
@@ -208,13 +208,7 @@ class Run:
         await self.daemon.start(self.nursery)
         if self.daemon.exited.is_set():
             raise ConformanceError(f"the daemon exited at start:\n{self.daemon.output()}")
-        endpoints = (self.scenario.get("transport") == "tcp" and self.config_endpoint()) or self.daemon.control
-        self.vars["control"] = endpoints
-
-    def config_endpoint(self) -> str | None:
-        assert self.daemon is not None
-        cfg = yaml.safe_load(self.daemon.config_path.read_text())
-        return cfg.get("endpoints", {}).get("control")
+        self.vars["control"] = self.control_url or self.daemon.control
 
     def substitute(self, value: Any) -> Any:
         if isinstance(value, str):
