@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.deps-installed
 PIP    := $(BIN)/python -m pip --disable-pip-version-check --quiet
 
-.PHONY: serve test install schema clean fuzz
+.PHONY: serve test install schema clean fuzz c-client conformance
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,8 +22,22 @@ install: $(STAMP)
 serve: install
 	$(BIN)/trunkline serve $(ARGS)
 
+# The conformance suite runs the C client too: install its libraries (apt-get, as root
+# or with sudo; `apt-get update` only when the install fails without it) and build it.
+# If that fails the rest still runs, and the C client's tests fail saying why: they
+# never skip.
 test: install
+	@$(MAKE) c-client || echo "make test: could not install or build the C client; its tests will fail"
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+c-client:
+	$(MAKE) -C clients/c deps
+	$(MAKE) -C clients/c
+
+# The conformance scenarios against any client program (tests/conformance/README.md):
+# `make conformance CLIENT="path/to/program args"`; the C client by default.
+conformance: install c-client
+	$(BIN)/python tests/conformance/driver.py -- $(or $(CLIENT),clients/c/build/tl conform)
 
 # A long random campaign of arbitrary control messages at a live daemon (CI runs a
 # fixed one of 2000): `make fuzz`, or `make fuzz N=100000`.
@@ -33,9 +47,11 @@ fuzz: install
 schema: install
 	$(BIN)/python -m trunkline.protocol.schema
 	$(BIN)/python -m trunkline.protocol.reference
+	$(BIN)/python -m trunkline.protocol.transcripts
 
 clean:
 	rm -rf $(VENV) build *.egg-info
+	$(MAKE) -C clients/c clean
 
 # Benchmark: trunkline vs. a direct httpx client (the floor) vs. LiteLLM, against one
 # fake upstream; writes bench/results/latest.md. QUICK=1: seconds, tiny counts, uses
