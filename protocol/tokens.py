@@ -26,8 +26,6 @@ from typing import Any
 
 import msgspec
 
-import msgspec
-
 from .messages import (
     AudioPart,
     DocumentPart,

@@ -22,8 +22,6 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-import msgspec
-
 from ..protocol.messages import (
     AudioPart,
     DocumentPart,
@@ -31,7 +29,6 @@ from ..protocol.messages import (
     ImagePart,
     ProviderPart,
     ModelInfo,
-    ProviderPart,
     RedactedThinkingPart,
     Request,
     TextPart,

@@ -16,7 +16,6 @@ from typing import Any
 
 import httpx
 import msgspec
-import trio
 
 from ..protocol import __version__
 from ..protocol.accumulate import StreamAccumulator

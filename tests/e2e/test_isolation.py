@@ -24,7 +24,6 @@ from trunkline.protocol.messages import (
     Rejected,
     StatusQuery,
     StatusReport,
-    Submit,
     TextDelta,
     Timeouts,
     Welcome,

@@ -15,7 +15,7 @@ from ...protocol.messages import ModelInfo, Request, Response
 from .._adapter import Call, Emit
 from .._http import HttpAdapter
 from ..errors import ProviderError, from_transport, invalid_response
-from . import errors, request, response
+from . import errors, request
 from .stream import BodyDecoder, GeminiStream
 
 #: Requests one answer may take when the model continues a long generation (Argon's

@@ -12,7 +12,7 @@ from .._adapter import Call, Emit
 from .._http import HttpAdapter
 from .._sse import NdjsonDecoder
 from ..errors import ProviderError
-from . import errors, request, response
+from . import errors, request
 from .stream import OllamaStream
 
 NOT_RUNNING_HINT = "is Ollama running? Start it with `ollama serve`"

@@ -24,7 +24,6 @@ from ...protocol.messages import (
     ProviderPart,
     RedactedThinkingPart,
     Request,
-    TextPart,
     ThinkingPart,
     ToolCallPart,
     ToolResultPart,

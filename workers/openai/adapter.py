@@ -23,8 +23,8 @@ from ...protocol.tokens import estimate_request_tokens
 from .._adapter import Call, Emit, consume
 from .._http import HttpAdapter
 from .._sse import SseDecoder
-from ..errors import ProviderError, from_transport, parse_retry_after
-from ..openai_compat.adapter import duration_s
+from .._ratelimits import openai_rate_limit
+from ..errors import ProviderError, from_transport
 from . import errors, request, response
 from .stream import ResponsesStream
 
@@ -41,13 +41,6 @@ POLL_MAX_S = 5.0
 #: What `POST /responses/input_tokens` takes of a request body (InputTokenCountParams).
 COUNT_FIELDS = {"model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "reasoning",
                 "text", "truncation", "conversation", "previous_response_id"}
-
-
-def _int(value: str | None) -> int | None:
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
-        return None
 
 
 def _from_env(config: ProviderConfig) -> ProviderConfig:
@@ -76,17 +69,7 @@ class OpenAIAdapter(HttpAdapter):
         return errors.classify(status, headers, body)
 
     def rate_limit(self, headers: httpx.Headers) -> RateLimit | None:
-        if not any(k.startswith("x-ratelimit-") for k in headers) and "retry-after" not in headers:
-            return None
-        return RateLimit(
-            requests_limit=_int(headers.get("x-ratelimit-limit-requests")),
-            requests_remaining=_int(headers.get("x-ratelimit-remaining-requests")),
-            requests_reset_s=duration_s(headers.get("x-ratelimit-reset-requests")),
-            tokens_limit=_int(headers.get("x-ratelimit-limit-tokens")),
-            tokens_remaining=_int(headers.get("x-ratelimit-remaining-tokens")),
-            tokens_reset_s=duration_s(headers.get("x-ratelimit-reset-tokens")),
-            retry_after_s=parse_retry_after(headers),
-        )
+        return openai_rate_limit(headers)
 
     def _build(self, call: Call, stream: bool) -> request.Built:
         built = request.build(call.request, call.model, provider=self.name, wire_ids=call.wire_ids,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import httpx
@@ -23,30 +22,10 @@ from ...protocol.tokens import estimate_request_tokens, estimate_text_tokens
 from .._adapter import Call, Emit
 from .._http import HttpAdapter
 from .._sse import SseDecoder
-from ..errors import ProviderError, parse_retry_after
+from .._ratelimits import openai_rate_limit
+from ..errors import ProviderError
 from . import errors, request, response
 from .stream import ChatStream
-
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-def duration_s(value: str | None) -> float | None:
-    """OpenAI's reset durations: `1s`, `6m0s`, `20ms`."""
-    if not value:
-        return None
-    parts = _DURATION.findall(value)
-    if not parts:
-        return None
-    return sum(float(n) * _UNITS[u] for n, u in parts)
-
-
-def _int(value: str | None) -> int | None:
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
-        return None
-
 
 NOT_LOADED = {"not-loaded", "not_loaded", "unloaded", "loading", "unloading"}
 
@@ -61,17 +40,7 @@ class OpenAICompatAdapter(HttpAdapter):
         return errors.classify(status, headers, body)
 
     def rate_limit(self, headers: httpx.Headers) -> RateLimit | None:
-        if not any(k.startswith("x-ratelimit-") for k in headers) and "retry-after" not in headers:
-            return None
-        return RateLimit(
-            requests_limit=_int(headers.get("x-ratelimit-limit-requests")),
-            requests_remaining=_int(headers.get("x-ratelimit-remaining-requests")),
-            requests_reset_s=duration_s(headers.get("x-ratelimit-reset-requests")),
-            tokens_limit=_int(headers.get("x-ratelimit-limit-tokens")),
-            tokens_remaining=_int(headers.get("x-ratelimit-remaining-tokens")),
-            tokens_reset_s=duration_s(headers.get("x-ratelimit-reset-tokens")),
-            retry_after_s=parse_retry_after(headers),
-        )
+        return openai_rate_limit(headers)
 
     def _build(self, call: Call, stream: bool) -> request.Built:
         if not self.base_url:

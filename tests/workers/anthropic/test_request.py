@@ -23,7 +23,6 @@ from trunkline.protocol.messages import (
     ToolResultPart,
 )
 from trunkline.workers.anthropic.request import build
-from trunkline.workers.errors import ProviderError
 
 SONNET = ModelInfo(id="anthropic:claude-sonnet-4-5", provider="anthropic", wire_name="claude-sonnet-4-5",
                    max_output=64000, reasoning=True)

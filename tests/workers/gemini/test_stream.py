@@ -30,7 +30,6 @@ from trunkline.protocol.messages import (
     ThinkingPart,
     ToolCallDelta,
     ToolCallEnd,
-    ToolCallPart,
 )
 from trunkline.workers._emit import Emitter
 from trunkline.workers._sse import JsonArrayDecoder

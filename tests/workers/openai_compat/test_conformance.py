@@ -10,7 +10,7 @@ import trio
 
 from fakes.upstream import FakeUpstream, Reply
 from helpers import REPO, check_invariants
-from trunkline import Client, Message, Request, Tool
+from trunkline import Client, Message, Tool
 from trunkline.errors import (
     AuthenticationError,
     InvalidRequestError,

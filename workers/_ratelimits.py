@@ -1,0 +1,45 @@
+"""OpenAI's rate-limit headers (`x-ratelimit-*`), which the Responses API and most
+Chat Completions servers send alike."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+
+from ..protocol.messages import RateLimit
+from .errors import parse_retry_after
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def duration_s(value: str | None) -> float | None:
+    """OpenAI's reset durations: `1s`, `6m0s`, `20ms`."""
+    if not value:
+        return None
+    parts = _DURATION.findall(value)
+    if not parts:
+        return None
+    return sum(float(n) * _UNITS[u] for n, u in parts)
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def openai_rate_limit(headers: httpx.Headers) -> RateLimit | None:
+    if not any(k.startswith("x-ratelimit-") for k in headers) and "retry-after" not in headers:
+        return None
+    return RateLimit(
+        requests_limit=_int(headers.get("x-ratelimit-limit-requests")),
+        requests_remaining=_int(headers.get("x-ratelimit-remaining-requests")),
+        requests_reset_s=duration_s(headers.get("x-ratelimit-reset-requests")),
+        tokens_limit=_int(headers.get("x-ratelimit-limit-tokens")),
+        tokens_remaining=_int(headers.get("x-ratelimit-remaining-tokens")),
+        tokens_reset_s=duration_s(headers.get("x-ratelimit-reset-tokens")),
+        retry_after_s=parse_retry_after(headers),
+    )
