@@ -5,6 +5,7 @@ mock, and each real provider against its fake upstream on 127.0.0.1)."""
 from __future__ import annotations
 
 import base64
+from collections.abc import Iterator
 from typing import Any
 
 import msgspec
@@ -12,7 +13,7 @@ import pytest
 import trio
 
 import trunkline
-from fakes.providers import HARNESSES, Failure, Harness, Turn
+from fakes.providers import HARNESSES, Failure, Harness, SharedHarnesses, Turn
 from helpers import check_invariants
 from trunkline import Client, ImagePart, Message, tool
 from trunkline.errors import AuthenticationError, NoObjectGeneratedError, RateLimitError
@@ -34,9 +35,15 @@ IMAGE_AS_SENT: dict[str, dict[str, Any]] = {
 }
 
 
+@pytest.fixture(scope="module")
+def harnesses() -> Iterator[SharedHarnesses]:
+    with SharedHarnesses() as shared:
+        yield shared
+
+
 @pytest.fixture(params=sorted(HARNESSES))
-async def provider(request, nursery, start_daemon) -> Harness:
-    return await HARNESSES[request.param]().start(nursery, start_daemon)
+def provider(request, harnesses: SharedHarnesses) -> Harness:
+    return harnesses.get(request.param)
 
 
 def weather_tool(log: list[dict[str, Any]]) -> Any:
@@ -222,7 +229,8 @@ async def test_reasoning_tokens(provider: Harness):
 
 
 async def test_invalid_key_is_an_authentication_error(provider: Harness):
-    fields = provider.fail(Failure(401, "authentication", "invalid x-api-key"))
+    # Providers quote the key they were given (OpenAI masks part of it): the daemon must not pass it on.
+    fields = provider.fail(Failure(401, "authentication", f"invalid x-api-key: {provider.key}"))
     with trio.fail_after(30):
         async with Client(provider.daemon.runtime_dir) as client:
             with pytest.raises(AuthenticationError) as caught:
@@ -287,8 +295,8 @@ async def test_provider_options_pass_through(provider: Harness):
 
 
 @pytest.fixture(params=sorted(set(HARNESSES) - {"mock"}))
-async def real_provider(request, nursery, start_daemon) -> Harness:
-    return await HARNESSES[request.param]().start(nursery, start_daemon)
+def real_provider(request, harnesses: SharedHarnesses) -> Harness:
+    return harnesses.get(request.param)
 
 
 async def test_a_loop_continues_on_another_provider(real_provider: Harness):

@@ -12,6 +12,7 @@ harness here and its name to `HARNESSES`.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,7 @@ import trio
 from fakes import gemini_stream as gs
 from fakes import openai_responses as oa
 from fakes.upstream import FakeUpstream, Recorded, Reply
+from helpers import DaemonProcess
 
 
 @dataclass
@@ -68,6 +70,12 @@ class Harness:
 
     def sent(self) -> list[dict[str, Any]]:
         return []
+
+    def forget(self) -> None:
+        """Forget what was sent so far (one daemon serves many tests)."""
+        upstream = getattr(self, "upstream", None)
+        if upstream is not None:
+            upstream.requests.clear()
 
     def options(self) -> tuple[dict[str, Any], Callable[[Any, list[dict[str, Any]]], None]]:
         """Provider options to pass through, and a check that they took effect (given
@@ -138,7 +146,8 @@ class MockHarness(Harness):
         error = {"error_class": failure.error_class, "message": failure.message, "status": failure.status}
         if failure.retry_after_s is not None:
             error["retry_after"] = failure.retry_after_s
-        return {"provider_options": {"mock": {"steps": [{"error": error}]}}}
+        # Not retried, as on the real providers: the row is about the error, not about waiting it out.
+        return {"provider_options": {"mock": {"steps": [{"error": error}]}}, "max_retries": 0}
 
     def options(self) -> tuple[dict[str, Any], Callable[[Any, list[dict[str, Any]]], None]]:
         def check(response: Any, sent: list[dict[str, Any]]) -> None:
@@ -477,3 +486,73 @@ class GeminiHarness(Harness):
 #: The providers the matrix runs on.
 HARNESSES: dict[str, type[Harness]] = {"mock": MockHarness, "anthropic": AnthropicHarness,
                                        "openai": OpenAIHarness, "gemini": GeminiHarness}
+
+
+class SharedHarnesses:
+    """One started harness per provider, shared by the tests of a module.
+
+    Starting a daemon costs more than most rows take, so each provider's daemon and
+    fake upstream start once, on first use, and live in a trio loop of their own on a
+    background thread (pytest-trio gives every test its own loop, which cannot hold
+    them across tests). Only plain data crosses threads: routes set and requests
+    read while that provider's test waits for its reply.
+    """
+
+    def __init__(self) -> None:
+        self.started: dict[str, Harness] = {}
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=trio.run, args=(self._serve,), name="matrix-harnesses", daemon=True)
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._nursery: trio.Nursery | None = None
+        self._daemons: list[DaemonProcess] = []
+        self._done: trio.Event | None = None
+
+    def __enter__(self) -> SharedHarnesses:
+        self._thread.start()
+        if not self._ready.wait(30):
+            raise RuntimeError("the harnesses' loop did not start")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._token is not None and self._done is not None
+        trio.from_thread.run_sync(self._done.set, trio_token=self._token)
+        self._thread.join(60)
+        assert not self._thread.is_alive(), "the harnesses' daemons did not stop"
+
+    def get(self, name: str) -> Harness:
+        if name not in self.started:
+            self.started[name] = trio.from_thread.run(self._start, name, trio_token=self._token)
+        harness = self.started[name]
+        harness.forget()
+        return harness
+
+    async def _serve(self) -> None:
+        self._token = trio.lowlevel.current_trio_token()
+        self._done = trio.Event()
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                self._ready.set()
+                await self._done.wait()
+                for daemon in self._daemons:
+                    await daemon.stop()
+                nursery.cancel_scope.cancel()
+        finally:
+            for daemon in self._daemons:
+                daemon.cleanup()
+
+    async def _start(self, name: str) -> Harness:
+        assert self._nursery is not None
+        nursery = self._nursery
+
+        async def start_daemon(config: dict[str, Any] | None = None, env: dict[str, str] | None = None
+                               ) -> DaemonProcess:
+            daemon = DaemonProcess(config, env)
+            self._daemons.append(daemon)
+            await daemon.start(nursery)
+            if daemon.exited.is_set():
+                raise RuntimeError(f"daemon exited at start:\n{daemon.output()}")
+            return daemon
+
+        with trio.fail_after(30):
+            return await HARNESSES[name]().start(nursery, start_daemon)
