@@ -5,6 +5,7 @@ mock, and each real provider against its fake upstream on 127.0.0.1)."""
 from __future__ import annotations
 
 import base64
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -324,3 +325,36 @@ async def test_a_loop_continues_on_another_provider(real_provider: Harness):
     # the mock's call and the provider's, each answered, in order
     assert len(uses) == 2 and uses[1] == real_provider.call_id(0, 0)
     assert real_provider.tool_results(body) == [(uses[0], "18C and clear in Oslo"), (uses[1], "18C and clear in Rome")]
+
+
+REAL = sorted(set(HARNESSES) - {"mock"})
+
+
+@pytest.fixture(params=REAL)
+def two_providers(request, harnesses: SharedHarnesses) -> tuple[Harness, Harness]:
+    """A real provider and the next one (anthropic -> gemini -> openai -> anthropic)."""
+    return harnesses.get(request.param), harnesses.get(REAL[(REAL.index(request.param) + 1) % len(REAL)])
+
+
+async def test_a_loop_continues_from_one_real_provider_to_the_next(two_providers: tuple[Harness, Harness]):
+    """A loop with reasoning on one provider goes on on the next: the first one's reasoning
+    is dropped there with a warning, and every call keeps its answer."""
+    here, there = two_providers
+    log: list[dict[str, Any]] = []
+    weather = weather_tool(log)
+    with trio.fail_after(30):
+        async with Client(here.daemon.runtime_dir) as first, Client(there.daemon.runtime_dir) as second:
+            fields = here.script(Turn(reasoning="Oslo first.", calls=[("get_weather", {"city": "Oslo"})],
+                                      reasoning_tokens=5), Turn(text="Oslo is clear."))
+            start = await trunkline.generate(here.model, "Weather in Oslo?", tools=[weather], reasoning_effort="low",
+                                             client=first, **fields)
+            fields = there.script(Turn(calls=[("get_weather", {"city": "Rome"})]), Turn(text="Rome too."))
+            moved = await trunkline.generate(there.model, messages=[*start.messages, Message.user("And Rome?")],
+                                             tools=[weather], reasoning_effort="low", client=second, **fields)
+    assert log == [{"city": "Oslo"}, {"city": "Rome"}] and moved.text == "Rome too."
+    assert "thinking_dropped" in {w.code for w in moved.steps[0].response.warnings}
+    body = there.sent()[-1]
+    uses = there.tool_calls(body)
+    assert len(uses) == 2 and uses[1] == there.call_id(0, 0)
+    assert there.tool_results(body) == [(uses[0], "18C and clear in Oslo"), (uses[1], "18C and clear in Rome")]
+    assert "Oslo first." not in json.dumps(body)

@@ -384,9 +384,15 @@ class OpenAIHarness(Harness):
                                          "cache_write_tokens": turn.cache_write_tokens},
                 "output_tokens_details": {"reasoning_tokens": turn.reasoning_tokens}}
 
-    def _reply(self, turn: Turn, n: int) -> Reply:
+    def _reply(self, turn: Turn, n: int) -> Callable[[Recorded], Reply]:
         payloads = oa.events(self._items(turn, n), usage=self._usage(turn), response_id=f"resp_{n}")
-        return Reply.sse(oa.sse(payloads), chunk_size=97)
+
+        def reply(request: Recorded) -> Reply:
+            if not request.json().get("stream"):
+                return Reply.json(payloads[-1]["response"])
+            return Reply.sse(oa.sse(payloads), chunk_size=97)
+
+        return reply
 
 
 GEMINI_KEY = "AIzaSy-fake-gemini-key-never-to-be-seen-0123"
