@@ -174,6 +174,10 @@ async def test_streaming_with_tool_calls(provider: Harness):
     assert result.text == "Kyiv: 18C." and len(result.steps) == 2
 
 
+#: Providers whose (strict) structured output refuses a schema with an object not closed.
+NEEDS_CLOSED_OBJECTS = {"anthropic", "openai"}
+
+
 class Person(msgspec.Struct):
     name: str
     age: int
@@ -196,6 +200,8 @@ async def test_generate_object(provider: Harness):
         schema = provider.output_schema(body)
         assert schema is not None and schema["required"] == ["name", "age"]
         assert schema["properties"]["age"]["type"] == "integer"
+        if provider.name in NEEDS_CLOSED_OBJECTS:
+            assert schema["additionalProperties"] is False
 
 
 async def test_stream_object(provider: Harness):
