@@ -469,7 +469,7 @@ class GeminiHarness(Harness):
         assert second["systemInstruction"] == first["systemInstruction"]
         assert second["contents"][: len(first["contents"])] == first["contents"]
 
-    def _reply(self, turn: Turn, n: int) -> Reply:
+    def _reply(self, turn: Turn, n: int) -> Callable[[Recorded], Reply]:
         parts: list[dict[str, Any]] = []  # one chunk each
         if turn.reasoning:
             parts.append({"text": turn.reasoning, "thought": True})
@@ -486,7 +486,13 @@ class GeminiHarness(Harness):
                  "totalTokenCount": turn.input_tokens + turn.output_tokens}
         chunks = [gs.chunk(p) for p in parts[:-1]]
         chunks.append(gs.chunk(*parts[-1:], finish="STOP", usage=usage))  # the last part ends the turn
-        return Reply.sse(gs.sse(*chunks), chunk_size=61)
+
+        def reply(request: Recorded) -> Reply:
+            if "alt=sse" not in request.path:  # without it, Gemini streams one JSON array
+                return Reply(200, {"content-type": "application/json"}, [json.dumps(chunks).encode()])
+            return Reply.sse(gs.sse(*chunks), chunk_size=61)
+
+        return reply
 
 
 #: The providers the matrix runs on.
