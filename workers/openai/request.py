@@ -12,8 +12,8 @@ Rules worth knowing (the tests hold each one):
 * `store` is false unless the caller asks otherwise, so reasoning survives the
   round trip only as `encrypted_content`: it is always requested for reasoning
   models; reasoning from another provider is dropped with a warning;
-* a strict `json_schema` response format has `additionalProperties: false` put on
-  every object that leaves it unsaid (OpenAI refuses a strict schema without it);
+* a strict `json_schema` response format or strict tool has `additionalProperties:
+  false` put on every object that leaves it unsaid (OpenAI refuses a strict schema without it);
   a schema strict mode cannot take (an optional property, an open object) is sent
   with `strict: false` and a warning, as the client validates the result anyway;
 * function tools are sent with `strict: false` unless the tool says otherwise
@@ -130,6 +130,18 @@ def strict_schema(schema: Any) -> tuple[Any, str | None]:
         if optional:
             problem = problem or f"properties {', '.join(sorted(optional))} are optional"
     return out, problem
+
+
+def _strict_or_not(schema: Any, strict: bool, what: str, warnings: list[WarningInfo]) -> tuple[Any, bool]:
+    """The schema and strict flag to send: closed if strict mode can take it, else as given, non-strict."""
+    if not strict:
+        return schema, False
+    closed, problem = strict_schema(schema)
+    if problem is None:
+        return closed, True
+    warn(warnings, "unsupported_setting", f"OpenAI's strict mode needs every object closed and all its "
+         f"properties required, but in {what} {problem}; it was sent with strict false")
+    return schema, False
 
 
 def nearest_effort(wanted: str, allowed: list[str]) -> str:
@@ -317,8 +329,8 @@ def build(request: Request, model: ModelInfo, *, provider: str = "openai", wire_
             spec: dict[str, Any] = {"type": "function", "name": tool.name}
             if tool.description:
                 spec["description"] = tool.description
-            spec["parameters"] = tool.parameters
-            spec["strict"] = bool(tool.strict)
+            spec["parameters"], spec["strict"] = _strict_or_not(tool.parameters, bool(tool.strict),
+                                                                f"tool {tool.name}'s parameters", warnings)
             body["tools"].append(spec)
         choice = request.tool_choice
         if choice is not None:
@@ -346,16 +358,9 @@ def build(request: Request, model: ModelInfo, *, provider: str = "openai", wire_
         body["include"] = include
     fmt = request.response_format
     if fmt is not None and fmt.kind == "json_schema":
-        schema, strict = fmt.schema, fmt.strict
-        if strict:
-            schema, problem = strict_schema(fmt.schema)
-            if problem:
-                schema, strict = fmt.schema, False
-                warn(warnings, "unsupported_setting", f"OpenAI's strict structured output needs every object "
-                     f"closed and all its properties required, but in response_format.schema {problem}; "
-                     "the schema was sent with strict false")
+        schema, strict = _strict_or_not(fmt.schema, bool(fmt.strict), "response_format.schema", warnings)
         spec = {"type": "json_schema", "name": fmt.name or "response", "schema": schema}
-        if strict is not None:
+        if fmt.strict is not None:
             spec["strict"] = strict
         body["text"] = {"format": spec}
     elif fmt is not None and fmt.kind == "json_object":

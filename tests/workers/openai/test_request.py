@@ -78,7 +78,9 @@ def test_a_whole_conversation_in_wire_form():
         "tools": [
             {"type": "function", "name": "get_weather", "description": "Weather for a city",
              "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}, "strict": False},
-            {"type": "function", "name": "now", "parameters": {"type": "object", "properties": {}}, "strict": True}],
+            # strict mode needs the object closed
+            {"type": "function", "name": "now", "parameters": {"type": "object", "properties": {},
+                                                               "additionalProperties": False}, "strict": True}],
         "tool_choice": "required",
         "max_output_tokens": 500,
         "reasoning": {"effort": "high", "summary": "auto"},
@@ -149,6 +151,10 @@ def test_a_schema_strict_mode_cannot_take_is_sent_non_strict_with_a_warning(sche
     assert built.body["text"] == {"format": {"type": "json_schema", "name": "r", "schema": schema, "strict": False}}
     (warning,) = built.warnings
     assert warning.code == "unsupported_setting" and problem in warning.message
+    tool = build(Request(model="openai:gpt-5", messages=[Message.user("x")],
+                         tools=[Tool(name="f", parameters=schema, strict=True)]), GPT5)
+    assert tool.body["tools"] == [{"type": "function", "name": "f", "parameters": schema, "strict": False}]
+    assert "tool f's parameters" in tool.warnings[0].message
 
 
 def test_built_in_tools_pass_through_and_their_items_go_back():
