@@ -131,8 +131,8 @@ async def test_parallel_tool_calls(provider: Harness):
     sent = provider.sent()
     if sent:
         assert len(sent) == 2  # both results went back in one continuation, in the calls' order
-        assert [call for call, _ in provider.tool_results(sent[1])] == [provider.call_id(0, 0),
-                                                                         provider.call_id(0, 1)]
+        last = provider.last_turn(sent[1])
+        assert [call for call, _ in provider.tool_results(last)] == [provider.call_id(0, 0), provider.call_id(0, 1)]
         assert provider.tool_calls(sent[1]) == [provider.call_id(0, 0), provider.call_id(0, 1)]
 
 

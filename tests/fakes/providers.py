@@ -107,6 +107,10 @@ class Harness:
         """(call id, text) of each tool result in the history, in order."""
         raise NotImplementedError
 
+    def last_turn(self, body: dict[str, Any]) -> dict[str, Any]:
+        """`body` holding only its last turn (a user message; OpenAI: the trailing results)."""
+        raise NotImplementedError
+
     def output_schema(self, body: dict[str, Any]) -> dict[str, Any] | None:
         """The JSON Schema the body asks the provider's native structured output to follow."""
         raise NotImplementedError
@@ -218,6 +222,9 @@ class AnthropicHarness(Harness):
                                                                     if b["type"] == "text")
 
         return [(b["tool_use_id"], text(b["content"])) for b in self._blocks_of(body, "tool_result")]
+
+    def last_turn(self, body: dict[str, Any]) -> dict[str, Any]:
+        return {**body, "messages": body["messages"][-1:]}
 
     def output_schema(self, body: dict[str, Any]) -> dict[str, Any] | None:
         fmt = body.get("output_config", {}).get("format")
@@ -356,6 +363,13 @@ class OpenAIHarness(Harness):
     def tool_results(self, body: dict[str, Any]) -> list[tuple[str, str]]:
         return [(i["call_id"], i["output"]) for i in body["input"] if i["type"] == "function_call_output"]
 
+    def last_turn(self, body: dict[str, Any]) -> dict[str, Any]:
+        items = body["input"]
+        start = len(items)
+        while start and items[start - 1]["type"] == "function_call_output":
+            start -= 1
+        return {**body, "input": items[start:]}
+
     def output_schema(self, body: dict[str, Any]) -> dict[str, Any] | None:
         fmt = body.get("text", {}).get("format")
         return fmt["schema"] if fmt and fmt["type"] == "json_schema" else None
@@ -459,6 +473,9 @@ class GeminiHarness(Harness):
 
     def tool_results(self, body: dict[str, Any]) -> list[tuple[str, str]]:
         return [(r["id"], r["response"]["result"]) for r in self._parts(body, "functionResponse")]
+
+    def last_turn(self, body: dict[str, Any]) -> dict[str, Any]:
+        return {**body, "contents": body["contents"][-1:]}
 
     def output_schema(self, body: dict[str, Any]) -> dict[str, Any] | None:
         config = body.get("generationConfig", {})
