@@ -12,6 +12,10 @@ Rules worth knowing (the tests hold each one):
 * `store` is false unless the caller asks otherwise, so reasoning survives the
   round trip only as `encrypted_content`: it is always requested for reasoning
   models; reasoning from another provider is dropped with a warning;
+* a strict `json_schema` response format or strict tool has `additionalProperties:
+  false` put on every object that leaves it unsaid (OpenAI refuses a strict schema without it);
+  a schema strict mode cannot take (an optional property, an open object) is sent
+  with `strict: false` and a warning, as the client validates the result anyway;
 * function tools are sent with `strict: false` unless the tool says otherwise
   (the Responses API defaults to strict, which refuses most hand-written schemas);
 * what the model's catalog rules forbid (a sampling parameter, an effort value)
@@ -82,6 +86,62 @@ def _default_filename(media_type: str | None) -> str:
     # The API wants a file name with inline data; its extension tells it how to read the file.
     return "document.pdf" if media_type in (None, "application/pdf") else "document.txt" \
         if media_type == "text/plain" else "document"
+
+
+#: Keywords whose value is one subschema / a list of them / a map of them.
+_SUBSCHEMA = ("items", "not", "additionalProperties")
+_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_SUBSCHEMA_MAPS = ("properties", "$defs", "definitions")
+
+
+def strict_schema(schema: Any) -> tuple[Any, str | None]:
+    """`schema` as strict structured outputs take it, or why it cannot be: the Responses API
+    refuses a strict schema unless every object says `additionalProperties: false` and
+    requires all its properties. An object that leaves it unsaid is closed here (what a
+    schema made from a class means); one that allows extra keys or has an optional
+    property is a reason to send the schema non-strict instead."""
+    if not isinstance(schema, dict):
+        return schema, None
+    out = dict(schema)
+    problem: str | None = None
+    for key in _SUBSCHEMA:
+        if isinstance(out.get(key), dict):
+            out[key], why = strict_schema(out[key])
+            problem = problem or why
+    for key in _SUBSCHEMA_LISTS:
+        if isinstance(out.get(key), list):
+            fixed = [strict_schema(s) for s in out[key]]
+            out[key] = [s for s, _ in fixed]
+            problem = problem or next((why for _, why in fixed if why), None)
+    for key in _SUBSCHEMA_MAPS:
+        if isinstance(out.get(key), dict):
+            fixed_map = {name: strict_schema(s) for name, s in out[key].items()}
+            out[key] = {name: s for name, (s, _) in fixed_map.items()}
+            problem = problem or next((why for _, why in fixed_map.values() if why), None)
+    kinds = out.get("type") if isinstance(out.get("type"), list) else [out.get("type")]
+    if "object" in kinds or "properties" in out:
+        if out.get("additionalProperties", False) is not False:
+            problem = problem or "an object allows additional properties"
+        elif "properties" not in out and "additionalProperties" not in out:
+            problem = problem or "an object lists no properties (any object)"  # closing it would allow only {}
+        else:
+            out["additionalProperties"] = False
+        optional = set(out.get("properties") or {}) - set(out.get("required") or [])
+        if optional:
+            problem = problem or f"properties {', '.join(sorted(optional))} are optional"
+    return out, problem
+
+
+def _strict_or_not(schema: Any, strict: bool, what: str, warnings: list[WarningInfo]) -> tuple[Any, bool]:
+    """The schema and strict flag to send: closed if strict mode can take it, else as given, non-strict."""
+    if not strict:
+        return schema, False
+    closed, problem = strict_schema(schema)
+    if problem is None:
+        return closed, True
+    warn(warnings, "unsupported_setting", f"OpenAI's strict mode needs every object closed and all its "
+         f"properties required, but in {what} {problem}; it was sent with strict false")
+    return schema, False
 
 
 def nearest_effort(wanted: str, allowed: list[str]) -> str:
@@ -269,8 +329,8 @@ def build(request: Request, model: ModelInfo, *, provider: str = "openai", wire_
             spec: dict[str, Any] = {"type": "function", "name": tool.name}
             if tool.description:
                 spec["description"] = tool.description
-            spec["parameters"] = tool.parameters
-            spec["strict"] = bool(tool.strict)
+            spec["parameters"], spec["strict"] = _strict_or_not(tool.parameters, bool(tool.strict),
+                                                                f"tool {tool.name}'s parameters", warnings)
             body["tools"].append(spec)
         choice = request.tool_choice
         if choice is not None:
@@ -298,9 +358,10 @@ def build(request: Request, model: ModelInfo, *, provider: str = "openai", wire_
         body["include"] = include
     fmt = request.response_format
     if fmt is not None and fmt.kind == "json_schema":
-        spec = {"type": "json_schema", "name": fmt.name or "response", "schema": fmt.schema}
+        schema, strict = _strict_or_not(fmt.schema, bool(fmt.strict), "response_format.schema", warnings)
+        spec = {"type": "json_schema", "name": fmt.name or "response", "schema": schema}
         if fmt.strict is not None:
-            spec["strict"] = fmt.strict
+            spec["strict"] = strict
         body["text"] = {"format": spec}
     elif fmt is not None and fmt.kind == "json_object":
         body["text"] = {"format": {"type": "json_object"}}

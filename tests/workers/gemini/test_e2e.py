@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 import trio
 
+from fakes.gemini_stream import chunk, error, sse
 from fakes.upstream import FakeUpstream, Reply
 from helpers import check_invariants
 from trunkline import Client, Message, Request, Tool
@@ -20,26 +20,6 @@ KEY = "gk-test-fake-gemini-key-never-to-be-seen-0123"
 FLASH = "gemini:gemini-3.8-flash"
 STREAM = "/v1beta/models/gemini-3.8-flash:streamGenerateContent"
 GENERATE = "/v1beta/models/gemini-3.8-flash:generateContent"
-
-
-def sse(*payloads: dict[str, Any]) -> bytes:
-    return b"".join(b"data: " + json.dumps(p, ensure_ascii=False).encode() + b"\r\n\r\n" for p in payloads)
-
-
-def chunk(*parts: dict[str, Any], finish: str | None = None, usage: dict[str, int] | None = None,
-          model: str = "gemini-3.8-flash") -> dict[str, Any]:
-    candidate: dict[str, Any] = {"content": {"role": "model", "parts": list(parts)}, "index": 0}
-    if finish:
-        candidate["finishReason"] = finish
-    out: dict[str, Any] = {"candidates": [candidate], "modelVersion": model, "responseId": "r1"}
-    if usage:
-        out["usageMetadata"] = usage
-    return out
-
-
-def error(status: int, name: str, message: str, details: list[Any] | None = None) -> Reply:
-    body = {"error": {"code": status, "message": message, "status": name, "details": details or []}}
-    return Reply(status, {"content-type": "application/json"}, [json.dumps(body).encode()])
 
 
 @pytest.fixture

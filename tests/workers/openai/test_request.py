@@ -78,7 +78,9 @@ def test_a_whole_conversation_in_wire_form():
         "tools": [
             {"type": "function", "name": "get_weather", "description": "Weather for a city",
              "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}, "strict": False},
-            {"type": "function", "name": "now", "parameters": {"type": "object", "properties": {}}, "strict": True}],
+            # strict mode needs the object closed
+            {"type": "function", "name": "now", "parameters": {"type": "object", "properties": {},
+                                                               "additionalProperties": False}, "strict": True}],
         "tool_choice": "required",
         "max_output_tokens": 500,
         "reasoning": {"effort": "high", "summary": "auto"},
@@ -109,6 +111,50 @@ def test_named_tool_choice_structured_output_and_options_merge():
     json_object = build(Request(model="m", messages=[Message.user("x")],
                                 response_format=ResponseFormat(kind="json_object")), GPT41).body
     assert json_object["text"] == {"format": {"type": "json_object"}}
+
+
+def test_a_strict_schema_gets_every_object_closed_as_openai_requires():
+    # What generate_object sends for a class with a nested class and a list of them.
+    address = {"title": "Address", "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    schema = {"$ref": "#/$defs/Person", "$defs": {"Address": address, "Person": {
+        "title": "Person", "type": "object", "required": ["name", "homes", "pet"],
+        "properties": {"name": {"type": "string"}, "homes": {"type": "array", "items": {"$ref": "#/$defs/Address"}},
+                       "pet": {"anyOf": [{"type": "null"}, {"type": "object", "properties": {}, "required": []}]}}}}}
+    request = Request(model="openai:gpt-5", messages=[Message.user("x")], response_format=ResponseFormat(
+        kind="json_schema", name="Person", schema=schema, strict=True))
+    built = build(request, GPT5)
+    closed = {"title": "Address", "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+              "additionalProperties": False}
+    assert built.body["text"] == {"format": {"type": "json_schema", "name": "Person", "strict": True, "schema": {
+        "$ref": "#/$defs/Person", "$defs": {"Address": closed, "Person": {
+            "title": "Person", "type": "object", "required": ["name", "homes", "pet"], "additionalProperties": False,
+            "properties": {"name": {"type": "string"},
+                           "homes": {"type": "array", "items": {"$ref": "#/$defs/Address"}},
+                           "pet": {"anyOf": [{"type": "null"}, {"type": "object", "properties": {}, "required": [],
+                                                                "additionalProperties": False}]}}}}}}}
+    assert built.warnings == []
+    assert "additionalProperties" not in schema["$defs"]["Address"]  # the caller's schema is left as it was
+
+
+@pytest.mark.parametrize(("schema", "problem"), [
+    ({"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer"}}, "required": ["a"]},
+     "properties b are optional"),
+    ({"type": "object", "properties": {"tags": {"type": "object", "additionalProperties": {"type": "string"}}},
+      "required": ["tags"]}, "an object allows additional properties"),
+    ({"type": "object", "properties": {"any": {"type": "object"}}, "required": ["any"]},
+     "an object lists no properties"),
+])
+def test_a_schema_strict_mode_cannot_take_is_sent_non_strict_with_a_warning(schema, problem):
+    request = Request(model="openai:gpt-5", messages=[Message.user("x")], response_format=ResponseFormat(
+        kind="json_schema", name="r", schema=schema, strict=True))
+    built = build(request, GPT5)
+    assert built.body["text"] == {"format": {"type": "json_schema", "name": "r", "schema": schema, "strict": False}}
+    (warning,) = built.warnings
+    assert warning.code == "unsupported_setting" and problem in warning.message
+    tool = build(Request(model="openai:gpt-5", messages=[Message.user("x")],
+                         tools=[Tool(name="f", parameters=schema, strict=True)]), GPT5)
+    assert tool.body["tools"] == [{"type": "function", "name": "f", "parameters": schema, "strict": False}]
+    assert "tool f's parameters" in tool.warnings[0].message
 
 
 def test_built_in_tools_pass_through_and_their_items_go_back():
