@@ -409,7 +409,7 @@ class OpenAIHarness(Harness):
         return reply
 
 
-GEMINI_KEY = "AIzaSy-fake-gemini-key-never-to-be-seen-0123"
+GEMINI_KEY = "gk-test-fake-gemini-key-never-to-be-seen-0123"
 GEMINI_STREAM = "/v1beta/models/gemini-3.8-flash:streamGenerateContent"
 
 
