@@ -255,7 +255,10 @@ class Bench:
         p = self.plan
         for conc in p.concurrencies:
             for system in self.systems():
-                cell = await self.cell(system, "complete", "gpt-4o-mini", conc, duration_s=p.cell_s,
+                # One content chunk: trunkline streams a whole-response request from the
+                # provider (a long answer is then bounded by the idle timeout, not retried
+                # whole), and this measures a short answer; the streams stage measures chunks.
+                cell = await self.cell(system, "complete", "bench-c1", conc, duration_s=p.cell_s,
                                        count=p.cell_count, warmup=p.warmup)
                 self.results["latency"].setdefault(str(conc), {}).setdefault(system, []).append(cell)
 
@@ -269,7 +272,7 @@ class Bench:
 
     async def anthropic(self, rep: int) -> None:
         p = self.plan
-        for kind, model in (("complete", "bench-claude"), ("stream", f"bench-claude-c{p.stream_chunks}")):
+        for kind, model in (("complete", "bench-claude-c1"), ("stream", f"bench-claude-c{p.stream_chunks}")):
             for system in ("floor", "trunkline"):
                 cell = await self.cell(system, kind, model, 1, duration_s=p.stream_s, count=p.stream_count,
                                        warmup=p.warmup, api="anthropic")
@@ -395,7 +398,7 @@ class Bench:
         interval = max(0.5, seconds / 120)
         ops = self.ops
         samples: list[dict[str, float]] = []
-        stream_model, complete_model = f"{OPENAI_PROVIDER}:bench-c50", f"{OPENAI_PROVIDER}:gpt-4o-mini"
+        stream_model, complete_model = f"{OPENAI_PROVIDER}:bench-c50", f"{OPENAI_PROVIDER}:bench-c1"
         meter = CpuMeter(self.trunkline_groups()).start()
         t0 = time.perf_counter()
         results: dict[str, LoadResult] = {}

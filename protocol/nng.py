@@ -51,6 +51,8 @@ NNGException = pynng.NNGException
 #: nng's largest queue, in messages: with the defaults (16 on a Pub0, 128 on a Sub0)
 #: a burst of events loses most of them.
 MAX_QUEUE = 8192
+#: Control calls one client keeps in flight on its connection at most (see `Requester`).
+MAX_CALLS_IN_FLIGHT = 48
 #: How often a call waiting for its reply checks that its connection still stands.
 RESET_POLL_S = 0.25
 IPC_PATH_MAX = 107  # sun_path is 108 bytes with the terminating NUL
@@ -457,6 +459,10 @@ class Requester:
     call holds up another."""
 
     def __init__(self, url: str, tls: pynng.TLSConfig | None = None) -> None:
+        # The daemon's raw Rep0 holds at most 64 unsent replies per connection and drops
+        # the rest (the bound that protects it from clients that never read): a client
+        # keeps fewer calls than that in flight, or a busy moment could lose a reply.
+        self._slots: Any = None
         self.sock = pynng.Req0(resend_time=-1, reconnect_time_min=10, reconnect_time_max=500, recv_max_size=0)
         #: Connections made so far: one more than before means nng reconnected (a
         #: restarted daemon, or a dropped network connection).
@@ -470,6 +476,12 @@ class Requester:
         self.connects += 1  # from nng's thread; an int store is atomic under the GIL
 
     async def call(self, data: bytes, slow: bool = False) -> bytes:
+        if self._slots is None:
+            self._slots = anyio.Semaphore(MAX_CALLS_IN_FLIGHT)
+        async with self._slots:
+            return await self._call(data, slow)
+
+    async def _call(self, data: bytes, slow: bool) -> bytes:
         if slow or self._busy:
             with self.sock.new_context() as ctx:
                 await _asend(ctx, data)
