@@ -29,7 +29,6 @@ import errno
 import logging
 import os
 import resource
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -125,16 +124,14 @@ def _listen(sock: pynng.Socket, url: str) -> None:
 # -- waiting in the caller's event loop ---------------------------------------------------
 
 
-def _waiters() -> tuple[Callable[[int], Any], Callable[[int], Any]]:
-    trio = sys.modules.get("trio")
-    if trio is not None:
-        try:
-            trio.lowlevel.current_task()
-        except RuntimeError:
-            pass  # trio is imported, but this is another event loop
-        else:
-            return trio.lowlevel.wait_readable, trio.lowlevel.wait_writable
-    return anyio.wait_readable, anyio.wait_writable
+def _wait_readable() -> Callable[[int], Any]:
+    """How to wait for a descriptor in the running event loop: trio's own function
+    inside trio (anyio's looks the backend up on every call), anyio's elsewhere."""
+    try:
+        trio.lowlevel.current_task()
+    except RuntimeError:
+        return anyio.wait_readable  # another event loop (asyncio)
+    return trio.lowlevel.wait_readable
 
 
 def try_send(sock: pynng.Socket, data: bytes) -> bool:
@@ -156,7 +153,7 @@ async def send(sock: pynng.Socket, data: bytes) -> None:
     wait = None
     while not try_send(sock, data):
         if wait is None:
-            wait = _waiters()[0]
+            wait = _wait_readable()
         await wait(sock.send_fd)
 
 
@@ -219,7 +216,7 @@ class Receiver:
             if data is not None:
                 return data
             if self._wait is None:
-                self._wait = _waiters()[0]
+                self._wait = _wait_readable()
             await self._wait(self.fd)
 
     async def recv_many(self, limit: int = 64) -> list[bytes]:
@@ -281,13 +278,10 @@ class ConnectionGate:
 
 
 def _trio_token() -> Any:
-    trio = sys.modules.get("trio")
-    if trio is None:
-        return None
     try:
         return trio.lowlevel.current_trio_token()
     except RuntimeError:
-        return None
+        return None  # not made inside trio: nobody to hand "gone" to
 
 
 def _fds_short(limit: int, reserve: int) -> bool:
@@ -497,7 +491,7 @@ class Requester:
         # A connection lost while we wait fails the call with ECONNRESET (no resends),
         # but nng may not mark the descriptor readable for it: look again now and then.
         receiver = self._receiver
-        wait = _waiters()[0]
+        wait = _wait_readable()
         while True:
             data = receiver.ready()
             if data is not None:
