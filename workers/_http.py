@@ -192,8 +192,18 @@ class HttpAdapter(Adapter):
                                    f"{content[:200]!r}") from None
 
     async def get_json(self, path: str, headers: dict[str, str] | None = None) -> Any:
+        return await self._json_outside_job("GET", path, None, headers)
+
+    async def post_simple(self, path: str, body: dict[str, Any]) -> Any:
+        """POST outside any job (no retries, no idempotency key: a token count, a
+        cancel) and return the decoded JSON, read within the response limit."""
+        return await self._json_outside_job("POST", path, body, {"content-type": "application/json"})
+
+    async def _json_outside_job(self, method: str, path: str, body: dict[str, Any] | None,
+                                headers: dict[str, str] | None) -> Any:
+        content_in = msgspec.json.encode(body) if body is not None else None
         try:
-            async with self.client.stream("GET", self.url(path),
+            async with self.client.stream(method, self.url(path), content=content_in,
                                           headers={**self.auth_headers(), **(headers or {})}) as response:
                 idle = self.timeouts.stream_idle_s
                 if response.status_code >= 400:

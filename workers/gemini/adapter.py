@@ -9,12 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
-import msgspec
 
 from ...protocol.messages import ModelInfo, Request, Response
 from .._adapter import Call, Emit
 from .._http import HttpAdapter
-from ..errors import ProviderError, from_transport, invalid_response
+from ..errors import ProviderError, invalid_response
 from . import errors, request
 from .stream import BodyDecoder, GeminiStream
 
@@ -88,17 +87,8 @@ class GeminiAdapter(HttpAdapter):
         inner = {k: v for k, v in built.body.items() if k in ("contents", "systemInstruction", "tools", "toolConfig")}
         path = f"{request.model_path(model.wire_name)}:countTokens"
         body = {"generateContentRequest": {"model": f"models/{model.wire_name.removeprefix('models/')}", **inner}}
-        try:
-            reply = await self.client.post(self.url(path), content=msgspec.json.encode(body),
-                                           headers={"content-type": "application/json", **self.auth_headers()})
-        except httpx.TransportError as exc:
-            raise from_transport(exc, self.name) from None
-        if reply.status_code >= 400:
-            raise self.classify(reply.status_code, reply.headers, reply.content)
-        try:
-            total = msgspec.json.decode(reply.content).get("totalTokens")
-        except (msgspec.DecodeError, AttributeError):
-            raise invalid_response(f"{self.name} sent a countTokens reply that is not JSON") from None
+        reply = await self.post_simple(path, body)
+        total = reply.get("totalTokens") if isinstance(reply, dict) else None
         if not isinstance(total, int):
             raise invalid_response(f"{self.name}'s countTokens reply has no totalTokens")
         return total

@@ -211,17 +211,3 @@ class OpenAIAdapter(HttpAdapter):
         if not isinstance(count, int):
             raise ProviderError("invalid_response", f"{self.name} answered a token count without input_tokens")
         return count
-
-    async def post_simple(self, path: str, body: dict[str, Any]) -> Any:
-        """POST outside any job (no retries, no idempotency key) and return the decoded JSON."""
-        try:
-            reply = await self.client.post(self.url(path), content=msgspec.json.encode(body),
-                                           headers={"content-type": "application/json", **self.auth_headers()})
-        except httpx.TransportError as exc:
-            raise from_transport(exc, self.name) from None
-        if reply.status_code >= 400:
-            raise self.classify(reply.status_code, reply.headers, reply.content)
-        try:
-            return msgspec.json.decode(reply.content)
-        except msgspec.DecodeError:
-            raise ProviderError("invalid_response", f"{self.name} sent a body that is not JSON") from None
