@@ -30,6 +30,11 @@ from .stats import median, percentile
 from .trunkline_runner import TrunklineOps
 
 _STAMP = re.compile(r"([RS])(\d+)")
+#: The whole-response request traced: one content chunk, as the latency table's
+#: `bench-c1`. (The worker streams even a whole-response request from its provider,
+#: so with the default 50 chunks the trace timed 50 SSE events read by trunkline
+#: against one JSON body read by the floor.)
+COMPLETE_MODEL = "bench-c1-t"
 
 #: The daemon's own points (TRUNKLINE_TRACE_HOPS), in the order a request passes them.
 DAEMON_POINTS = ("supervisor_received", "job_sent", "job_received", "attempt_started", "reply_done",
@@ -58,7 +63,7 @@ def summarize(rows: Sequence[dict[str, int]]) -> dict[str, dict[str, float]]:
 
 
 async def floor_complete(target: HttpTarget) -> dict[str, int]:
-    t_send, t_recv, text = await target.complete_text("bench-t")
+    t_send, t_recv, text = await target.complete_text(COMPLETE_MODEL)
     up_recv, (up_send, *_) = stamps(text)
     return {"to_upstream": up_recv - t_send, "upstream_service": up_send - up_recv,
             "from_upstream": t_recv - up_send, "total": t_recv - t_send}
@@ -102,7 +107,7 @@ class TrunklineTrace:
 
     async def complete(self) -> dict[str, int]:
         client = self.client
-        request = self.ops.request("fake:bench-t")
+        request = self.ops.request(f"fake:{COMPLETE_MODEL}")
         t_send = time.monotonic_ns()
         accepted, route = await client.submit(request, stream=False)
         t_acc = time.monotonic_ns()

@@ -9,7 +9,7 @@ cancellation, the emitter and the link to the supervisor.
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -150,7 +150,7 @@ class Adapter:
 IDLE_SLACK = 0.01
 
 
-async def consume(source: AsyncIterator[T], idle_s: float, what: str, handle: Callable[[T], None],
+async def consume(source: AsyncIterable[T], idle_s: float, what: str, handle: Callable[[T], None],
                   backlog: Backlog | None = None) -> None:
     """Hand every item of `source` to `handle`, failing with a `timeout` error when the
     source is silent for `idle_s`. One cancel scope for the whole stream (a scope per

@@ -255,7 +255,9 @@ class HttpAdapter(Adapter):
                         feed(piece)
                     decoder.check()
 
-                await consume(response.aiter_raw(), idle, self.name, handle, call.backlog)
+                # The response's own stream, not `aiter_raw()`: the latter's per-chunk
+                # bookkeeping (a chunker, a timing context, a byte count) is work nobody reads.
+                await consume(response.stream, idle, self.name, handle, call.backlog)
                 for piece in decoder.flush():
                     feed(piece)
                 return response.headers

@@ -74,27 +74,96 @@ class _Lines:
         return rest
 
 
-class SseDecoder:
-    """Bytes in, SseEvent out. No I/O; any chunking gives the same events."""
+#: One dispatched event as the decoders hand it on: (event type, data bytes, id, retry).
+#: The data stays bytes: the JSON decoders take bytes, and decoding it to text first
+#: would cost a copy per event.
+RawEvent = tuple[str, bytes, "str | None", "int | None"]
 
-    __slots__ = ("_lines", "_start", "_data", "_event", "_id", "_retry")
+
+class SseDecoder:
+    """Bytes in, events out. No I/O; any chunking gives the same events.
+
+    Two paths, one result. While no CR has been seen, a body is cut into whole
+    events at each blank line (`\n\n`) and the usual event (one `data:` line,
+    perhaps after one `event:` line) is taken apart without looking at its lines
+    one by one; any other event goes through the line parser. A stream that uses CR
+    line endings switches for good to the line parser, which handles every form.
+    """
+
+    __slots__ = ("_lines", "_start", "_data", "_event", "_id", "_retry", "_tail", "_fast", "_names")
 
     def __init__(self) -> None:
         self._lines = _Lines()
         self._start = True  # no line seen yet: the next may begin with a BOM
+        self._tail = bytearray()  # the fast path's unfinished event: starts at an event boundary
+        self._fast = True
+        self._names: dict[bytes, str] = {}
         self._reset()
 
     def feed(self, chunk: bytes) -> list[SseEvent]:
-        return self._parse(self._lines.feed(chunk))
+        return [_event(raw) for raw in self.feed_raw(chunk)]
 
     def flush(self) -> list[SseEvent]:
         """End of body: parse the unterminated last line, dispatch a pending event, reset."""
+        return [_event(raw) for raw in self.flush_raw()]
+
+    def feed_raw(self, chunk: bytes) -> list[RawEvent]:
+        if not self._fast:
+            return self._parse(self._lines.feed(chunk))
+        if b"\r" in chunk:
+            self._fast = False
+            rest = bytes(self._tail)
+            self._tail.clear()
+            return self._parse(self._lines.feed(rest + chunk))
+        tail = self._tail
+        searched = max(len(tail) - 1, 0)  # a blank line may straddle the old tail and the chunk
+        tail += chunk
+        if self._start:
+            if len(tail) < 3 and _BOM.startswith(bytes(tail)):
+                return []
+            self._start = False
+            if tail.startswith(_BOM):
+                del tail[:3]
+        end = tail.find(b"\n\n", searched)
+        if end < 0:
+            return []
+        end = tail.rfind(b"\n\n")
+        head = bytes(tail[:end])
+        del tail[: end + 2]
+        out: list[RawEvent] = []
+        for block in head.split(b"\n\n"):
+            if block.startswith(b"data: ") and b"\n" not in block:
+                out.append(("message", block[6:], None, None))
+                continue
+            if block.startswith(b"event: "):
+                nl = block.find(b"\n")
+                if nl > 0 and block.startswith(b"data: ", nl + 1) and block.find(b"\n", nl + 1) < 0:
+                    name = block[7:nl]
+                    text = self._names.get(name)
+                    if text is None:
+                        text = name.decode("utf-8", "replace") or "message"
+                        if len(self._names) < 64:
+                            self._names[name] = text
+                    out.append((text, block[nl + 7 :], None, None))
+                    continue
+            if block:
+                out += self._parse(block.split(b"\n") + [b""])
+        return out
+
+    def flush_raw(self) -> list[RawEvent]:
+        """End of body, as `flush`."""
+        out: list[RawEvent] = []
+        if self._tail:
+            out += self._parse(self._lines.feed(bytes(self._tail)))
+            self._tail.clear()
         rest = self._lines.rest()
-        out = self._parse([rest] if rest else [])
+        if rest:
+            out += self._parse([rest])
         if self._data:
-            out.append(self._event_())
+            out.append(self._dispatch())
         self._reset()
         self._start = True
+        self._fast = True
         return out
 
     def _reset(self) -> None:
@@ -105,16 +174,12 @@ class SseDecoder:
         self._id: bytes | None = None
         self._retry: int | None = None
 
-    def _event_(self) -> SseEvent:
-        return SseEvent(
-            self._event.decode("utf-8", "replace") or "message",
-            b"\n".join(self._data).decode("utf-8", "replace"),
-            None if self._id is None else self._id.decode("utf-8", "replace"),
-            self._retry,
-        )
+    def _dispatch(self) -> RawEvent:
+        return (self._event.decode("utf-8", "replace") or "message", b"\n".join(self._data),
+                None if self._id is None else self._id.decode("utf-8", "replace"), self._retry)
 
-    def _parse(self, lines: list[bytes]) -> list[SseEvent]:
-        out: list[SseEvent] = []
+    def _parse(self, lines: list[bytes]) -> list[RawEvent]:
+        out: list[RawEvent] = []
         if lines and self._start:
             self._start = False
             if lines[0].startswith(_BOM):
@@ -122,7 +187,7 @@ class SseDecoder:
         for line in lines:
             if not line:
                 if self._data:
-                    out.append(self._event_())
+                    out.append(self._dispatch())
                 self._reset()
                 continue
             colon = line.find(b":")
@@ -144,6 +209,18 @@ class SseDecoder:
                 if value.isdigit():  # ASCII digits only, for bytes
                     self._retry = int(value)
         return out
+
+
+def excerpt(data: bytes | str, size: int = 200) -> str:
+    """The start of an event's data, as text, for an error message."""
+    if isinstance(data, bytes):
+        return data[:size].decode("utf-8", "replace")
+    return data[:size]
+
+
+def _event(raw: RawEvent) -> SseEvent:
+    event, data, id_, retry = raw
+    return SseEvent(event, data.decode("utf-8", "replace"), id_, retry)
 
 
 class NdjsonDecoder:

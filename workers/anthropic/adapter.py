@@ -83,20 +83,20 @@ class AnthropicAdapter(HttpAdapter):
         def feed(chunk: bytes) -> None:
             nonlocal received, seen
             received += len(chunk)
-            for sse in decoder.feed(chunk):
+            for name, data, _, _ in decoder.feed_raw(chunk):
                 seen += 1
                 if raw is not None:
-                    raw.append({"event": sse.event, "data": sse.data})
-                for event in translator.feed(sse.event, sse.data):
+                    raw.append({"event": name, "data": data.decode("utf-8", "replace")})
+                for event in translator.feed(name, data):
                     emit(event)
 
         await self.post_stream(call, "/v1/messages", built.body, feed, built.headers,
                                whole=(lambda body: parsed.append(self._whole(call, body))) if whole else None)
         if parsed:
             return parsed[0]
-        for sse in decoder.flush():
+        for name, data, _, _ in decoder.flush_raw():
             seen += 1
-            for event in translator.feed(sse.event, sse.data):
+            for event in translator.feed(name, data):
                 emit(event)
         if not seen and received:
             raise ProviderError("invalid_response", f"{self.name} answered with something that is not an event "

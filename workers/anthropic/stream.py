@@ -33,6 +33,7 @@ from ...protocol.messages import (
     ToolCallEnd,
     ToolCallStart,
 )
+from .._sse import excerpt
 from ..errors import ProviderError, invalid_response
 from .errors import from_error_object
 from .response import API, CONTAINER, container_part, finish_reason, usage
@@ -66,13 +67,13 @@ class AnthropicStream:
         self._stopped = False
         self._container: dict[str, Any] | None = None
 
-    def feed(self, event_name: str, data: str) -> list[Event]:
+    def feed(self, event_name: str, data: bytes | str) -> list[Event]:
         try:
             payload = msgspec.json.decode(data)
         except msgspec.DecodeError:
-            raise invalid_response(f"Anthropic sent an event that is not JSON: {data[:200]!r}") from None
+            raise invalid_response(f"Anthropic sent an event that is not JSON: {excerpt(data)!r}") from None
         if not isinstance(payload, dict):
-            raise invalid_response(f"Anthropic sent an event that is not an object: {data[:200]!r}")
+            raise invalid_response(f"Anthropic sent an event that is not an object: {excerpt(data)!r}")
         kind = payload.get("type") or event_name
         handler = _HANDLERS.get(kind)
         if handler is None:

@@ -41,7 +41,7 @@ from ...protocol.messages import (
     Usage,
     WarningInfo,
 )
-from .._sse import JsonArrayDecoder, SseDecoder
+from .._sse import JsonArrayDecoder, RawEvent, SseDecoder, excerpt
 from .._warnings import warn
 from ..errors import ProviderError, invalid_response
 from .errors import from_error_object
@@ -120,22 +120,20 @@ class BodyDecoder:
                 return []
             self._inner = JsonArrayDecoder() if text[:1] in (b"[", b"{") else SseDecoder()
             chunk, self._head = self._head, b""
-        return self._payloads(self._inner.feed(chunk))
+        if type(self._inner) is SseDecoder:
+            return _payloads(self._inner.feed_raw(chunk))
+        return self._inner.feed(chunk)
 
     def flush(self) -> list[bytes]:
         if self._inner is None:
             return []
-        return self._payloads(self._inner.flush())
+        if type(self._inner) is SseDecoder:
+            return _payloads(self._inner.flush_raw())
+        return self._inner.flush()
 
-    @staticmethod
-    def _payloads(items: list[Any]) -> list[bytes]:
-        out = []
-        for item in items:
-            if isinstance(item, bytes):
-                out.append(item)
-            elif item.data.strip() and item.data.strip() != "[DONE]":
-                out.append(item.data.encode())
-        return out
+
+def _payloads(events: list[RawEvent]) -> list[bytes]:
+    return [data for _, data, _, _ in events if data.strip() and data.strip() != b"[DONE]"]
 
 
 class _Open:
@@ -176,7 +174,7 @@ class GeminiStream:
         try:
             payload = msgspec.json.decode(data)
         except msgspec.DecodeError:
-            raise invalid_response(f"Gemini sent a chunk that is not JSON: {data[:200]!r}") from None
+            raise invalid_response(f"Gemini sent a chunk that is not JSON: {excerpt(data)!r}") from None
         return self.feed(payload)
 
     def feed(self, payload: Any) -> list[Event]:

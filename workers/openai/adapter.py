@@ -84,15 +84,15 @@ class OpenAIAdapter(HttpAdapter):
         decoder = SseDecoder()
 
         def feed(chunk: bytes) -> None:
-            for sse in decoder.feed(chunk):
+            for name, data, _, _ in decoder.feed_raw(chunk):
                 if raw is not None:
-                    raw.append({"event": sse.event, "data": sse.data})
-                for event in translator.feed(sse.event, sse.data):
+                    raw.append({"event": name, "data": data.decode("utf-8", "replace")})
+                for event in translator.feed(name, data):
                     emit(event)
 
         def flush() -> None:
-            for sse in decoder.flush():
-                for event in translator.feed(sse.event, sse.data):
+            for name, data, _, _ in decoder.flush_raw():
+                for event in translator.feed(name, data):
                     emit(event)
 
         background = bool(built.body.get("background"))

@@ -42,6 +42,7 @@ from ...protocol.messages import (
     ToolCallEnd,
     ToolCallStart,
 )
+from .._sse import excerpt
 from ..errors import ProviderError, invalid_response
 from .errors import from_error_object
 from .request import API
@@ -104,13 +105,13 @@ class ResponsesStream:
         self._next_index += 1
         return index
 
-    def feed(self, event_name: str, data: str) -> list[Event]:
+    def feed(self, event_name: str, data: bytes | str) -> list[Event]:
         try:
             payload = msgspec.json.decode(data)
         except msgspec.DecodeError:
-            raise invalid_response(f"OpenAI sent an event that is not JSON: {data[:200]!r}") from None
+            raise invalid_response(f"OpenAI sent an event that is not JSON: {excerpt(data)!r}") from None
         if not isinstance(payload, dict):
-            raise invalid_response(f"OpenAI sent an event that is not an object: {data[:200]!r}")
+            raise invalid_response(f"OpenAI sent an event that is not an object: {excerpt(data)!r}")
         sequence = payload.get("sequence_number")
         if isinstance(sequence, int):
             if self.last_sequence is not None and sequence != self.last_sequence + 1:

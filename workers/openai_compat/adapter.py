@@ -71,18 +71,20 @@ class OpenAICompatAdapter(HttpAdapter):
         def feed(chunk: bytes) -> None:
             nonlocal received
             received += len(chunk)
-            for sse in decoder.feed(chunk):
+            for _, data, _, _ in decoder.feed_raw(chunk):
                 if raw is not None:
-                    raw.append(sse.data)
-                for event in translator.feed(sse.data):
+                    raw.append(data.decode("utf-8", "replace"))
+                for event in translator.feed(data):
                     emit(event)
 
         await self.post_stream(call, "/chat/completions", built.body, feed,
                                whole=(lambda body: parsed.append(self._whole(call, body))) if whole else None)
         if parsed:
             return parsed[0]
-        for sse in decoder.flush():
-            for event in translator.feed(sse.data):
+        for _, data, _, _ in decoder.flush_raw():
+            if raw is not None:
+                raw.append(data.decode("utf-8", "replace"))
+            for event in translator.feed(data):
                 emit(event)
         if not translator.seen and received:
             raise ProviderError("invalid_response", f"{self.name} answered with something that is not an event "

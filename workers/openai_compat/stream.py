@@ -30,6 +30,7 @@ from ...protocol.messages import (
     ToolCallStart,
     Usage,
 )
+from .._sse import excerpt
 from ..errors import ProviderError, invalid_response
 from .errors import from_body
 from .response import finish_reason, tool_arguments, usage
@@ -76,17 +77,17 @@ class ChatStream:
         index, self._reasoning = self._reasoning, None
         return [ReasoningEnd(index=index, text="".join(self._reasoning_chunks))]
 
-    def feed(self, data: str) -> list[Event]:
+    def feed(self, data: bytes | str) -> list[Event]:
         self.seen = True
-        if data.strip() == "[DONE]":
+        if data[:1] not in (b"{", "{") and data.strip() in (b"[DONE]", "[DONE]"):
             self.done = True
             return []
         try:
             chunk = msgspec.json.decode(data)
         except msgspec.DecodeError:
-            raise invalid_response(f"the server sent a chunk that is not JSON: {data[:200]!r}") from None
+            raise invalid_response(f"the server sent a chunk that is not JSON: {excerpt(data)!r}") from None
         if not isinstance(chunk, dict):
-            raise invalid_response(f"the server sent a chunk that is not an object: {data[:200]!r}")
+            raise invalid_response(f"the server sent a chunk that is not an object: {excerpt(data)!r}")
         if "error" in chunk and "choices" not in chunk:
             raise from_body(None, chunk)
         out: list[Event] = []
