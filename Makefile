@@ -53,9 +53,10 @@ clean:
 	rm -rf $(VENV) build *.egg-info
 	$(MAKE) -C clients/c clean
 
-# Benchmark: trunkline vs. a direct httpx client (the floor) vs. LiteLLM, against one
-# fake upstream; writes bench/results/latest.md. QUICK=1: seconds, tiny counts, uses
-# the LiteLLM peers only if bench/.venv already exists. SOAK=MINUTES sets the soak
+# Benchmark: trunkline vs. a direct httpx client (the floor) vs. LiteLLM (SDK, proxy, the
+# SDK's Rust path) and the Portkey gateway, against one fake upstream; writes
+# bench/results/latest.md. QUICK=1: seconds, tiny counts, uses the LiteLLM peers only if
+# bench/.venv already exists. Portkey comes from npm into bench/portkey (node_modules). SOAK=MINUTES sets the soak
 # (default 10). LiteLLM lives in its own venv, never in the project's.
 .PHONY: bench
 bench: install
@@ -65,5 +66,9 @@ bench: install
 		bench/.venv/bin/python -m pip --disable-pip-version-check --quiet install --no-deps -r bench/requirements.txt && \
 		touch bench/.venv/.deps-installed || \
 		echo "bench: could not set up bench/.venv; the LiteLLM peers will be skipped"; \
+	fi
+	@if [ -z "$(QUICK)" ] || [ ! -d bench/portkey/node_modules ]; then \
+		npm ci --prefix bench/portkey --no-audit --no-fund --loglevel=error >/dev/null 2>&1 || \
+		echo "bench: could not install bench/portkey (npm); the Portkey peer will be skipped"; \
 	fi
 	$(BIN)/python -m bench $(if $(QUICK),--quick) $(if $(SOAK),--soak $(SOAK)) $(BENCH_ARGS)

@@ -9,8 +9,13 @@ Commands:
     {"op": "hello"}
     {"op": "complete" | "stream", "model": "openai/...", "api_base": "...",
      "concurrency": N, "count": N, "duration_s": S, "warmup": N}
+    {"op": "messages_complete" | "messages_stream", "model": "anthropic/...", "rust": true | false, ...}
 Replies carry the samples (seconds), the wall time, errors, and this process's
-CPU seconds and RSS for the timed part.
+CPU seconds and RSS for the timed part. The `messages_*` ops call Anthropic's
+Messages API through `litellm.anthropic.messages.acreate`, on LiteLLM's Rust path
+(`litellm.rust(True)`) or its Python one; a reply counts the calls LiteLLM says
+Rust served (its `x-litellm-rust: true` response header), so a silent fallback to
+Python shows.
 """
 
 from __future__ import annotations
@@ -26,6 +31,12 @@ import json  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from importlib.metadata import version  # noqa: E402
+
+# Replies go on a private copy of stdout: LiteLLM prints warnings to stdout, which
+# would corrupt the one-JSON-line-per-reply protocol.
+_replies = os.fdopen(os.dup(1), "w")
+os.dup2(2, 1)
+sys.stdout = sys.stderr
 
 import litellm  # noqa: E402
 
@@ -66,6 +77,53 @@ async def stream(cmd: dict) -> tuple[float, float, int]:
     return first, time.perf_counter() - t0, chunks
 
 
+served_by_rust = 0
+
+
+def _note_rust(response: object) -> None:
+    global served_by_rust
+    hidden = getattr(response, "_hidden_params", None)
+    if hidden is None and isinstance(response, dict):
+        hidden = response.get("_hidden_params")
+    headers = (hidden or {}).get("additional_headers") or {} if isinstance(hidden, dict) else {}
+    if str(headers.get("x-litellm-rust", "")).lower() == "true":
+        served_by_rust += 1
+
+
+async def messages_complete(cmd: dict) -> float:
+    t0 = time.perf_counter()
+    response = await litellm.anthropic.messages.acreate(
+        model=cmd["model"], messages=MESSAGES, max_tokens=1024, api_base=cmd["api_base"], api_key="x")
+    _note_rust(response)
+    return time.perf_counter() - t0
+
+
+async def messages_stream(cmd: dict) -> tuple[float, float, int]:
+    t0 = time.perf_counter()
+    first = 0.0
+    chunks = 0
+    stream = await litellm.anthropic.messages.acreate(
+        model=cmd["model"], messages=MESSAGES, max_tokens=1024, api_base=cmd["api_base"], api_key="x",
+        stream=True)
+    _note_rust(stream)
+    async for event in stream:
+        if isinstance(event, (bytes, bytearray)):  # the Python path hands back the raw SSE bytes
+            text = event.count(b'"text_delta"')
+        else:
+            delta = event.get("delta") if isinstance(event, dict) else getattr(event, "delta", None)
+            kind = delta.get("type") if isinstance(delta, dict) else getattr(delta, "type", None)
+            text = int(kind == "text_delta")
+        if text:
+            chunks += text
+            if not first:
+                first = time.perf_counter() - t0
+    return first, time.perf_counter() - t0, chunks
+
+
+OPS = {"complete": complete, "stream": stream, "messages_complete": messages_complete,
+       "messages_stream": messages_stream}
+
+
 async def closed_loop(op, cmd: dict, count: int, duration_s: float) -> dict:
     samples: list = []
     errors = 0
@@ -88,14 +146,29 @@ async def closed_loop(op, cmd: dict, count: int, duration_s: float) -> dict:
     return {"samples": samples, "wall_s": time.perf_counter() - t0, "errors": errors, "first_error": first_error}
 
 
+def priced(model: str) -> None:
+    """Give a bench model a price, as a real Claude model has: LiteLLM's Python path
+    otherwise logs a cost-map error with a traceback on every call, work no real call does."""
+    name = model.split("/", 1)[-1]
+    if name not in litellm.model_cost:
+        litellm.register_model({name: {"litellm_provider": "anthropic", "mode": "chat", "max_tokens": 8192,
+                                       "input_cost_per_token": 3e-06, "output_cost_per_token": 1.5e-05}})
+
+
 async def run(cmd: dict) -> dict:
-    op = complete if cmd["op"] == "complete" else stream
+    global served_by_rust
+    op = OPS[cmd["op"]]
+    if cmd["op"].startswith("messages_"):
+        priced(cmd["model"])
+    litellm.rust(bool(cmd.get("rust")))
     if cmd.get("warmup"):
         await closed_loop(op, {**cmd, "concurrency": min(cmd["concurrency"], cmd["warmup"])},
                           cmd["warmup"], cmd["duration_s"])
+    served_by_rust = 0
     cpu0 = cpu()
     result = await closed_loop(op, cmd, cmd["count"], cmd["duration_s"])
     result["cpu_s"] = cpu() - cpu0
+    result["served_by_rust"] = served_by_rust
     result["rss_mb"] = rss_mb()
     return result
 
@@ -113,8 +186,8 @@ async def main() -> None:
             reply = {"version": version("litellm"), "pid": os.getpid(), "rss_mb": rss_mb()}
         else:
             reply = await run(cmd)
-        sys.stdout.write(json.dumps(reply) + "\n")
-        sys.stdout.flush()
+        _replies.write(json.dumps(reply) + "\n")
+        _replies.flush()
 
 
 if __name__ == "__main__":

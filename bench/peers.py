@@ -1,4 +1,5 @@
-"""The LiteLLM peers, each in its own process from bench/.venv, against the same upstream.
+"""The peers, each in its own processes, against the same upstream: the LiteLLM SDK and
+proxy from bench/.venv, and the Portkey gateway with node from bench/portkey.
 
 A peer that cannot run (no bench/.venv, LiteLLM missing, the proxy not starting
 offline) is skipped, and the reason goes into the report; the rest of the
@@ -7,7 +8,9 @@ benchmark never depends on a peer.
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import socket
 import subprocess
 from dataclasses import dataclass
@@ -127,4 +130,70 @@ async def start_proxy(upstream_port: int, workdir: Path, log: Path, timeout_s: f
                 await trio.sleep(0.25)
     await proxy.stop()
     raise PeerUnavailable(f"the LiteLLM proxy did not start within {timeout_s:g}s offline "
+                          f"(exit {proc.returncode}; see {log.name})")
+
+
+# -- Portkey ------------------------------------------------------------------------------
+
+PORTKEY_DIR = BENCH_DIR / "portkey"
+PORTKEY_SERVER = PORTKEY_DIR / "node_modules" / "@portkey-ai" / "gateway" / "build" / "start-server.js"
+
+
+@dataclass
+class Portkey:
+    """The Portkey AI gateway (node), routing every request to the fake upstream by the
+    headers Portkey reads (`x-portkey-provider`, `x-portkey-custom-host`)."""
+
+    proc: trio.Process
+    port: int
+    version: str
+    upstream_port: int
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def headers(self, api: str) -> dict[str, str]:
+        if api == "anthropic":
+            return {"x-portkey-provider": "anthropic", "x-api-key": "x",
+                    "x-portkey-custom-host": f"http://127.0.0.1:{self.upstream_port}/v1"}
+        return {"x-portkey-provider": "openai", "authorization": "Bearer x",
+                "x-portkey-custom-host": f"http://127.0.0.1:{self.upstream_port}/v1"}
+
+    def pids(self) -> list[int]:
+        return tree(self.proc.pid)
+
+    def rss(self) -> float:
+        return sum(rss_mb(p) for p in self.pids())
+
+    async def stop(self) -> None:
+        await Proxy.stop(self)  # type: ignore[arg-type]
+
+
+async def start_portkey(upstream_port: int, log: Path, timeout_s: float = 60.0) -> Portkey:
+    node = shutil.which("node")
+    if node is None:
+        raise PeerUnavailable("node is not installed")
+    if not PORTKEY_SERVER.exists():
+        raise PeerUnavailable("bench/portkey/node_modules is missing (`make bench` runs "
+                              "`npm ci --prefix bench/portkey`; it needs the npm registry)")
+    version = json.loads((PORTKEY_SERVER.parent.parent / "package.json").read_text())["version"]
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    with open(log, "ab") as out:
+        proc = await trio.lowlevel.open_process([node, str(PORTKEY_SERVER), f"--port={port}"], stdout=out,
+                                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                                                cwd=str(PORTKEY_DIR))
+    portkey = Portkey(proc, port, version, upstream_port)
+    async with httpx.AsyncClient() as client:
+        with trio.move_on_after(timeout_s):
+            while proc.returncode is None:
+                try:
+                    await client.get(f"http://127.0.0.1:{port}/", timeout=2)
+                    return portkey
+                except httpx.TransportError:
+                    pass
+                await trio.sleep(0.25)
+    await portkey.stop()
+    raise PeerUnavailable(f"the Portkey gateway did not start within {timeout_s:g}s "
                           f"(exit {proc.returncode}; see {log.name})")

@@ -14,7 +14,9 @@ from typing import Any
 
 from .stats import Spread
 
-NAMES = {"floor": "floor (httpx direct)", "trunkline": "trunkline", "sdk": "LiteLLM SDK", "proxy": "LiteLLM proxy"}
+NAMES = {"floor": "floor (httpx direct)", "trunkline": "trunkline", "sdk": "LiteLLM SDK", "proxy": "LiteLLM proxy",
+         "sdk_rust": "LiteLLM SDK, Rust path", "portkey": "Portkey gateway"}
+PEERS = ("sdk", "proxy", "portkey")
 WORKERS_GOAL_MB = 150
 
 
@@ -127,19 +129,31 @@ def _machine(res: dict, add: Callable[[str], None]) -> None:
 def _peers(res: dict, add: Callable[[str], None]) -> None:
     add("## Peers")
     add("")
-    for name in ("sdk", "proxy"):
+    for name in PEERS:
         p = res["peers"].get(name, {"status": "skipped", "reason": "not reached (an earlier stage failed)"})
-        if p["status"] == "ok":
-            add(f"- {NAMES[name]}: litellm {p['version']}, its own process from bench/.venv.")
-        else:
+        if p["status"] != "ok":
             add(f"- {NAMES[name]}: **skipped**: {p['reason']}")
+        elif name == "portkey":
+            add(f"- {NAMES[name]}: @portkey-ai/gateway {p['version']} under node, from bench/portkey (npm), its "
+                "own process; every request names the fake upstream in `x-portkey-custom-host`.")
+        else:
+            add(f"- {NAMES[name]}: litellm {p['version']}, its own process from bench/.venv.")
     if any(res["peers"].get(n, {}).get("status") == "ok" for n in ("sdk", "proxy")):
         add("- LiteLLM was installed from `bench/requirements.txt` with `pip install --no-deps`: "
-            "`litellm[proxy]==1.109.1` does not resolve against the package index here (it asks for "
-            "certifi>=2026.10.19 and litellm-proxy-extras==0.4.113, which are not published there), so the "
-            "frozen environment pins certifi 2026.10.18 and litellm-proxy-extras 0.4.110 instead. The proxy runs "
-            "offline without a database (`LITELLM_LOCAL_MODEL_COST_MAP=True`, `LITELLM_OFFLINE_MODE=true`, one "
-            "uvicorn worker, one wildcard route to the fake upstream).")
+            "`litellm[proxy]` does not resolve against the package index here (its proxy extra asks for a "
+            "`litellm-proxy` package and its core for certifi>=2026.10.19, neither published there), so the "
+            "frozen environment pins certifi 2026.10.18 and the proxy's requirements as 1.109.1 listed them. The "
+            "proxy runs offline without a database (`LITELLM_LOCAL_MODEL_COST_MAP=True`, "
+            "`LITELLM_OFFLINE_MODE=true`, one uvicorn worker, one wildcard route to the fake upstream).")
+        add("- LiteLLM's Rust path (`litellm/rust_bridge`) serves only Anthropic's Messages API in this release "
+            "(an opt-in rule for provider `anthropic`); the SDK takes it with `litellm.rust(True)`, and the "
+            "Anthropic table shows how many calls LiteLLM itself says Rust served (`x-litellm-rust: true`). The "
+            "proxy cannot take it: the proxy hands LiteLLM its own shared aiohttp session, a feature the Rust "
+            "route leaves to Python, and the deployment flag `rust: true` is not read by this release's router.")
+    if res["peers"].get("portkey", {}).get("status") == "ok":
+        add("- Portkey 1.15.2 is installed with `@hono/node-server` pinned to 1.13.8 (bench/portkey/package.json): "
+            "with the 1.14+ that its range allows, every streamed response fails in node 20 "
+            "(`TypeError: immutable`), so streams could not be measured at all.")
     add("")
 
 
@@ -207,7 +221,7 @@ def _latency(res: dict, add: Callable[[str], None], goals: list) -> None:
                           f"{cpu:.3f} ms (total {total_cpu:.3f} ms)", _verdict(cpu, 1.0)))
         if conc == "64" and "trunkline" in by_system:
             tl_rate = _mid([r["rate"] for r in by_system["trunkline"]])
-            for peer, factor in (("proxy", 5.0), ("sdk", 2.0)):
+            for peer, factor in (("proxy", 5.0), ("sdk", 2.0), ("portkey", 1.0)):
                 if peer in by_system:
                     ratio = tl_rate / _mid([r["rate"] for r in by_system[peer]])
                     goals.append((f"throughput at concurrency 64 vs the {NAMES[peer]}", f"≥ {factor:g}×",
@@ -216,7 +230,7 @@ def _latency(res: dict, add: Callable[[str], None], goals: list) -> None:
                     goals.append((f"throughput at concurrency 64 vs the {NAMES[peer]}", f"≥ {factor:g}×",
                                   "peer skipped", "not measured"))
     # Ratios to LiteLLM, at every concurrency, in one place.
-    peers = [p for p in ("sdk", "proxy") if any(p in v for v in lat.values())]
+    peers = [p for p in PEERS if any(p in v for v in lat.values())]
     if peers:
         add("### trunkline against LiteLLM (throughput ratio; added-latency ratio, LiteLLM ÷ trunkline)")
         add("")
@@ -288,7 +302,8 @@ def _anthropic(res: dict, add: Callable[[str], None]) -> None:
     an = res["anthropic"]
     if not an:
         return
-    add("## The Anthropic path (trunkline's `anthropic` worker vs. httpx direct to `/v1/messages`)")
+    add("## The Anthropic path (trunkline's `anthropic` worker, LiteLLM's SDK on its Python and Rust paths and Portkey, "
+        "vs. httpx direct to `/v1/messages`)")
     add("")
     rows = []
     for kind, by_system in an.items():
@@ -304,6 +319,13 @@ def _anthropic(res: dict, add: Callable[[str], None]) -> None:
     for line in _table(["request", "system", "p50 ms", "p99 ms", "added p50 ms", "CPU ms/request", "errors"], rows):
         add(line)
     add("")
+    rust = [(kind, sum(r.get("served_by_rust") or 0 for r in by_system["sdk_rust"]),
+             sum(r["n"] + r["errors"] for r in by_system["sdk_rust"]))
+            for kind, by_system in an.items() if "sdk_rust" in by_system]
+    if rust:
+        add("LiteLLM's Rust path: " + "; ".join(f"{kind}: {served} of {calls} timed calls served by Rust"
+                                                  for kind, served, calls in rust) + ".")
+        add("")
 
 
 def _cpu_k(cpu: dict, key: str, events: int) -> str:
@@ -428,12 +450,12 @@ def _memory(res: dict, add: Callable[[str], None], goals: list) -> None:
         add("")
     peers = res["peers"]
     prow = []
-    for name in ("sdk", "proxy"):
+    for name in PEERS:
         p = peers.get(name, {})
         if p.get("status") == "ok":
             prow.append([NAMES[name], f"{p.get('rss_idle_mb', math.nan):.1f}", f"{p.get('rss_after_mb', math.nan):.1f}"])
     if prow:
-        add("Peers (the SDK: its driver process, LiteLLM imported; the proxy: its process tree):")
+        add("Peers (the SDK: its driver process, LiteLLM imported; the proxy and Portkey: their process trees):")
         add("")
         for line in _table(["peer", "idle", "after load"], prow):
             add(line)

@@ -30,7 +30,7 @@ from trunkline.protocol.messages import TextDelta
 from . import hops, report
 from .floor import HttpTarget
 from .load import LoadResult, Totals, closed_loop
-from .peers import PeerUnavailable, Proxy, start_proxy, start_sdk
+from .peers import PeerUnavailable, Portkey, Proxy, start_portkey, start_proxy, start_sdk
 from .procs import CpuMeter, LineProcess, pss_mb, rss_mb, self_cpu
 from .stats import Summary, slope_per_minute
 from .trunkline_runner import ANTHROPIC_PROVIDER, OPENAI_PROVIDER, Daemon, TrunklineOps
@@ -79,7 +79,10 @@ class Plan:
                    open_streams=50, hop_samples=10, capacity_s=0.3, soak_minutes=soak_minutes, settle_s=0.2)
 
 
-SYSTEMS = ("floor", "trunkline", "sdk", "proxy")
+SYSTEMS = ("floor", "trunkline", "sdk", "proxy", "portkey")
+#: The SDK on its Rust path (LiteLLM's `rust_bridge`), measured on Anthropic's Messages API only: the
+#: only route LiteLLM 1.110 serves from Rust.
+SDK_SYSTEMS = ("sdk", "sdk_rust")
 
 
 class _Fatal(Exception):
@@ -87,8 +90,10 @@ class _Fatal(Exception):
 
 
 class Bench:
-    def __init__(self, plan: Plan, out: Path, peers: bool) -> None:
+    def __init__(self, plan: Plan, out: Path, peers: bool, only: frozenset[str] = frozenset()) -> None:
         self.plan = plan
+        #: The stages to run (empty: all); see STAGES.
+        self.only = only
         self.out = out
         self.want_peers = peers
         self.logs = out.parent
@@ -105,6 +110,8 @@ class Bench:
         self.sdk: LineProcess | None = None
         self.proxy: Proxy | None = None
         self.proxy_target: HttpTarget | None = None
+        self.portkey: Portkey | None = None
+        self.portkey_targets: dict[str, HttpTarget] = {}
 
     # -- bookkeeping -----------------------------------------------------------------------
 
@@ -123,7 +130,7 @@ class Bench:
 
     def systems(self) -> list[str]:
         return [s for s in SYSTEMS if s in ("floor", "trunkline") or (s == "sdk" and self.sdk) or
-                (s == "proxy" and self.proxy)]
+                (s == "proxy" and self.proxy) or (s == "portkey" and self.portkey)]
 
     def trunkline_groups(self) -> dict[str, list[int]]:
         assert self.daemon is not None
@@ -138,8 +145,10 @@ class Bench:
             return self.trunkline_groups()
         if system == "proxy" and self.proxy:
             return {"proxy": self.proxy.pids(), **upstream}
-        if system == "sdk" and self.sdk:
+        if system in SDK_SYSTEMS and self.sdk:
             return {"sdk": [self.sdk.pid], **upstream}
+        if system == "portkey" and self.portkey:
+            return {"portkey": self.portkey.pids(), **upstream}
         return upstream
 
     # -- setup -------------------------------------------------------------------------------
@@ -158,13 +167,14 @@ class Bench:
     async def start_peers(self) -> None:
         peers = self.results["peers"]
         if not self.want_peers:
-            for name in ("sdk", "proxy"):
+            for name in ("sdk", "proxy", "portkey"):
                 peers[name] = {"status": "skipped", "reason": "peers disabled (--no-peers)"}
             return
+        # A peer that fails to start in any way is skipped with the reason; the run goes on.
         try:
             self.sdk, hello = await start_sdk(self.logs / "litellm-sdk.log")
             peers["sdk"] = {"status": "ok", "version": hello["version"], "rss_idle_mb": hello["rss_mb"]}
-        except PeerUnavailable as exc:
+        except (PeerUnavailable, OSError) as exc:
             peers["sdk"] = {"status": "skipped", "reason": str(exc)}
         try:
             workdir = Path(self.daemon.dir if self.daemon else "/tmp")
@@ -172,26 +182,39 @@ class Bench:
             await trio.sleep(self.plan.settle_s)
             peers["proxy"] = {"status": "ok", "version": self.proxy.version, "rss_idle_mb": self.proxy.rss()}
             self.proxy_target = HttpTarget(self.proxy.base_url, {"authorization": "Bearer sk-bench"})
-        except PeerUnavailable as exc:
+        except (PeerUnavailable, OSError) as exc:
             peers["proxy"] = {"status": "skipped", "reason": str(exc)}
+        try:
+            self.portkey = await start_portkey(self.port, self.logs / "portkey.log")
+            await trio.sleep(self.plan.settle_s)
+            peers["portkey"] = {"status": "ok", "version": self.portkey.version, "rss_idle_mb": self.portkey.rss()}
+            self.portkey_targets = {api: HttpTarget(self.portkey.base_url, self.portkey.headers(api))
+                                    for api in ("openai", "anthropic")}
+        except (PeerUnavailable, OSError) as exc:
+            peers["portkey"] = {"status": "skipped", "reason": str(exc)}
 
     # -- one measurement cell ------------------------------------------------------------------
 
     async def cell(self, system: str, kind: str, model: str, concurrency: int, *, duration_s: float, count: int,
                    warmup: int, api: str = "openai") -> dict[str, Any]:
         """Run one system at one concurrency; return its latency summary and CPU."""
-        meter = CpuMeter(self.groups_for(system), include_self=system != "sdk").start()
+        meter = CpuMeter(self.groups_for(system), include_self=system not in SDK_SYSTEMS).start()
         wall0 = time.perf_counter()
-        if system == "sdk":
+        if system in SDK_SYSTEMS:
             assert self.sdk is not None
-            reply = await self.sdk.call({"op": kind, "model": f"openai/{model}",
-                                         "api_base": f"http://127.0.0.1:{self.port}/v1", "concurrency": concurrency,
-                                         "count": count, "duration_s": duration_s, "warmup": warmup})
+            if api == "anthropic":
+                route = {"op": f"messages_{kind}", "model": f"anthropic/{model}",
+                         "api_base": f"http://127.0.0.1:{self.port}", "rust": system == "sdk_rust"}
+            else:
+                route = {"op": kind, "model": f"openai/{model}", "api_base": f"http://127.0.0.1:{self.port}/v1"}
+            reply = await self.sdk.call({**route, "concurrency": concurrency, "count": count,
+                                         "duration_s": duration_s, "warmup": warmup})
             result = LoadResult(reply["samples"], reply["wall_s"], reply["errors"], reply["first_error"])
             cpu = meter.stop()
             cpu["sdk"] = reply["cpu_s"]  # the driver's own figure excludes its warm-up
             self.results["peers"]["sdk"]["rss_after_mb"] = max(self.results["peers"]["sdk"].get("rss_after_mb", 0),
                                                               reply["rss_mb"])
+            served_by_rust = reply.get("served_by_rust")
         else:
             op = self._op(system, kind, model, api)
             await closed_loop(op, min(concurrency, max(warmup, 1)), count=warmup, duration_s=duration_s)
@@ -201,6 +224,8 @@ class Bench:
         cell_wall = time.perf_counter() - wall0
         out: dict[str, Any] = {"errors": result.errors, "first_error": result.first_error, "wall_s": result.wall_s,
                                "cpu": cpu, "cell_wall_s": cell_wall}
+        if system == "sdk_rust":
+            out["served_by_rust"] = served_by_rust
         samples = result.samples
         if kind == "complete":
             out.update(asdict(Summary.of(samples, result.wall_s)))
@@ -227,7 +252,8 @@ class Bench:
             provider = ANTHROPIC_PROVIDER if api == "anthropic" else OPENAI_PROVIDER
             name = f"{provider}:{model}"
             return (lambda: self.ops.complete(name)) if kind == "complete" else (lambda: self.ops.stream(name))
-        target = self.floor if system == "floor" else self.proxy_target
+        target = {"floor": self.floor, "proxy": self.proxy_target,
+                  "portkey": self.portkey_targets.get(api)}[system]
         assert target is not None
         return (lambda: target.complete(model, api)) if kind == "complete" else (lambda: target.stream(model, api))
 
@@ -273,10 +299,14 @@ class Bench:
     async def anthropic(self, rep: int) -> None:
         p = self.plan
         for kind, model in (("complete", "bench-claude-c1"), ("stream", f"bench-claude-c{p.stream_chunks}")):
-            for system in ("floor", "trunkline"):
+            for system in self.anthropic_systems():
                 cell = await self.cell(system, kind, model, 1, duration_s=p.stream_s, count=p.stream_count,
                                        warmup=p.warmup, api="anthropic")
                 self.results["anthropic"].setdefault(kind, {}).setdefault(system, []).append(cell)
+
+    def anthropic_systems(self) -> list[str]:
+        """LiteLLM's proxy is left out here: it cannot take the Rust path (see bench/README.md)."""
+        return ["floor", "trunkline"] + (list(SDK_SYSTEMS) if self.sdk else []) + (["portkey"] if self.portkey else [])
 
     async def event_throughput(self, rep: int) -> None:
         p = self.plan
@@ -473,41 +503,50 @@ class Bench:
         print(f"bench: wrote {self.out}", file=sys.stderr)
         return 1 if self.results["failures"] else 0
 
+    def wants(self, stage: str) -> bool:
+        return not self.only or stage in self.only
+
     async def measure(self) -> None:
         async with self.stage("memory idle"):
             await self.memory_after("idle")
-        async with self.stage("peers start"):
-            await self.start_peers()
+        if self.wants("latency") or self.wants("anthropic"):
+            async with self.stage("peers start"):
+                await self.start_peers()
         for rep in range(self.plan.repeats):
-            async with self.stage(f"latency repeat {rep + 1}"):
-                await self.latency(rep)
-            async with self.stage(f"streams repeat {rep + 1}"):
-                await self.streams(rep)
-            async with self.stage(f"anthropic repeat {rep + 1}"):
-                await self.anthropic(rep)
-            async with self.stage(f"event throughput repeat {rep + 1}"):
-                await self.event_throughput(rep)
-        async with self.stage("memory after the repeats"):
-            await self.memory_after("after_repeats")
-        async with self.stage("subscribers"):
-            await self.subscribers()
-        async with self.stage("memory after subscribers"):
-            await self.memory_after("after_subscribers")
-        async with self.stage("memory with open streams"):
-            await self.memory_open_streams()
-        async with self.stage("memory idle after load"):
-            await self.memory_after("after_load")
-            if self.proxy:
-                self.results["peers"]["proxy"]["rss_after_mb"] = self.proxy.rss()
-        async with self.stage("hop trace"):
-            await self.hop_trace()
-        async with self.stage("soak"):
-            await self.soak()
+            for key, name, run in (("latency", "latency", self.latency), ("streams", "streams", self.streams),
+                                   ("anthropic", "anthropic", self.anthropic),
+                                   ("events", "event throughput", self.event_throughput)):
+                if self.wants(key):
+                    async with self.stage(f"{name} repeat {rep + 1}"):
+                        await run(rep)
+        if self.wants("memory"):
+            async with self.stage("memory after the repeats"):
+                await self.memory_after("after_repeats")
+        if self.wants("subscribers"):
+            async with self.stage("subscribers"):
+                await self.subscribers()
+        if self.wants("memory"):
+            async with self.stage("memory after subscribers"):
+                await self.memory_after("after_subscribers")
+            async with self.stage("memory with open streams"):
+                await self.memory_open_streams()
+            async with self.stage("memory idle after load"):
+                await self.memory_after("after_load")
+                if self.proxy:
+                    self.results["peers"]["proxy"]["rss_after_mb"] = self.proxy.rss()
+        if self.wants("hops"):
+            async with self.stage("hop trace"):
+                await self.hop_trace()
+        if self.wants("soak"):
+            async with self.stage("soak"):
+                await self.soak()
 
     async def shutdown(self) -> None:
-        for target in (self.floor, self.proxy_target):
+        for target in (self.floor, self.proxy_target, *self.portkey_targets.values()):
             if target is not None:
                 await target.aclose()
+        if self.portkey is not None:
+            await self.portkey.stop()
         if self.sdk is not None:
             await self.sdk.stop()
         if self.proxy is not None:
@@ -553,5 +592,9 @@ def versions() -> dict[str, str]:
     return out
 
 
-def main(plan: Plan, out: Path, peers: bool) -> int:
-    return trio.run(Bench(plan, out, peers).run)
+#: What `--only` may name.
+STAGES = ("latency", "streams", "anthropic", "events", "subscribers", "memory", "hops", "soak")
+
+
+def main(plan: Plan, out: Path, peers: bool, only: frozenset[str] = frozenset()) -> int:
+    return trio.run(Bench(plan, out, peers, only).run)
