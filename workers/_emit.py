@@ -42,6 +42,15 @@ from ..protocol.messages import (
 Sink = Callable[[str, list[bytes], int, bool], None]
 
 
+def invalid_arguments(call: ToolCallPart) -> WarningInfo:
+    """The warning on a response with a tool call whose arguments are not a JSON object."""
+    raw = call.raw_arguments or ""
+    return WarningInfo(code="tool_arguments_invalid", message=(
+        f"the arguments of tool call {call.name!r} ({call.id}) are not a JSON object, so `arguments` is null and "
+        f"`raw_arguments` keeps the text: {raw[:200]!r}; answer the call with an error result (is_error) and "
+        "the model can try again"))
+
+
 class Emitter:
     def __init__(
         self,
@@ -184,6 +193,10 @@ class Emitter:
                 if not part.id:  # type: ignore[union-attr]
                     part.id = self._canonical_id(part.provider_id or "")  # type: ignore[union-attr]
                 part.provider = self.provider  # type: ignore[union-attr]
+                if part.arguments is None:  # type: ignore[union-attr]
+                    warning = invalid_arguments(part)  # type: ignore[arg-type]
+                    if warning not in response.warnings:
+                        response.warnings.append(warning)
             elif t is ThinkingPart or t is RedactedThinkingPart:
                 part.provider = self.provider  # type: ignore[union-attr]
                 # Some providers accept reasoning back only from the model that wrote it.

@@ -9,6 +9,7 @@ failed stream closes its connection at once.
 
 from __future__ import annotations
 
+import ipaddress
 import urllib.request
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -20,8 +21,9 @@ import msgspec
 from ..protocol import __version__
 from ..protocol.accumulate import StreamAccumulator
 from ..protocol.messages import Message, RateLimit, Response
-from ._adapter import Adapter, Call, consume
+from ._adapter import Adapter, Call, Emit, consume
 from ._body import BodyDecoder
+from ._replay import events_of, skeleton_of
 from .errors import ProviderError, from_transport, invalid_response
 
 USER_AGENT = f"trunkline/{__version__}"
@@ -247,24 +249,44 @@ class HttpAdapter(Adapter):
                     raise invalid_response(f"{self.name} answered {response.status_code} with "
                                            f"{response.headers.get('content-type')!r} where {formats[0]} was "
                                            f"expected: {excerpt!r}")
-                decoder = BodyDecoder(response.headers.get("content-encoding"), self.max_response_bytes,
-                                      self.name)
-
-                def handle(chunk: bytes) -> None:
-                    for piece in decoder.feed(chunk):
-                        feed(piece)
-                    decoder.check()
-
-                # The response's own stream, not `aiter_raw()`: the latter's per-chunk
-                # bookkeeping (a chunker, a timing context, a byte count) is work nobody reads.
-                await consume(response.stream, idle, self.name, handle, call.backlog)
-                for piece in decoder.flush():
-                    feed(piece)
+                await self.read_stream(call, response, feed)
                 return response.headers
         except httpx.TransportError as exc:
             raise self._transport_error(exc, path) from None
         finally:
             call.upstream_open = False
+
+    def answered_whole(self, parsed: Response, whole: bool, emit: Emit) -> Response:
+        """What `stream` returns when the server sent one JSON body instead of a stream:
+        the response itself for a whole-response request; for a streamed one, its
+        content is emitted as a stream's events and the skeleton returned."""
+        if whole:
+            return parsed
+        for event in events_of(parsed):
+            emit(event)
+        return skeleton_of(parsed)
+
+    async def read_stream(self, call: Call, response: httpx.Response, feed: Callable[[bytes], None]) -> None:
+        """Hand each decompressed piece of a streamed body to `feed`: never more than
+        `max_response_bytes` in all, silence bounded by the stream idle timeout, and no
+        reading while the job's events wait in a full outbox (`call.backlog`)."""
+        decoder = BodyDecoder(response.headers.get("content-encoding"), self.max_response_bytes, self.name)
+
+        def handle(chunk: bytes) -> None:
+            for piece in decoder.feed(chunk):
+                feed(piece)
+            decoder.check()
+
+        # The response's own stream, not `aiter_raw()`: the latter's per-chunk
+        # bookkeeping (a chunker, a timing context, a byte count) is work nobody reads.
+        await consume(response.stream, call.deadlines.stream_idle_s, self.name, handle, call.backlog)
+        for piece in decoder.flush():
+            feed(piece)
+
+    async def error_of(self, response: httpx.Response, idle_s: float) -> ProviderError:
+        """An error response classified from at most `EXCERPT_BYTES` of its body."""
+        return self.classify(response.status_code, response.headers,
+                             await self._read(response, idle_s, EXCERPT_BYTES))
 
     async def complete(self, call: Call) -> Response:
         """A whole-response request, streamed from the provider all the same: a long
@@ -291,8 +313,9 @@ class HttpAdapter(Adapter):
         return result
 
     def is_local(self) -> bool:
-        host = httpx.URL(self.base_url).host if self.base_url else ""
-        return host in ("localhost", "127.0.0.1", "::1") or host.startswith(("10.", "192.168.", "172."))
+        """A server on this machine or a private network (loopback, RFC 1918, link-local,
+        unique-local IPv6), where a probe is cheap and a down server is worth reporting."""
+        return is_local_host(httpx.URL(self.base_url).host if self.base_url else "")
 
     async def probe_path(self, path: str) -> str | None:
         try:
@@ -303,6 +326,16 @@ class HttpAdapter(Adapter):
 
     async def aclose(self) -> None:
         await self.client.aclose()
+
+
+def is_local_host(host: str) -> bool:
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False  # a name: only DNS knows where it points
+    return address.is_loopback or address.is_private or address.is_link_local
 
 
 def _proxied(base_url: str) -> bool:

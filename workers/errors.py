@@ -78,7 +78,9 @@ STATUS_CLASS: dict[int, ErrorClass] = {
     500: "server_error",
     502: "server_error",
     503: "server_error",
-    504: "timeout",
+    # A gateway in front of the provider gave up waiting: the provider's side failed,
+    # and the same request may well succeed again (a `timeout` is our own deadline).
+    504: "server_error",
     529: "rate_limit",
 }
 

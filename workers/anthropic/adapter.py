@@ -91,9 +91,9 @@ class AnthropicAdapter(HttpAdapter):
                     emit(event)
 
         await self.post_stream(call, "/v1/messages", built.body, feed, built.headers,
-                               whole=(lambda body: parsed.append(self._whole(call, body))) if whole else None)
+                               whole=lambda body: parsed.append(self._whole(call, body)))
         if parsed:
-            return parsed[0]
+            return self.answered_whole(parsed[0], whole, emit)
         for name, data, _, _ in decoder.flush_raw():
             seen += 1
             for event in translator.feed(name, data):

@@ -10,6 +10,8 @@ continuation can send them back.
 
 from __future__ import annotations
 
+import json
+
 from typing import Any
 
 from ...protocol.accumulate import parse_arguments
@@ -105,11 +107,12 @@ def content(blocks: list[dict[str, Any]]) -> tuple[list[ContentPart], str]:
             parts.append(RedactedThinkingPart(data=block.get("data", "")))
         elif kind == "tool_use":
             arguments = block.get("input")
+            raw = None
             if isinstance(arguments, str):  # never seen, but cheap to accept
-                arguments = parse_arguments(arguments)
-            if not isinstance(arguments, dict):
-                raise invalid_response(f"tool_use block {block.get('id')!r} has input that is not an object")
-            parts.append(ToolCallPart(id="", name=block.get("name", ""), arguments=arguments,
+                raw, arguments = arguments, parse_arguments(arguments)
+            elif not isinstance(arguments, dict):
+                raw, arguments = json.dumps(arguments), None
+            parts.append(ToolCallPart(id="", name=block.get("name", ""), arguments=arguments, raw_arguments=raw,
                                       provider_id=block.get("id")))
         elif isinstance(kind, str) and kind:
             # server_tool_use, *_tool_result, mcp_tool_use/result, compaction... Anthropic ties

@@ -188,10 +188,10 @@ class AnthropicStream:
                                            f"{text[:200]!r}")
                 data["input"] = arguments
             return [ProviderPartEvent(index=index, api=API, kind=block.name, data=data)]
+        # Arguments that are not a JSON object stay a tool call, with `arguments` null and
+        # the text kept: the caller answers it with an error result and the model can
+        # try again, where failing the request would lose what it paid for.
         arguments = parse_arguments(text)
-        if arguments is None:
-            raise invalid_response(f"Anthropic's tool call {block.name!r} has arguments that are not a JSON "
-                                   f"object: {text[:200]!r}")
         return [ToolCallEnd(index=index, name=block.name, provider_id=block.id, arguments=arguments,
                             raw_arguments=text)]
 

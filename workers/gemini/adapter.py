@@ -60,7 +60,10 @@ class GeminiAdapter(HttpAdapter):
         body = built.body
         for hop in range(1, MAX_HOPS + 1):
             decoder = BodyDecoder()
-            await self.post_stream(call, built.path, body, lambda chunk: handle(decoder.feed(chunk)))
+            # streamGenerateContent without alt=sse answers application/json (one JSON
+            # array, or one whole object): the decoder reads both forms and SSE.
+            await self.post_stream(call, built.path, body, lambda chunk: handle(decoder.feed(chunk)),
+                                   formats=("event-stream", "json"))
             handle(decoder.flush())
             token = translator.take_continuation() if hop < MAX_HOPS else None
             if token is None:

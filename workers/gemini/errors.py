@@ -27,7 +27,7 @@ _STATUS: dict[str, ErrorClass] = {
     "UNAVAILABLE": "server_error",
     "INTERNAL": "server_error",
     "UNKNOWN": "server_error",
-    "DEADLINE_EXCEEDED": "timeout",
+    "DEADLINE_EXCEEDED": "server_error",  # Google's 504: its backend gave up, not our deadline
     "ABORTED": "server_error",
 }
 

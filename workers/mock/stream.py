@@ -50,7 +50,7 @@ class MockStream:
             self._tool = None
             args = parse_arguments(text)
             return [ToolCallEnd(index=self._index, provider_id=call_id, name=name,
-                                arguments=args if args is not None else {}, raw_arguments=text)]
+                                arguments=args if args is not None or text.strip() else {}, raw_arguments=text)]
         return []
 
     def _open(self, kind: str) -> list[Event]:

@@ -36,18 +36,22 @@ def usage(line: dict[str, Any]) -> Usage | None:
     return Usage(input_tokens=prompt, output_tokens=output, total_tokens=prompt + output)
 
 
-def call_arguments(function: dict[str, Any]) -> tuple[dict[str, Any], str]:
-    """Ollama sends arguments as an object (some builds as a JSON string)."""
+def call_arguments(function: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    """Ollama sends arguments as an object (some builds as a JSON string); arguments that
+    are not an object give None, with the raw text kept."""
     arguments = function.get("arguments")
     if isinstance(arguments, str):
+        raw = arguments
         try:
             arguments = json.loads(arguments) if arguments.strip() else {}
         except ValueError:
-            raise invalid_response(f"tool call {function.get('name')!r} has arguments that are not JSON") from None
+            return None, raw
+        if not isinstance(arguments, dict):
+            return None, raw
     if arguments is None:
         arguments = {}
     if not isinstance(arguments, dict):
-        raise invalid_response(f"tool call {function.get('name')!r} has arguments that are not an object")
+        return None, json.dumps(arguments, ensure_ascii=False)
     return arguments, json.dumps(arguments, ensure_ascii=False)
 
 

@@ -20,7 +20,7 @@ import trio
 from ...config.loader import ProviderConfig
 from ...protocol.messages import ModelInfo, RateLimit, Request, Response, WarningInfo
 from ...protocol.tokens import estimate_request_tokens
-from .._adapter import Call, Emit, consume
+from .._adapter import Call, Emit
 from .._http import HttpAdapter
 from .._sse import SseDecoder
 from .._ratelimits import openai_rate_limit
@@ -97,11 +97,15 @@ class OpenAIAdapter(HttpAdapter):
 
         background = bool(built.body.get("background"))
         resumes = 0
+        parsed: list[Response] = []
         try:
             while True:
                 try:
                     if resumes == 0:
-                        await self.post_stream(call, "/responses", built.body, feed)
+                        await self.post_stream(call, "/responses", built.body, feed,
+                                               whole=lambda body: parsed.append(self._whole(call, body)))
+                        if parsed:
+                            return self.answered_whole(parsed[0], whole, emit)
                     else:
                         await self._resume_stream(call, translator, feed)
                     flush()
@@ -123,6 +127,18 @@ class OpenAIAdapter(HttpAdapter):
                 await self._cancel_at_openai(translator.response_id)
             raise
 
+    def _whole(self, call: Call, content: bytes) -> Response:
+        """A whole JSON response to the streamed request (a compatible server that ignores
+        `stream: true`)."""
+        try:
+            body = msgspec.json.decode(content)
+        except msgspec.DecodeError as exc:
+            raise ProviderError("invalid_response", f"{self.name} sent a body that is not JSON ({exc}): "
+                                f"{content[:200]!r}") from None
+        if isinstance(body, dict) and isinstance(body.get("error"), dict) and "output" not in body:
+            raise errors.from_error_object(body["error"])
+        return response.parse(body, call.model, include_raw=call.request.include_raw)
+
     def _finish(self, translator: ResponsesStream, raw: list[Any] | None) -> Response:
         skeleton = translator.finish()
         skeleton.raw = raw
@@ -132,12 +148,14 @@ class OpenAIAdapter(HttpAdapter):
         """The rest of a background response's stream, after the last event we have."""
         after = translator.last_sequence if translator.last_sequence is not None else -1
         path = f"/responses/{translator.response_id}?stream=true&starting_after={after}"
+        # The same bounds as the first request's stream: the response size limit, a bounded
+        # excerpt of an error body, the idle timeout, and the outbox's backpressure.
         try:
             async with self.client.stream("GET", self.url(path), headers=self.auth_headers()) as reply:
                 call.upstream_open = True
                 if reply.status_code >= 400:
-                    raise self.classify(reply.status_code, reply.headers, await reply.aread())
-                await consume(reply.aiter_bytes(), call.deadlines.stream_idle_s, self.name, feed)
+                    raise await self.error_of(reply, call.deadlines.stream_idle_s)
+                await self.read_stream(call, reply, feed)
         except httpx.TransportError as exc:
             raise from_transport(exc, self.name) from None
         finally:

@@ -88,11 +88,9 @@ def reasoning_texts(item: dict[str, Any]) -> list[str]:
     return [t for t in texts if t]
 
 
-def call_arguments(raw: str, name: str) -> dict[str, Any]:
-    arguments = parse_arguments(raw)
-    if arguments is None:
-        raise invalid_response(f"the arguments of function call {name!r} are not a JSON object: {raw[:200]!r}")
-    return arguments
+def call_arguments(raw: str, name: str) -> dict[str, Any] | None:
+    """The arguments as an object; None when they are not one (the call stays, with its raw text)."""
+    return parse_arguments(raw)
 
 
 def item_parts(item: dict[str, Any], model: ModelInfo) -> tuple[list[ContentPart], bool]:

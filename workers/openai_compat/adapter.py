@@ -78,9 +78,9 @@ class OpenAICompatAdapter(HttpAdapter):
                     emit(event)
 
         await self.post_stream(call, "/chat/completions", built.body, feed,
-                               whole=(lambda body: parsed.append(self._whole(call, body))) if whole else None)
+                               whole=lambda body: parsed.append(self._whole(call, body)))
         if parsed:
-            return parsed[0]
+            return self.answered_whole(parsed[0], whole, emit)
         for _, data, _, _ in decoder.flush_raw():
             if raw is not None:
                 raw.append(data.decode("utf-8", "replace"))

@@ -70,10 +70,20 @@ def test_reported_thinking_tokens_are_used():
 
 
 def test_malformed_bodies_are_invalid_responses():
-    for bad in ({"type": "message"}, [], "text", {"content": [{"type": "tool_use", "id": "t", "input": [1]}]}):
+    for bad in ({"type": "message"}, [], "text"):
         with pytest.raises(ProviderError) as info:
             parse(bad)
         assert info.value.error_class == "invalid_response"
+
+
+def test_a_tool_use_whose_input_is_not_an_object_stays_a_call_with_the_raw_input():
+    body = {"id": "m", "type": "message", "model": "claude-sonnet-4-5", "stop_reason": "tool_use",
+            "content": [{"type": "tool_use", "id": "toolu_1", "name": "f", "input": [1]},
+                        {"type": "tool_use", "id": "toolu_2", "name": "g", "input": "{\"a\": 1"}],
+            "usage": {"input_tokens": 3, "output_tokens": 4}}
+    first, second = parse(body).tool_calls
+    assert (first.arguments, first.raw_arguments) == (None, "[1]")
+    assert (second.arguments, second.raw_arguments) == (None, '{"a": 1')
 
 
 def error_body(kind: str, message: str) -> bytes:

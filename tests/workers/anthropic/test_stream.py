@@ -261,3 +261,29 @@ def test_recorded_stream(case: Path):
         assert u.cache_read_tokens == read
         assert response.finish_reason.raw == expected["stop"]
     assert all(r.message == results[0].message for r in results)  # any chunking, the same response
+
+
+def _sse(*events: dict) -> bytes:
+    return b"".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events)
+
+
+@pytest.mark.parametrize("chunking", range(4))
+def test_tool_arguments_that_are_not_json_stay_a_call_the_loop_can_answer(chunking):
+    data = _sse(
+        {"type": "message_start", "message": {"id": "msg_bad", "model": "claude-sonnet-4-5", "usage": {
+            "input_tokens": 10, "output_tokens": 1}}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "toolu_bad",
+                                                                     "name": "get_weather", "input": {}}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta",
+                                                              "partial_json": '{"city": "Par'}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 7}},
+        {"type": "message_stop"})
+    events = run(chunkings(data)[chunking])
+    check_invariants(events)
+    response = events[-1].response
+    (call,) = response.tool_calls
+    assert call.arguments is None and call.raw_arguments == '{"city": "Par' and call.provider_id == "toolu_bad"
+    assert response.finish_reason.reason == "tool_calls" and response.usage.output_tokens == 7
+    (warning,) = [w for w in response.warnings if w.code == "tool_arguments_invalid"]
+    assert "get_weather" in warning.message and '{"city": "Par' in warning.message

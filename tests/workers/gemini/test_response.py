@@ -51,7 +51,7 @@ def test_a_body_with_neither_candidates_nor_a_block_is_invalid():
     (429, "RESOURCE_EXHAUSTED", "rate_limit"),
     (500, "INTERNAL", "server_error"),
     (503, "UNAVAILABLE", "server_error"),
-    (504, "DEADLINE_EXCEEDED", "timeout"),
+    (504, "DEADLINE_EXCEEDED", "server_error"),  # Google's backend gave up: retried, as any 5xx
 ])
 def test_errors_are_classified_by_status_name(status, code, cls):
     err = classify(status, {}, json.dumps({"error": {"code": status, "message": "m", "status": code}}).encode())

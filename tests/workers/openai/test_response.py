@@ -70,9 +70,10 @@ def test_refusal_incomplete_and_failed():
     assert info.value.error_class == "rate_limit" and "slow down" in info.value.message
     with pytest.raises(ProviderError, match="not a Responses API response"):
         parse({"choices": []}, MODEL)
-    with pytest.raises(ProviderError, match="not a JSON object"):
-        parse({"id": "r", "status": "completed", "output": [
-            {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{oops"}]}, MODEL)
+    broken = parse({"id": "r", "status": "completed", "output": [
+        {"type": "function_call", "call_id": "c", "name": "f", "arguments": "{oops"}]}, MODEL)
+    (call,) = broken.tool_calls
+    assert call.arguments is None and call.raw_arguments == "{oops" and call.provider_id == "c"
 
 
 @pytest.mark.parametrize("name, parts", [

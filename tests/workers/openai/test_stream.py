@@ -327,3 +327,21 @@ def test_raw_reasoning_text_streams_as_reasoning():
     assert content[0] == ThinkingPart(text="Let me think.", provider="openai", model="gpt-5")
     assert content[1].kind == "reasoning" and content[1].data == item
     assert shape(content) == shape(wire_response.parse(completed(output=[item])["response"], MODEL).message.content)
+
+
+def test_function_call_arguments_that_are_not_json_stay_a_call_with_the_raw_text():
+    added = {"type": "response.output_item.added", "output_index": 0, "sequence_number": 1,
+             "item": {"type": "function_call", "id": "fc_0", "call_id": "call_0", "name": "weather", "arguments": ""}}
+    delta = {"type": "response.function_call_arguments.delta", "item_id": "fc_0", "output_index": 0,
+             "delta": '{"city": Par', "sequence_number": 2}
+    done = {"type": "response.output_item.done", "output_index": 0, "sequence_number": 3,
+            "item": {"type": "function_call", "id": "fc_0", "call_id": "call_0", "name": "weather",
+                     "arguments": '{"city": Par'}}
+    for chunks in chunkings(sse(CREATED, added, delta, done, completed(seq=4))):
+        events = run(chunks)
+        check_invariants(events)
+        response = events[-1].response
+        (call,) = response.tool_calls
+        assert call.arguments is None and call.raw_arguments == '{"city": Par' and call.provider_id == "call_0"
+        assert response.finish_reason.reason == "tool_calls"
+        assert [w.code for w in response.warnings] == ["tool_arguments_invalid"]

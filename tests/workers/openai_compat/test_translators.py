@@ -166,13 +166,13 @@ def test_missing_usage_is_reported_as_missing():
     assert not reported
 
 
-def test_malformed_arguments_fail_a_normal_finish_but_not_a_degraded_one():
+def test_malformed_arguments_stay_a_tool_call_with_null_arguments_and_the_raw_text():
     calls = [{"id": "a", "function": {"name": "ok", "arguments": "{\"x\": 1}"}},
              {"id": "b", "function": {"name": "offschema", "arguments": "{\"unexpected\": true}"}},
              {"id": "c", "function": {"name": "cut", "arguments": "{\"x\": 1, \"y\""}}]
-    with pytest.raises(ProviderError, match="not a JSON object") as info:
-        parse({"choices": [{"finish_reason": "tool_calls", "message": {"tool_calls": calls}}]})
-    assert info.value.error_class == "invalid_response"
+    normal, _ = parse({"choices": [{"finish_reason": "tool_calls", "message": {"tool_calls": calls}}]})
+    assert [c.arguments for c in normal.tool_calls] == [{"x": 1}, {"unexpected": True}, None]
+    assert normal.tool_calls[2].raw_arguments == "{\"x\": 1, \"y\"" and normal.finish_reason.reason == "tool_calls"
     response, _ = parse({"choices": [{"finish_reason": "error", "message": {"tool_calls": calls}}]})
     assert [c.arguments for c in response.tool_calls] == [{"x": 1}, {"unexpected": True}, None]
     assert response.tool_calls[2].raw_arguments == "{\"x\": 1, \"y\""
@@ -303,10 +303,14 @@ def test_degraded_stream_returns_null_arguments():
     assert response.tool_calls[1].raw_arguments == '{"cut": tr'
 
 
-def test_malformed_arguments_on_a_normal_finish_are_an_error():
+def test_malformed_arguments_on_a_normal_finish_stay_a_call_with_a_warning():
     data = (CASSETTES / "degraded.sse").read_bytes().replace(b'"finish_reason":"error"', b'"finish_reason":"tool_calls"')
     events = run([data])
-    assert type(events[-1]) is ErrorEvent and events[-1].error.error_class == "invalid_response"
+    check_invariants(events)
+    response = events[-1].response
+    assert response.finish_reason.reason == "tool_calls"
+    assert [c.arguments for c in response.tool_calls] == [{"ok": 1}, None]
+    assert [w.code for w in response.warnings] == ["tool_arguments_invalid"]
 
 
 def recorded() -> list[Path]:
