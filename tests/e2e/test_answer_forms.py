@@ -18,8 +18,8 @@ from fakes import openai_responses as oa
 from fakes.gemini_stream import chunk
 from fakes.upstream import FakeUpstream, Reply
 from helpers import check_invariants
-from trunkline import Client, Tool, generate
-from trunkline.protocol.messages import ErrorEvent, Finish, TextDelta, ToolCallEnd
+from trunkline import Client, Message, Tool, generate
+from trunkline.protocol.messages import ErrorEvent, Finish, TextDelta, ToolCallEnd, ToolCallPart
 
 pytestmark = pytest.mark.e2e
 
@@ -163,3 +163,23 @@ async def test_a_resumed_background_stream_is_read_within_the_response_limit(dae
     assert type(last) is ErrorEvent and last.error.error_class == "invalid_response"
     assert "max_response_bytes" in last.error.message
     assert type(last) is not Finish and last.partial is not None
+
+
+async def test_a_tool_history_without_tools_is_sent_to_anthropic_in_a_form_it_accepts(start_daemon, upstream):
+    daemon = await start_daemon({"providers": {"anthropic": {"base_url": upstream.base_url}}},
+                                env={"ANTHROPIC_API_KEY": "fake-anthropic-key-0123456789"})
+    upstream.route("POST", "/v1/messages", json_reply({
+        "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+        "content": [{"type": "text", "text": "Paris is mild."}], "stop_reason": "end_turn",
+        "usage": {"input_tokens": 30, "output_tokens": 4}}))
+    call = ToolCallPart(id="tu_01A", name="get_weather", arguments={"city": "Paris"}, provider_id="call_from_openai")
+    history = [Message.user("Weather in Paris?"), Message(role="assistant", content=[call]),
+               Message.tool_result("tu_01A", "18°C"), Message.user("Summarise in three words.")]
+    with trio.fail_after(20):
+        async with Client(daemon.runtime_dir) as client:
+            response = await client.complete("anthropic:claude-sonnet-4-5", history)
+    assert response.text == "Paris is mild."
+    assert [w.code for w in response.warnings] == ["tools_from_history"]
+    sent = upstream.sent("/v1/messages")[0].json()
+    assert [t["name"] for t in sent["tools"]] == ["get_weather"] and sent["tool_choice"] == {"type": "none"}
+    assert sent["messages"][1]["content"][0]["type"] == "tool_use"

@@ -339,6 +339,18 @@ def _tool(tool: Any, model: ModelInfo) -> dict[str, Any]:
     return out
 
 
+def _history_tools(messages: list[dict[str, Any]]) -> list[str]:
+    """The names of the tools the history's tool_use blocks call, in order of first use."""
+    names: dict[str, None] = {}
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list):
+            for block in content:
+                if block.get("type") == "tool_use" and block.get("name"):
+                    names.setdefault(block["name"])
+    return list(names)
+
+
 def build(request: Request, model: ModelInfo, *, provider: str, wire_ids: dict[str, str], stream: bool) -> Built:
     warnings: list[WarningInfo] = []
     options = dict(request.provider_options.get(provider) or request.provider_options.get("anthropic") or {})
@@ -362,6 +374,17 @@ def build(request: Request, model: ModelInfo, *, provider: str, wire_ids: dict[s
             body["tool_choice"] = {"type": "any"}
         elif choice is not None and choice.mode == "tool":
             body["tool_choice"] = {"type": "tool", "name": choice.name}
+    else:
+        named = _history_tools(body["messages"])
+        if named:
+            # Anthropic refuses tool_use/tool_result blocks unless their tools are defined
+            # (a conversation carried on without its tools, or from another provider). The
+            # tools the history names are declared, permissively, and none may be called.
+            body["tools"] = [{"name": name, "description": "A tool called earlier in this conversation.",
+                              "input_schema": {"type": "object"}} for name in named]
+            body["tool_choice"] = {"type": "none"}
+            warn(warnings, "tools_from_history", "the history holds tool calls but the request has no tools: the "
+                 f"tools it names ({', '.join(named)}) were declared so Anthropic accepts it, and none may be called")
     if translator.container is not None:
         body["container"] = translator.container  # provider_options.anthropic.container still wins
     if request.stop_sequences:

@@ -89,6 +89,26 @@ def test_consecutive_roles_merge_and_tool_results_go_in_a_user_turn():
                                     "input_schema": WEATHER.parameters}]
 
 
+def test_a_history_with_tool_calls_and_no_tools_declares_them_and_forbids_calls():
+    # Anthropic answers 400 ("tools must be defined") to tool_use/tool_result blocks in a
+    # request without tools: the tools the history names are declared, and none may run.
+    lookup = ToolCallPart(id="tu_01B", name="lookup", arguments={"q": "x"}, provider_id="toolu_b")
+    weather = ToolCallPart(id="tu_01A", name="weather", arguments={"city": "Paris"}, provider_id="toolu_a")
+    built = body(Message.user("go"), Message(role="assistant", content=[weather, lookup]),
+                 Message.tool_result("tu_01A", "18°C"), Message.tool_result("tu_01B", "found"),
+                 Message(role="assistant", content=[weather]), Message.tool_result("tu_01A", "19°C"),
+                 Message.user("thanks; now summarise"), wire_ids={"tu_01A": "toolu_a", "tu_01B": "toolu_b"})
+    assert built.body["tools"] == [
+        {"name": "weather", "description": "A tool called earlier in this conversation.",
+         "input_schema": {"type": "object"}},
+        {"name": "lookup", "description": "A tool called earlier in this conversation.",
+         "input_schema": {"type": "object"}}]
+    assert built.body["tool_choice"] == {"type": "none"}
+    assert [w.code for w in built.warnings] == ["tools_from_history"]
+    plain = body(Message.user("no tools anywhere"))
+    assert "tools" not in plain.body and "tool_choice" not in plain.body and not plain.warnings
+
+
 def test_error_results_and_rich_result_content():
     built = body(
         Message.user("go"),
