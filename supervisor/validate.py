@@ -36,6 +36,7 @@ from ..protocol.messages import (
     ToolCallPart,
     ToolResultPart,
 )
+from ..protocol import provider_options
 from ..protocol.limits import request_problem
 from ..protocol.tokens import estimate_request_tokens, provider_part_chars
 from ..config.rules import effort_refusal, forced_tool_refusal
@@ -68,52 +69,6 @@ MAX_MEDIA_BYTES = 32 * 1024 * 1024
 MAX_URL_CHARS = 8192
 _BASE64 = (string.ascii_letters + string.digits + "+/").encode()
 _URL_FORBIDDEN = re.compile(r"[\x00-\x20\x7f]")
-
-#: Longest pause a mock script may ask for, and the most chunks it may play.
-MAX_MOCK_DELAY_S = 3600.0
-MAX_MOCK_CHUNKS = 1_000_000
-_COUNT = ("int", 0, 2**53)
-_DELAY = ("number", 0.0, MAX_MOCK_DELAY_S)
-
-#: Values inside `provider_options` that a worker reads itself (not just forwards),
-#: by provider type: a path (`[]` stands for every item of a list), and what it must be.
-OPTION_RULES: dict[str, list[tuple[str, tuple[Any, ...]]]] = {
-    "mock": [
-        ("delay", _DELAY),
-        ("repeat", ("int", 1, MAX_MOCK_CHUNKS)),
-        ("steps", ("list",)),
-        ("steps[].delay", _DELAY),
-        ("steps[].tool_call", ("object",)),
-        ("steps[].tool_call.chunks", ("int", 1, MAX_MOCK_CHUNKS)),
-        ("steps[].tool_call.fragment_delay", _DELAY),
-        ("steps[].tool_call.hold", _DELAY),
-        ("steps[].error", ("object",)),
-        ("steps[].error.retry_after", _DELAY),
-        ("steps[].error.attempts", ("int", 0, 1000)),
-        ("steps[].error.status", ("int", 100, 599)),
-        ("steps[].usage", ("object",)),
-        ("steps[].usage.input_tokens", _COUNT),
-        ("steps[].usage.output_tokens", _COUNT),
-        ("steps[].usage.reasoning_tokens", _COUNT),
-        ("steps[].usage.cache_read_tokens", _COUNT),
-        ("steps[].usage.cache_write_tokens", _COUNT),
-    ],
-    "anthropic": [
-        ("thinking", ("object",)),
-        ("thinking.budget_tokens", ("int", 1024, MAX_TOKENS)),
-        ("top_k", ("int", 0, MAX_TOKENS)),
-    ],
-    "ollama": [
-        ("options", ("object",)),
-        ("options.top_k", ("int", 0, MAX_TOKENS)),
-        ("options.num_ctx", ("int", 1, MAX_TOKENS)),
-        ("options.num_predict", ("int", -2, MAX_TOKENS)),
-    ],
-    "openai_compat": [
-        ("top_k", ("int", -1, MAX_TOKENS)),
-    ],
-}
-
 
 class Invalid(Exception):
     def __init__(self, message: str, error_class: ErrorClass = "invalid_request") -> None:
@@ -372,52 +327,19 @@ def check_settings(request: Request) -> None:
 
 
 def check_provider_options(request: Request, provider: str, provider_type: str) -> None:
-    """The options the worker of `provider` will read (by its name, else by its type,
-    as the workers look them up), checked against `OPTION_RULES`."""
-    rules = OPTION_RULES.get(provider_type)
-    if not rules or not request.provider_options:
+    """The options the worker of `provider` will read (by its name, else by its type, as
+    the workers look them up), checked against the provider type's schema
+    (`protocol/provider_options.py`, which the workers read too)."""
+    if not request.provider_options:
         return
     key = provider if request.provider_options.get(provider) else provider_type
     options = request.provider_options.get(key)
-    if not options:
+    if options is None or options == {}:
         return
-    for path, rule in rules:
-        for value, where in _at(options, path.split("."), f"provider_options.{key}"):
-            if value is None:
-                continue  # absent, or the worker's default
-            kind = rule[0]
-            if kind == "object" and type(value) is not dict:
-                raise Invalid(f"{where} must be an object, got {_shown(value)}")
-            if kind == "list" and type(value) is not list:
-                raise Invalid(f"{where} must be a list, got {_shown(value)}")
-            if kind in ("int", "number"):
-                _number(value, where, rule[1], rule[2], integer=kind == "int")
-    if provider_type == "mock":
-        steps = options.get("steps")
-        repeat = options.get("repeat") or 1
-        if type(steps) is list and len(steps) * repeat > MAX_MOCK_CHUNKS:
-            raise Invalid(f"provider_options.{key}: {len(steps)} steps repeated {repeat} times is over the "
-                          f"{MAX_MOCK_CHUNKS} steps a mock script may play")
-
-
-def _at(value: Any, keys: list[str], where: str) -> list[tuple[Any, str]]:
-    """The values at a dotted path (`name[]` walks every item of a list), with their places."""
-    if not keys:
-        return [(value, where)]
-    key, rest = keys[0], keys[1:]
-    each = key.endswith("[]")
-    key = key.removesuffix("[]")
-    if type(value) is not dict or key not in value:
-        return []
-    inner = value[key]
-    if not each:
-        return _at(inner, rest, f"{where}.{key}")
-    if type(inner) is not list:
-        return []
-    out: list[tuple[Any, str]] = []
-    for i, item in enumerate(inner):
-        out += _at(item, rest, f"{where}.{key}[{i}]")
-    return out
+    try:
+        provider_options.check(provider_type, options, f"provider_options.{key}")
+    except provider_options.OptionsError as exc:
+        raise Invalid(str(exc)) from None
 
 
 def check_capabilities(request: Request, model: ModelInfo, stream: bool) -> None:

@@ -185,19 +185,19 @@ BAD_NUMBERS = [
      "provider_options.openrouter.x[1]: nan is not a finite number"),
     ("inf in a tool schema", req(Message.user("x"), tools=[Tool(name="t", parameters={"type": "object", "maximum": INF})]),
      "tools[0].parameters.maximum: inf is not a finite number"),
-    ("mock delay negative", one(provider_options=mock(delay=-1)), "provider_options.mock.delay -1"),
+    ("mock delay negative", one(provider_options=mock(delay=-1)), "provider_options.mock.delay is -1: expected `float` >= 0.0"),
     ("mock step delay nan", one(provider_options=mock(steps=[{"text": "a", "delay": NAN}])),
      "provider_options.mock.steps[0].delay: nan is not a finite number"),
     ("mock step delay a string", one(provider_options=mock(steps=[{"text": "a", "delay": "soon"}])),
-     "provider_options.mock.steps[0].delay must be a number, got a str"),
+     "provider_options.mock.steps[0].delay is 'soon': expected `float | null`, got `str`"),
     ("mock chunks zero", one(provider_options=mock(steps=[{"tool_call": {"name": "t", "chunks": 0}}])),
-     "provider_options.mock.steps[0].tool_call.chunks 0"),
+     "provider_options.mock.steps[0].tool_call.chunks is 0: expected `int` >= 1"),
     ("mock repeat float", one(provider_options=mock(steps=[{"text": "a"}], repeat=2.5)),
-     "provider_options.mock.repeat must be an integer"),
+     "provider_options.mock.repeat is 2.5: expected `int`, got `float`"),
     ("mock script too long", one(provider_options=mock(steps=[{"text": "a"}] * 10, repeat=200_000)),
      "over the 1000000 steps"),
     ("mock usage negative", one(provider_options=mock(steps=[{"usage": {"input_tokens": -5}}])),
-     "provider_options.mock.steps[0].usage.input_tokens -5"),
+     "provider_options.mock.steps[0].usage.input_tokens is -5: expected `int` >= 0"),
 ]
 
 
@@ -211,15 +211,15 @@ def test_every_number_is_checked_for_type_finiteness_and_range(name, request_, w
 def test_provider_options_are_checked_for_the_provider_that_reads_them():
     thinking = one(provider_options={"anthropic": {"thinking": {"type": "enabled", "budget_tokens": 10}}})
     claude = ModelInfo(id="anthropic:x", provider="anthropic", wire_name="x", in_catalog=False)
-    with pytest.raises(Invalid, match=re.escape("provider_options.anthropic.thinking.budget_tokens 10")):
+    with pytest.raises(Invalid, match=re.escape("provider_options.anthropic.thinking.budget_tokens is 10: expected `int` >= 1024")):
         validate(thinking, claude, stream=True, provider_type="anthropic")
     validate(thinking, FULL, stream=True, provider_type="mock")  # the mock never reads them
-    with pytest.raises(Invalid, match="provider_options.anthropic.thinking must be an object"):
+    with pytest.raises(Invalid, match=re.escape("provider_options.anthropic.thinking is 'on': expected `object | null`, got `str`")):
         validate(one(provider_options={"anthropic": {"thinking": "on"}}), claude, stream=True,
                  provider_type="anthropic")
     local = ModelInfo(id="lab:x", provider="lab", wire_name="x", in_catalog=False)
     by_name = one(provider_options={"lab": {"options": {"top_k": -3}}, "ollama": {"options": {"top_k": 5}}})
-    with pytest.raises(Invalid, match=re.escape("provider_options.lab.options.top_k -3")):
+    with pytest.raises(Invalid, match=re.escape("provider_options.lab.options.top_k is -3: expected `int` >= 0")):
         validate(by_name, local, stream=True, provider_type="ollama")
     validate(one(provider_options=mock(delay=0.01, repeat=3, steps=[{"text": "a", "delay": 0}])), FULL,
              stream=True, provider_type="mock")
@@ -273,3 +273,36 @@ def test_media_parts_are_checked_before_any_provider_call(name, request_, words)
 def test_well_formed_media_pass(part):
     roomy = ModelInfo(id="mock:echo", provider="mock", wire_name="echo", vision=True, context_window=100_000)
     validate(req(Message.user("look", part)), roomy, stream=True, provider_type="mock")
+
+
+CLAUDE = ModelInfo(id="anthropic:x", provider="anthropic", wire_name="x", in_catalog=False)
+
+
+def test_an_unknown_option_is_refused_naming_the_nearest_one_and_extra_body():
+    with pytest.raises(Invalid) as info:
+        validate(one(provider_options={"anthropic": {"beta_features": ["files-api-2025-04-14"]}}), CLAUDE,
+                 stream=True, provider_type="anthropic")
+    message = info.value.message
+    assert "unknown option `beta_features`" in message and "did you mean `beta_headers`?" in message
+    assert "provider_options.anthropic.extra_body" in message
+    gpt = ModelInfo(id="openai:x", provider="openai", wire_name="x", in_catalog=False)
+    with pytest.raises(Invalid, match="unknown option `reasoning_sumary`; did you mean `reasoning_summary`"):
+        validate(one(provider_options={"openai": {"reasoning_sumary": "auto"}}), gpt, stream=True,
+                 provider_type="openai")
+    # What the schema does not know goes in extra_body; a server's own extensions are not refused.
+    validate(one(provider_options={"anthropic": {"extra_body": {"brand_new_field": 1}}}), CLAUDE, stream=True,
+             provider_type="anthropic")
+    local = ModelInfo(id="vllm:x", provider="vllm", wire_name="x", in_catalog=False)
+    validate(one(provider_options={"vllm": {"my_server_knob": 3}}), local, stream=True,
+             provider_type="openai_compat")
+
+
+def test_mock_turns_are_checked_as_steps_are():
+    with pytest.raises(Invalid, match=re.escape("provider_options.mock.turns[1][0].tool_call.chunks is 0")):
+        validate(one(provider_options=mock(turns=[[{"text": "a"}], [{"tool_call": {"name": "t", "chunks": 0}}]])),
+                 FULL, stream=True, provider_type="mock")
+    with pytest.raises(Invalid, match="unknown option `step`; did you mean `steps`"):
+        validate(one(provider_options=mock(step=[{"text": "a"}])), FULL, stream=True, provider_type="mock")
+    with pytest.raises(Invalid, match=re.escape("provider_options.mock.turns[0][0] is dict: object contains "
+                                                "unknown field `txt`")):
+        validate(one(provider_options=mock(turns=[[{"txt": "a"}]])), FULL, stream=True, provider_type="mock")

@@ -57,4 +57,4 @@ def test_every_other_translator_says_when_it_leaves_out_a_gemini_signature():
               ollama(request, model, provider="ollama", stream=True)]
     for built in builds:
         assert "c2ln" not in str(built.body)
-        assert [w.code for w in built.warnings] == ["provider_part_dropped"]
+        assert [w.code for w in built.warnings if w.code != "tools_from_history"] == ["provider_part_dropped"]

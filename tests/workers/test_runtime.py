@@ -540,3 +540,31 @@ async def test_an_unexpected_failure_fails_that_job_alone(autojump_clock, reques
     lines = [r for r in caplog.records if "bad" in r.getMessage() and r.levelname == "ERROR"]
     assert len(lines) == 1 and lines[0].exc_info is None
     assert not runner.scopes
+
+
+async def test_the_mock_stops_playing_while_the_outbox_is_full():
+    # Like a provider's reader, the mock's playback waits for room in the outbox: a
+    # client that does not read must not make the worker buffer a script without bound.
+    runner = make_runner()
+    runner.outbox.HIGH_WATER = 2_000  # a few events' worth
+    steps = [{"text": f"word{i} "} for i in range(200)]
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(runner.run, job(*steps))
+            await trio.testing.wait_all_tasks_blocked()
+            held = runner.outbox._bytes
+            waiting, _ = drain(runner)
+            # The playback stopped just past the high-water mark, far short of the script.
+            assert 0 < len(waiting) < 100 and held > runner.outbox.HIGH_WATER
+            runner.outbox._bytes = 0
+            runner.outbox._room.set()
+            await trio.testing.wait_all_tasks_blocked()
+            while runner.outbox._queue:
+                more, _ = drain(runner)
+                waiting += more
+                runner.outbox._bytes = 0
+                runner.outbox._room.set()
+                await trio.testing.wait_all_tasks_blocked()
+    check_invariants(waiting)
+    assert type(waiting[-1]) is Finish
+    assert "".join(e.text for e in waiting if type(e) is TextDelta) == "".join(s["text"] for s in steps)

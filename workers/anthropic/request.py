@@ -32,6 +32,7 @@ import base64
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...protocol import provider_options
 from ...protocol.messages import (
     AudioPart,
     DocumentPart,
@@ -66,8 +67,6 @@ THINKING_EFFORT = {"minimal": "low", "low": "low", "medium": "medium", "high": "
                    "max": "max"}
 _THINKING_BLOCKS = ("thinking", "redacted_thinking")
 
-#: provider_options.anthropic keys this module reads itself; any other key is merged into the body.
-OWN_OPTIONS = {"beta_headers", "thinking", "auto_cache"}
 
 CACHE = {"type": "ephemeral"}
 _CACHEABLE = {"text", "image", "document", "tool_use", "tool_result"}
@@ -385,6 +384,10 @@ def build(request: Request, model: ModelInfo, *, provider: str, wire_ids: dict[s
             body["tool_choice"] = {"type": "none"}
             warn(warnings, "tools_from_history", "the history holds tool calls but the request has no tools: the "
                  f"tools it names ({', '.join(named)}) were declared so Anthropic accepts it, and none may be called")
+    server_tools = options.get("tools")
+    if server_tools:
+        # Anthropic's server tools (web search, code execution...), appended to the request's.
+        body["tools"] = body.get("tools", []) + list(server_tools)
     if translator.container is not None:
         body["container"] = translator.container  # provider_options.anthropic.container still wins
     if request.stop_sequences:
@@ -430,9 +433,7 @@ def build(request: Request, model: ModelInfo, *, provider: str, wire_ids: dict[s
                   "a forced tool_choice cannot be used with extended thinking; the model chooses (auto)")
     if stream:
         body["stream"] = True
-    for key, value in options.items():
-        if key not in OWN_OPTIONS:
-            body[key] = value
+    body.update(provider_options.body_fields("anthropic", options))
     if auto_cache:
         _add_cache_breakpoints(body)
     headers = {"anthropic-version": API_VERSION}

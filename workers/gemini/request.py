@@ -28,6 +28,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...protocol import provider_options
 from ...protocol.messages import (
     AudioPart,
     DocumentPart,
@@ -62,10 +63,10 @@ THINKING_LEVEL = {"minimal": "MINIMAL", "low": "LOW", "medium": "MEDIUM", "high"
 #: Effort -> thinkingBudget tokens, for models steered by budget (Gemini 2.x).
 THINKING_BUDGET = {"minimal": 512, "low": 2048, "medium": 8192, "high": 24576, "xhigh": 32768, "max": 32768}
 
-#: provider_options.gemini keys read here; any other key is merged into the body as given.
+#: provider_options.gemini keys read here (protocol/provider_options.py says which go into the body).
 _SHORTHAND_TOOLS = {"google_search": "googleSearch", "code_execution": "codeExecution", "url_context": "urlContext"}
-_SNAKE = {"safety_settings": "safetySettings", "cached_content": "cachedContent"}
-_OWN = {"tools", "thinking_config", "generation_config", *_SHORTHAND_TOOLS}
+_SNAKE = {"safety_settings": "safetySettings", "cached_content": "cachedContent", "service_tier": "serviceTier",
+          "tool_config": "toolConfig"}
 
 
 @dataclass(slots=True)
@@ -361,8 +362,7 @@ def build(request: Request, model: ModelInfo, *, provider: str = "gemini", wire_
         gen.update(raw_gen)
     if gen:
         body["generationConfig"] = gen
-    for key, value in options.items():
-        if key not in _OWN:
-            body[_SNAKE.get(key, key)] = value
+    for key, value in provider_options.body_fields("gemini", options).items():
+        body[_SNAKE.get(key, key)] = value
     action = "streamGenerateContent?alt=sse" if stream else "generateContent"
     return Built(body, f"{model_path(model.wire_name)}:{action}", warnings)

@@ -55,7 +55,8 @@ class MockAdapter(Adapter):
             for event in translator.feed(chunk):
                 emit(event)
 
-        await consume(self._play(call), call.deadlines.stream_idle_s, "the mock", handle)
+        # Like a provider's reader, the playback waits while the outbox is full.
+        await consume(self._play(call), call.deadlines.stream_idle_s, "the mock", handle, call.backlog)
         tail, skeleton = translator.finish()
         for event in tail:
             emit(event)

@@ -17,7 +17,9 @@ from typing import Any
 
 import msgspec
 
+from ...protocol import provider_options
 from ...protocol.messages import ProviderPart, Request, WarningInfo
+from ...protocol.provider_options import MockOptions, Step, UsageStep
 from ...protocol.tokens import estimate_request_tokens, estimate_text_tokens
 from .._provider_parts import keep_provider_part
 from ..errors import ProviderError
@@ -26,70 +28,17 @@ from ..errors import ProviderError
 API = "mock"
 
 
-class _Opt(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
-    pass
-
-
-class ToolCallStep(_Opt):
-    name: str
-    arguments: dict[str, Any] | str = msgspec.field(default_factory=dict)
-    id: str | None = None
-    chunks: int = 3  # how many fragments the argument JSON is cut into
-    fragment_delay: float | None = None  # pause before each fragment
-    hold: float | None = None  # pause after the last fragment, before the call ends
-
-
-class ErrorStep(_Opt):
-    error_class: str = "server_error"
-    message: str = "mock failure"
-    status: int | None = None
-    code: str | None = None
-    retry_after: float | None = None
-    attempts: int | None = None  # fail only on the first N attempts; None: on every attempt
-
-
-class UsageStep(_Opt):
-    input_tokens: int = 0
-    output_tokens: int = 0
-    reasoning_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-
-
-class Step(_Opt):
-    """One scripted step; set exactly one of its kinds (a `delay` may go with any)."""
-
-    text: str | None = None
-    reasoning: str | None = None
-    signature: str | None = None
-    redacted: str | None = None
-    tool_call: ToolCallStep | None = None
-    usage: UsageStep | None = None
-    error: ErrorStep | None = None
-    finish: str | None = None
-    event: dict[str, Any] | None = None
-    delay: float | None = None
-    stall: bool = False
-    crash: bool = False
-
-
-class MockOptions(_Opt):
-    steps: list[Step] | None = None
-    turns: list[list[Step]] | None = None  # turn n is played when the history holds n assistant turns
-    delay: float = 0.0  # pause between the chunks of the default echo
-    repeat: int = 1  # play the text steps this many times (long streams for tests and benchmarks)
-    model: str | None = None
-
-
 _WORDS = re.compile(r"\s*\S+\s*|\s+")
 
 
 def options(request: Request, provider: str) -> MockOptions:
     raw = request.provider_options.get(provider) or request.provider_options.get("mock") or {}
     try:
-        return msgspec.convert(raw, MockOptions)
-    except msgspec.ValidationError as exc:
-        raise ProviderError("invalid_request", f"provider_options.mock: {exc}") from None
+        checked = provider_options.check("mock", raw, "provider_options.mock")
+    except provider_options.OptionsError as exc:
+        raise ProviderError("invalid_request", str(exc)) from None
+    assert isinstance(checked, MockOptions)
+    return checked
 
 
 def _last_user_text(request: Request) -> str:
@@ -187,8 +136,6 @@ def _chunks(request: Request, opts: MockOptions, model_wire_name: str) -> Iterat
 def _scripted(request: Request, opts: MockOptions) -> list[Step] | None:
     if opts.turns is None:
         return opts.steps
-    if opts.steps is not None:
-        raise ProviderError("invalid_request", "provider_options.mock: give steps or turns, not both")
     done = sum(1 for m in request.messages if m.role == "assistant")
     if done >= len(opts.turns):
         raise ProviderError("invalid_request", (

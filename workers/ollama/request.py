@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...protocol import provider_options
 from ...protocol.messages import (
     AudioPart,
     DocumentPart,
@@ -159,5 +160,5 @@ def build(request: Request, model: ModelInfo, *, provider: str, stream: bool) ->
     options.update(extra.pop("options", {}) or {})
     if options:
         body["options"] = options
-    body.update(extra)
+    body.update(provider_options.body_fields("ollama", extra))
     return Built(body, warnings)

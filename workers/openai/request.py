@@ -28,6 +28,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...protocol import provider_options
 from ...protocol.messages import (
     AudioPart,
     DocumentPart,
@@ -50,8 +51,6 @@ from ..errors import ProviderError
 #: The `api` of every ProviderPart this worker makes and takes back.
 API = "openai"
 
-#: provider_options.openai keys this module reads itself; any other key is merged into the body.
-OWN_OPTIONS = {"reasoning_summary", "include", "background"}
 
 #: The effort ladder, least to most (as `ReasoningEffort`).
 EFFORTS = ["none", "minimal", "low", "medium", "high", "xhigh", "max"]
@@ -374,7 +373,5 @@ def build(request: Request, model: ModelInfo, *, provider: str = "openai", wire_
         # (and a cancel reach it); it needs `store`, which is why it is the caller's choice.
         body["background"] = True
         body["store"] = True
-    for key, value in options.items():
-        if key not in OWN_OPTIONS:
-            body[key] = value
+    body.update(provider_options.body_fields("openai", options))
     return Built(body, warnings)

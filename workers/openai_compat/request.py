@@ -19,6 +19,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...protocol import provider_options
 from ...protocol.messages import (
     AudioPart,
     DocumentPart,
@@ -207,5 +208,11 @@ def build(request: Request, model: ModelInfo, *, provider: str, wire_ids: dict[s
     if request.metadata.get("user_id"):
         body["user"] = request.metadata["user_id"]
     options = request.provider_options.get(provider) or request.provider_options.get("openai_compat") or {}
-    body.update(options)
+    unknown = provider_options.unknown_keys("openai_compat", options)
+    if unknown:
+        # Servers have extensions of their own, so these go as asked, but not silently.
+        warn(warnings, "unknown_option", f"provider_options.{provider}: {', '.join(sorted(unknown))} "
+             "forwarded as given (not a Chat Completions field or a known server extension); put a field "
+             "in extra_body to send it without this warning")
+    body.update(provider_options.body_fields("openai_compat", options))
     return Built(body, warnings, usage_requested)

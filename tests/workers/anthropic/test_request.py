@@ -243,6 +243,15 @@ def test_provider_options_thinking_betas_and_extra_keys():
     assert "beta_headers" not in built.body and "auto_cache" not in built.body
 
 
+def test_extra_body_goes_in_verbatim_and_server_tools_are_appended():
+    search = {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}
+    built = body(Message.user("x"), tools=[WEATHER], provider_options={"anthropic": {
+        "auto_cache": False, "tools": [search], "extra_body": {"brand_new_field": {"on": True}, "top_k": 7}}})
+    assert built.body["brand_new_field"] == {"on": True} and built.body["top_k"] == 7
+    assert [t["name"] for t in built.body["tools"]] == ["weather", "web_search"]
+    assert "extra_body" not in built.body
+
+
 def test_structured_output_uses_output_config():
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"],
               "additionalProperties": False}

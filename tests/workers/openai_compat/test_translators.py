@@ -125,7 +125,14 @@ def test_provider_options_are_merged():
     built = body(Message.user("x"), provider_options={"vllm": {"top_k": 20, "repetition_penalty": 1.1}})
     assert built.body["top_k"] == 20 and built.body["repetition_penalty"] == 1.1
     built = body(Message.user("x"), provider_options={"openai_compat": {"min_p": 0.1}})
-    assert built.body["min_p"] == 0.1
+    assert built.body["min_p"] == 0.1 and not built.warnings
+
+
+def test_an_unknown_option_is_forwarded_with_a_warning_and_extra_body_without_one():
+    built = body(Message.user("x"), provider_options={"vllm": {"my_knob": 3, "extra_body": {"other_knob": 4}}})
+    assert built.body["my_knob"] == 3 and built.body["other_knob"] == 4 and "extra_body" not in built.body
+    (warning,) = built.warnings
+    assert warning.code == "unknown_option" and "my_knob" in warning.message and "other_knob" not in warning.message
 
 
 # -- response ------------------------------------------------------------------------------

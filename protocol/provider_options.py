@@ -1,0 +1,331 @@
+"""What `provider_options` may hold, per provider type: one schema, read by the
+supervisor (which refuses a bad option before any provider call) and by the
+workers (which take from it what goes into the provider's body).
+
+Each provider's options are of three kinds:
+
+* its own options, read by the worker (`thinking`, `beta_headers`, `background`...);
+* fields of the provider's request body that trunkline does not set itself and
+  passes through as given (`top_k`, `service_tier`, `safety_settings`...);
+* `extra_body`: anything else, merged into the body verbatim. This is the one way
+  to send a field this schema does not know (a new API parameter, a server's
+  extension), so that a misspelt option is an error instead of a silent no-op.
+
+An unknown key is refused, naming the nearest known one. OpenAI-compatible servers
+are the exception: each server has its own extensions, so an unknown key there is
+forwarded with an `unknown_option` warning (`extra_body` forwards without one).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+#: Largest token count anywhere (prompt, output, budget).
+MAX_TOKENS = 10_000_000
+#: Longest pause a mock script may ask for, and the most chunks or steps it may play.
+MAX_MOCK_DELAY_S = 3600.0
+MAX_MOCK_CHUNKS = 1_000_000
+
+Delay = Annotated[float, msgspec.Meta(ge=0.0, le=MAX_MOCK_DELAY_S)]
+Count = Annotated[int, msgspec.Meta(ge=0, le=2**53)]
+
+
+class OptionsError(ValueError):
+    """A `provider_options` entry that cannot be used, with a sentence saying why."""
+
+
+class _Strict(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, omit_defaults=True):
+    pass
+
+
+class _Open(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """An object the provider defines and may grow: the fields named are checked, others pass."""
+
+
+# -- mock ------------------------------------------------------------------------------
+
+
+class ToolCallStep(_Strict):
+    name: str
+    arguments: dict[str, Any] | str = msgspec.field(default_factory=dict)
+    id: str | None = None
+    chunks: Annotated[int, msgspec.Meta(ge=1, le=MAX_MOCK_CHUNKS)] = 3  # fragments the argument JSON is cut into
+    fragment_delay: Delay | None = None  # pause before each fragment
+    hold: Delay | None = None  # pause after the last fragment, before the call ends
+
+
+class ErrorStep(_Strict):
+    error_class: str = "server_error"
+    message: str = "mock failure"
+    status: Annotated[int, msgspec.Meta(ge=100, le=599)] | None = None
+    code: str | None = None
+    retry_after: Delay | None = None
+    attempts: Annotated[int, msgspec.Meta(ge=0, le=1000)] | None = None  # fail only on the first N attempts
+
+
+class UsageStep(_Strict):
+    input_tokens: Count = 0
+    output_tokens: Count = 0
+    reasoning_tokens: Count = 0
+    cache_read_tokens: Count = 0
+    cache_write_tokens: Count = 0
+
+
+class Step(_Strict):
+    """One scripted step; set exactly one of its kinds (a `delay` may go with any)."""
+
+    text: str | None = None
+    reasoning: str | None = None
+    signature: str | None = None
+    redacted: str | None = None
+    tool_call: ToolCallStep | None = None
+    usage: UsageStep | None = None
+    error: ErrorStep | None = None
+    finish: str | None = None
+    event: dict[str, Any] | None = None
+    delay: Delay | None = None
+    stall: bool = False
+    crash: bool = False
+
+
+class MockOptions(_Strict):
+    steps: list[Step] | None = None
+    turns: list[list[Step]] | None = None  # turn n is played when the history holds n assistant turns
+    delay: Delay = 0.0  # pause between the chunks of the default echo
+    repeat: Annotated[int, msgspec.Meta(ge=1, le=MAX_MOCK_CHUNKS)] = 1  # play the text steps this many times
+    model: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.steps is not None and self.turns is not None:
+            raise ValueError("give `steps` (one reply) or `turns` (one reply per assistant turn), not both")
+        longest = max([len(self.steps or [])] + [len(t) for t in self.turns or []])
+        if longest * self.repeat > MAX_MOCK_CHUNKS:
+            raise ValueError(f"{longest} steps repeated {self.repeat} times is over the {MAX_MOCK_CHUNKS} steps "
+                             "a mock script may play")
+
+
+# -- Anthropic Messages ----------------------------------------------------------------------
+
+
+class AnthropicThinking(_Open):
+    type: Literal["enabled", "disabled", "adaptive"]
+    budget_tokens: Annotated[int, msgspec.Meta(ge=1024, le=MAX_TOKENS)] | None = None
+
+
+class AnthropicOptions(_Strict):
+    thinking: AnthropicThinking | None = None
+    auto_cache: bool = True  # cache breakpoints on the system prompt, tools and the conversation
+    beta_headers: list[str] | str | None = None  # the `anthropic-beta` header
+    tools: list[dict[str, Any]] | None = None  # server tools (web search, code execution...), appended
+    # Body fields passed through as given.
+    top_k: Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKENS)] | None = None
+    service_tier: str | None = None
+    container: Any = None
+    context_management: Any = None
+    inference_geo: Any = None
+    mcp_servers: Any = None
+    metadata: Any = None
+    output_config: Any = None
+    cache_control: Any = None
+    extra_body: dict[str, Any] | None = None
+
+
+# -- OpenAI Responses -----------------------------------------------------------------------
+
+
+class OpenAIOptions(_Strict):
+    reasoning_summary: Literal["auto", "concise", "detailed"] | None = None
+    include: list[str] | None = None
+    background: bool = False  # OpenAI keeps the response: a dropped stream is resumed
+    # Body fields passed through as given.
+    service_tier: str | None = None
+    store: bool | None = None
+    metadata: Any = None
+    user: str | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
+    prompt_cache_retention: str | None = None
+    parallel_tool_calls: bool | None = None
+    max_tool_calls: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    truncation: str | None = None
+    text: Any = None
+    reasoning: Any = None
+    tools: Any = None
+    top_logprobs: Annotated[int, msgspec.Meta(ge=0, le=20)] | None = None
+    conversation: Any = None
+    previous_response_id: str | None = None
+    prompt: Any = None
+    context_management: Any = None
+    stream_options: Any = None
+    extra_body: dict[str, Any] | None = None
+
+
+# -- Gemini ---------------------------------------------------------------------------------
+
+
+class GeminiOptions(_Strict):
+    # Shorthand server tools (True, or the tool's own configuration object).
+    google_search: bool | dict[str, Any] | None = None
+    code_execution: bool | dict[str, Any] | None = None
+    url_context: bool | dict[str, Any] | None = None
+    tools: list[dict[str, Any]] | None = None  # more tools, appended as given
+    thinking_config: dict[str, Any] | None = None
+    generation_config: dict[str, Any] | None = None  # merged over what trunkline sets
+    # Body fields passed through as given (the snake_case spellings become camelCase).
+    safety_settings: Any = None
+    safetySettings: Any = None
+    cached_content: str | None = None
+    cachedContent: str | None = None
+    labels: dict[str, str] | None = None
+    service_tier: str | None = None
+    serviceTier: str | None = None
+    store: bool | None = None
+    tool_config: Any = None
+    toolConfig: Any = None
+    extra_body: dict[str, Any] | None = None
+
+
+# -- Ollama ---------------------------------------------------------------------------------
+
+
+class OllamaModelOptions(_Open):
+    """Ollama's model `options` (Modelfile parameters): the ones with a range are checked."""
+
+    top_k: Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKENS)] | None = None
+    num_ctx: Annotated[int, msgspec.Meta(ge=1, le=MAX_TOKENS)] | None = None
+    num_predict: Annotated[int, msgspec.Meta(ge=-2, le=MAX_TOKENS)] | None = None
+
+
+class OllamaOptions(_Strict):
+    options: OllamaModelOptions | None = None
+    keep_alive: str | int | float | None = None
+    think: bool | Literal["low", "medium", "high"] | None = None
+    # Body fields passed through as given.
+    format: Any = None
+    truncate: bool | None = None
+    shift: bool | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = None
+    extra_body: dict[str, Any] | None = None
+
+
+# -- OpenAI-compatible servers (Chat Completions) ---------------------------------------------
+
+
+class OpenAICompatOptions(_Open):
+    """Forwarded as given; these are checked because servers differ on them."""
+
+    top_k: Annotated[int, msgspec.Meta(ge=-1, le=MAX_TOKENS)] | None = None
+    extra_body: dict[str, Any] | None = None
+
+
+#: Chat Completions body fields and the extensions common OpenAI-compatible servers take
+#: (vLLM, llama.cpp, LM Studio, SGLang, OpenRouter...): forwarded without a warning.
+OPENAI_COMPAT_KNOWN = frozenset({
+    "top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "logit_bias", "logprobs",
+    "top_logprobs", "n", "user", "service_tier", "store", "metadata", "parallel_tool_calls", "prediction",
+    "modalities", "audio", "web_search_options", "verbosity", "reasoning", "reasoning_effort", "stream_options",
+    "response_format", "seed", "stop", "max_completion_tokens", "safety_identifier", "prompt_cache_key",
+    "guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs", "chat_template_kwargs",
+    "chat_template", "add_generation_prompt", "skip_special_tokens", "include_stop_str_in_output", "ignore_eos",
+    "min_tokens", "best_of", "use_beam_search", "length_penalty", "typical_p", "tfs_z", "mirostat",
+    "mirostat_tau", "mirostat_eta", "grammar", "json_schema", "cache_prompt", "n_probs", "samplers",
+    "dry_multiplier", "dry_base", "dry_allowed_length", "xtc_probability", "xtc_threshold", "ttl", "draft_model",
+    "provider", "models", "route", "transforms", "usage", "plugins", "top_a", "separate_reasoning",
+    "enable_thinking", "thinking", "return_reasoning", "extra_body"})
+
+SCHEMAS: dict[str, type[msgspec.Struct]] = {
+    "mock": MockOptions, "anthropic": AnthropicOptions, "openai": OpenAIOptions, "gemini": GeminiOptions,
+    "ollama": OllamaOptions, "openai_compat": OpenAICompatOptions,
+}
+#: Options each worker reads itself; every other known key is a body field.
+OWN: dict[str, frozenset[str]] = {
+    "anthropic": frozenset({"thinking", "auto_cache", "beta_headers", "tools"}),
+    "openai": frozenset({"reasoning_summary", "include", "background"}),
+    "gemini": frozenset({"google_search", "code_execution", "url_context", "tools", "thinking_config",
+                         "generation_config"}),
+    "ollama": frozenset({"options", "keep_alive", "think"}),
+}
+#: What people type for an option of another name.
+ALIASES = {"beta_features": "beta_headers", "betas": "beta_headers", "anthropic_beta": "beta_headers",
+           "anthropic-beta": "beta_headers", "keepalive": "keep_alive"}
+
+
+def known(provider_type: str) -> frozenset[str]:
+    if provider_type == "openai_compat":
+        return OPENAI_COMPAT_KNOWN
+    schema = SCHEMAS.get(provider_type)
+    return frozenset(schema.__struct_fields__) if schema is not None else frozenset()
+
+
+def unknown_keys(provider_type: str, options: dict[str, Any]) -> list[str]:
+    names = known(provider_type)
+    return [k for k in options if k not in names]
+
+
+def explain_unknown(provider_type: str, where: str, key: str) -> str:
+    names = sorted(known(provider_type))
+    guess = ALIASES.get(key) if ALIASES.get(key) in names else None
+    if guess is None:
+        close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+        guess = close[0] if close else None
+    hint = f"did you mean `{guess}`? " if guess else ""
+    return (f"{where}: unknown option `{key}`; {hint}To send a field trunkline does not know, put it in "
+            f"`{where}.extra_body`. Known options: {', '.join(n for n in names if n != 'extra_body')}")
+
+
+def check(provider_type: str, options: Any, where: str) -> msgspec.Struct | None:
+    """The options as their schema (None for a provider type without one); OptionsError
+    for an unknown key (except on OpenAI-compatible servers) or a value out of bounds."""
+    schema = SCHEMAS.get(provider_type)
+    if schema is None or options is None:
+        return None
+    if type(options) is not dict:
+        raise OptionsError(f"{where} must be an object, got {type(options).__name__}")
+    if provider_type != "openai_compat":
+        for key in options:
+            if key not in schema.__struct_fields__:
+                raise OptionsError(explain_unknown(provider_type, where, key))
+    try:
+        return msgspec.convert(options, schema)
+    except msgspec.ValidationError as exc:
+        raise OptionsError(_explain(str(exc), where, options)) from None
+
+
+_STEP = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]")
+
+
+def _explain(message: str, where: str, options: Any) -> str:
+    """msgspec says `Expected ... - at `$.steps[0].delay``: name the place as the request
+    does, and the value found there."""
+    text, sep, path = message.rpartition(" - at `")
+    if not sep:
+        return f"{where}: {message}"
+    path = path.rstrip("`")
+    value: Any = options
+    for name, index in _STEP.findall(path):
+        try:
+            value = value[name] if name else value[int(index)]
+        except (KeyError, IndexError, TypeError):
+            value = None
+            break
+    shown = repr(value) if not isinstance(value, (dict, list)) else type(value).__name__
+    return f"{path.replace('$', where, 1)} is {shown}: {text[0].lower()}{text[1:]}"
+
+
+def body_fields(provider_type: str, options: dict[str, Any]) -> dict[str, Any]:
+    """What of `options` goes into the provider's body: the pass-through fields as given,
+    then `extra_body`'s, which win."""
+    own = OWN.get(provider_type, frozenset())
+    names = known(provider_type)
+    forward_all = provider_type == "openai_compat"  # its unknown keys go too, with a warning
+    out = {k: v for k, v in options.items()
+           if (forward_all or k in names) and k not in own and k != "extra_body"}
+    extra = options.get("extra_body")
+    if isinstance(extra, dict):
+        out.update(extra)
+    return out
