@@ -6,7 +6,9 @@ keep what they started with (their job holds its resolved model and prices).
 
 Live from the next request: the catalog (prices, rules, the user's extra
 models) and the retry and timeout policies, which ride in each job while they
-differ from those the provider's worker was started with. The rest is bound at
+differ from those the provider's worker was started with. Live at once: the
+supervision settings (restart limits, heartbeat timeout, grace periods), except
+the heartbeat interval, which a worker takes when it starts. The rest is bound at
 start (the sockets, limits, replay sizes, a provider's endpoint, key, headers
 and options, providers added or removed): a change there is reported in
 `restart_needed` and takes effect at the next daemon start. Running workers are
@@ -56,6 +58,10 @@ def reload(daemon: Daemon) -> ReloadResult:
     daemon.job_policies = {name: p for name, p in daemon.job_policies.items() if p != (None, None)}
     daemon.config = config
     daemon.catalog = catalog
+    for slot in daemon.slots.values():
+        # Restart limits apply live; the crashes already counted still count.
+        slot.intensity.max_restarts = config.supervision.max_restarts
+        slot.intensity.window_s = config.supervision.restart_window_s
     detail = f"pricing {catalog.pricing_version}" + (f"; needs a restart: {', '.join(restart)}" if restart else "")
     log.info("reloaded %s: %s", config.source, detail)
     daemon.bus("config.reloaded", detail=detail)

@@ -16,7 +16,7 @@ import yaml
 from fakes.upstream import FakeUpstream, Reply
 from helpers import REPO
 from trunkline import Client
-from trunkline.errors import RateLimitError
+from trunkline.errors import RateLimitError, UnavailableError
 from trunkline.protocol.messages import StreamStart
 
 pytestmark = pytest.mark.e2e
@@ -146,3 +146,27 @@ async def test_a_failed_sighup_reload_is_on_the_bus_and_changes_nothing(daemon, 
                 pass
             assert str(daemon.config_path) in failed.detail
             assert (await client.complete(MODEL, "hi")).cost_usd == pytest.approx(cost(1.0, 2.0))
+
+
+async def test_a_reload_applies_the_restart_limits_live_and_lists_what_needs_a_restart(start_daemon):
+    daemon = await start_daemon({"supervision": {"max_restarts": 5, "restart_window_s": 60,
+                                                 "unavailable_retry_s": 300}})
+    crash = {"mock": {"steps": [{"text": "a"}, {"crash": True}]}}
+    with trio.fail_after(40):
+        async with Client(daemon.runtime_dir) as client:
+            # Five restarts allowed: one crash, and the mock is back.
+            with pytest.raises(UnavailableError):
+                await client.complete("mock:echo", "x", provider_options=crash)
+            assert (await client.complete("mock:echo", "back")).text == "back"
+
+            def change(config: dict) -> None:
+                config["supervision"].update(max_restarts=1, restart_window_s=600, heartbeat_interval_s=0.3)
+
+            rewrite(daemon, change)
+            result = await client.reload()
+            assert result.ok and result.restart_needed == ["supervision.heartbeat_interval_s"]
+            # At most one restart in 600 s now: the crash before the reload counts, so the next trips it.
+            with pytest.raises(UnavailableError):
+                await client.complete("mock:echo", "x", provider_options=crash)
+            status = {w.provider: w for w in (await client.status()).workers}
+    assert status["mock"].state == "unavailable"

@@ -13,7 +13,7 @@ from fakes.upstream import FakeUpstream, Reply
 from trunkline.config.loader import ProviderConfig, RetryPolicy, TimeoutPolicy
 from trunkline.protocol.messages import Job, Message, ModelInfo, Request
 from trunkline.workers._adapter import Call, Deadlines
-from trunkline.workers._http import USER_AGENT, HttpAdapter, _proxied
+from trunkline.workers._http import USER_AGENT, HttpAdapter, _proxied, is_local_host
 from trunkline.workers.errors import HTTPX_EXC_MAP, ProviderError, from_transport, parse_retry_after, status_class
 
 
@@ -229,3 +229,13 @@ def test_whether_the_provider_had_the_request_follows_the_transport_error():
     assert from_transport(httpx.ReadError("reset", request=request)).sent
     assert from_transport(httpx.RemoteProtocolError("cut", request=request)).sent
     assert from_transport(httpx.ReadTimeout("slow", request=request)).sent
+
+
+@pytest.mark.parametrize(("host", "local"), [
+    ("localhost", True), ("127.0.0.1", True), ("::1", True), ("[::1]", True), ("10.2.3.4", True),
+    ("192.168.1.9", True), ("172.16.0.1", True), ("172.31.255.254", True), ("169.254.1.1", True), ("fd00::5", True),
+    ("172.15.0.1", False), ("172.32.0.1", False), ("8.8.8.8", False), ("api.openai.com", False), ("", False),
+])
+def test_only_this_machine_and_private_networks_are_local(host, local):
+    # 172.16.0.0/12 is private; the rest of 172/8 is not (it is routed on the internet).
+    assert is_local_host(host) is local
