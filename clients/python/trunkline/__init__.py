@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from .errors import NoObjectGeneratedError
     from .generation import GenerateStream, generate, stream
     from .middleware import Middleware
+    from .models import get_latest_model, get_model_info, latest_model, list_models
     from .results import GenerateResult, ObjectResult, StepFinish, StepResult
     from .structured import ObjectStream, generate_object, stream_object
     from .sync import SyncClient
@@ -72,6 +73,8 @@ _WHERE = {
     "StreamAccumulator": ".protocol.accumulate", "__version__": ".protocol",
     "generate": ".generation", "stream": ".generation", "GenerateStream": ".generation",
     "generate_object": ".structured", "stream_object": ".structured", "ObjectStream": ".structured",
+    "get_model_info": ".models", "latest_model": ".models", "get_latest_model": ".models",
+    "list_models": ".models",
     "Tool": ".tools", "tool": ".tools", "Middleware": ".middleware", "set_default_client": ".default_client",
     "GenerateResult": ".results", "StepResult": ".results", "StepFinish": ".results", "ObjectResult": ".results",
 }
@@ -97,6 +100,10 @@ __all__ = [
     "generate_object",
     "stream_object",
     "tool",
+    "get_model_info",
+    "latest_model",
+    "get_latest_model",
+    "list_models",
     "set_default_client",
     "GenerateStream",
     "ObjectStream",

@@ -74,6 +74,29 @@ from .protocol.messages import (
 PROBE_INTERVAL_S = 0.05
 
 
+#: What `latest_model(provider, capability)` may ask for: ModelInfo's capability flags.
+CAPABILITIES = ("tools", "vision", "reasoning", "structured_output", "streaming")
+
+
+def find_model(models: Sequence[ModelInfo], model: str) -> ModelInfo | None:
+    for info in models:
+        if info.id == model:
+            return info
+    for info in models:
+        if model in info.aliases:
+            return info
+    return None
+
+
+def newest(models: Sequence[ModelInfo], provider: str, capability: str | None) -> ModelInfo | None:
+    if capability is not None and capability not in CAPABILITIES:
+        raise ValueError(f"unknown capability {capability!r}; use one of {', '.join(CAPABILITIES)}")
+    for info in models:
+        if info.provider == provider and info.in_catalog and (capability is None or getattr(info, capability)):
+            return info
+    return None
+
+
 def build_request(
     model: str | Request, messages: str | Message | Sequence[Message] | None = None, **fields: Any
 ) -> Request:
@@ -531,6 +554,17 @@ class Client:
     async def list_models(self, provider: str | None = None) -> list[ModelInfo]:
         result: Models = await self._call(ListModels(provider=provider))
         return result.models
+
+    async def get_model_info(self, model: str) -> ModelInfo | None:
+        """The catalog's entry for `model` (a canonical id such as `anthropic:claude-sonnet-5-5`,
+        or an alias), None when the daemon knows no such model."""
+        return find_model(await self.list_models(), model)
+
+    async def latest_model(self, provider: str, capability: str | None = None) -> ModelInfo | None:
+        """The newest model `provider` offers (the catalog lists each provider's newest
+        first), optionally the newest with `capability`: one of CAPABILITIES. None when
+        the provider has no such model."""
+        return newest(await self.list_models(provider), provider, capability)
 
     async def status(self) -> StatusReport:
         return await self._call(StatusQuery())  # type: ignore[no-any-return]

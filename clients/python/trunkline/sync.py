@@ -162,6 +162,16 @@ class SyncClient:
         assert self._client is not None
         return self._call(self._client.list_models, provider)  # type: ignore[no-any-return]
 
+    def get_model_info(self, model: str) -> ModelInfo | None:
+        """As `Client.get_model_info`."""
+        assert self._client is not None
+        return self._call(self._client.get_model_info, model)  # type: ignore[no-any-return]
+
+    def latest_model(self, provider: str, capability: str | None = None) -> ModelInfo | None:
+        """As `Client.latest_model`."""
+        assert self._client is not None
+        return self._call(self._client.latest_model, provider, capability)  # type: ignore[no-any-return]
+
     def status(self) -> StatusReport:
         assert self._client is not None
         return self._call(self._client.status)  # type: ignore[no-any-return]
