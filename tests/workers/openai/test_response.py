@@ -18,6 +18,8 @@ MODEL = ModelInfo(id="openai:gpt-5", provider="openai", wire_name="gpt-5", reaso
 
 
 def recording(name: str) -> tuple[dict, bytes]:
+    if not RECORDINGS.exists():
+        pytest.skip("../shared/recordings is not present; cassettes/ covers the same forms")
     folder = next(p for p in RECORDINGS.glob("*/*") if p.name.endswith(name))
     return json.loads((folder / "meta.json").read_text()), (folder / "response.body").read_bytes()
 
