@@ -127,8 +127,9 @@ class ToolCallPart(Msg, tag="tool_call", kw_only=True):
 
     `id` is the canonical id (`tu_` + ULID) clients use; `provider_id` is the
     provider's own id, kept verbatim, and `provider` names who issued it.
-    `arguments` is null only in a degraded response whose raw arguments did
-    not parse; `raw_arguments` then keeps the provider's bytes."""
+    `arguments` is null when the provider's arguments are not a JSON object (the
+    response then carries a `tool_arguments_invalid` warning); `raw_arguments`
+    keeps the provider's text."""
 
     id: str
     name: str
@@ -822,7 +823,7 @@ class ToolCallDelta(Event, tag="tool_call_delta", kw_only=True):
 
 class ToolCallEnd(Event, tag="tool_call_end", kw_only=True):
     """`arguments` parsed from all fragments (`{}` if nothing parses on cancel; null
-    in a degraded response); `raw_arguments` is the joined fragments."""
+    when the fragments are not a JSON object); `raw_arguments` is the joined fragments."""
 
     index: int = 0
     id: str = ""
