@@ -182,3 +182,22 @@ def check_invariants(events: list[Any]) -> None:
 def steps(*items: dict[str, Any], **options: Any) -> dict[str, Any]:
     """`provider_options` that script the mock."""
     return {"mock": {"steps": list(items), **options}}
+
+
+def through_pipeline(chunks: list[bytes], translator: Any, framing: str, emitter: Any, provider: str) -> None:
+    """Body chunks through the worker's own pipeline (decode, translate, emit) into
+    `emitter`, ended as the runtime ends an attempt: a finish, or the error's event."""
+    from trunkline.workers._adapter import Call, Deadlines
+    from trunkline.workers._contract import Pipeline
+    from trunkline.workers.errors import ProviderError
+
+    job = emitter.job
+    call = Call(job, provider, 1, job.operation_id, Deadlines(connect_s=5, request_s=60, stream_idle_s=30),
+                warnings=emitter.warnings)
+    pipeline = Pipeline(translator, framing, emitter.emit, keep_raw=False)  # type: ignore[arg-type]
+    try:
+        for chunk in chunks:
+            pipeline.feed(chunk)
+        emitter.finish(pipeline.finish(call, provider))
+    except ProviderError as err:
+        emitter.fail(err.to_info(provider))

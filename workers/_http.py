@@ -23,6 +23,7 @@ from ..protocol.accumulate import StreamAccumulator
 from ..protocol.messages import Message, RateLimit, Response
 from ._adapter import Adapter, Call, Emit, consume
 from ._body import BodyDecoder
+from ._contract import Built, Framing, Pipeline, StreamTranslator
 from ._replay import events_of, skeleton_of
 from .errors import ProviderError, from_transport, invalid_response
 
@@ -255,6 +256,22 @@ class HttpAdapter(Adapter):
             raise self._transport_error(exc, path) from None
         finally:
             call.upstream_open = False
+
+    async def run_stream(self, call: Call, emit: Emit, whole: bool, *, path: str, built: Built,
+                         translator: StreamTranslator, framing: Framing = "sse",
+                         formats: tuple[str, ...] = ("event-stream",),
+                         parse_whole: Callable[[bytes], Response] | None = None) -> Response:
+        """One streamed attempt the way every provider runs it: POST `built`, pass the
+        body through the pipeline (decode, translate, emit), and return the finish
+        skeleton; or, when the server sent one JSON body and `parse_whole` reads it,
+        that response (see `answered_whole`)."""
+        pipeline = Pipeline(translator, framing, emit, call.request.include_raw)
+        parsed: list[Response] = []
+        take = (lambda body: parsed.append(parse_whole(body))) if parse_whole is not None else None
+        await self.post_stream(call, path, built.body, pipeline.feed, built.headers, formats=formats, whole=take)
+        if parsed:
+            return self.answered_whole(parsed[0], whole, emit)
+        return pipeline.finish(call, self.name)
 
     def answered_whole(self, parsed: Response, whole: bool, emit: Emit) -> Response:
         """What `stream` returns when the server sent one JSON body instead of a stream:

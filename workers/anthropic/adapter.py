@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any
 
 import httpx
 import msgspec
@@ -11,8 +10,8 @@ import msgspec
 from ...protocol.messages import ModelInfo, RateLimit, Request, Response
 from ...protocol.tokens import estimate_request_tokens
 from .._adapter import Call, Emit
+from .._contract import Built
 from .._http import HttpAdapter
-from .._sse import SseDecoder
 from ..errors import ProviderError, parse_retry_after
 from . import errors, request, response
 from .stream import AnthropicStream
@@ -65,45 +64,16 @@ class AnthropicAdapter(HttpAdapter):
             retry_after_s=parse_retry_after(headers),
         )
 
-    def _build(self, call: Call, stream: bool) -> request.Built:
+    def _build(self, call: Call, stream: bool) -> Built:
         built = request.build(call.request, call.model, provider=self.name,
                               wire_ids=call.wire_ids, stream=stream)
         call.warnings.extend(w for w in built.warnings if w not in call.warnings)
         return built
 
     async def stream(self, call: Call, emit: Emit, whole: bool = False) -> Response:
-        built = self._build(call, stream=True)
-        decoder = SseDecoder()
-        translator = AnthropicStream(passthrough=call.request.passthrough)
-        raw: list[Any] | None = [] if call.request.include_raw else None
-        parsed: list[Response] = []
-        received = 0
-        seen = 0
-
-        def feed(chunk: bytes) -> None:
-            nonlocal received, seen
-            received += len(chunk)
-            for name, data, _, _ in decoder.feed_raw(chunk):
-                seen += 1
-                if raw is not None:
-                    raw.append({"event": name, "data": data.decode("utf-8", "replace")})
-                for event in translator.feed(name, data):
-                    emit(event)
-
-        await self.post_stream(call, "/v1/messages", built.body, feed, built.headers,
-                               whole=lambda body: parsed.append(self._whole(call, body)))
-        if parsed:
-            return self.answered_whole(parsed[0], whole, emit)
-        for name, data, _, _ in decoder.flush_raw():
-            seen += 1
-            for event in translator.feed(name, data):
-                emit(event)
-        if not seen and received:
-            raise ProviderError("invalid_response", f"{self.name} answered with something that is not an event "
-                                f"stream ({received} bytes, no `data:` line)")
-        skeleton = translator.finish()
-        skeleton.raw = raw
-        return skeleton
+        return await self.run_stream(call, emit, whole, path="/v1/messages", built=self._build(call, stream=True),
+                                     translator=AnthropicStream(passthrough=call.request.passthrough),
+                                     parse_whole=lambda body: self._whole(call, body))
 
     def _whole(self, call: Call, content: bytes) -> Response:
         """A whole JSON message (from a server that does not stream)."""

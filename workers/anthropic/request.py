@@ -29,7 +29,6 @@ Rules worth knowing (the tests hold each one):
 from __future__ import annotations
 
 import base64
-from dataclasses import dataclass, field
 from typing import Any
 
 from ...protocol import provider_options
@@ -50,6 +49,7 @@ from ...protocol.messages import (
 )
 from .. import _rules
 from .._provider_parts import keep_provider_part
+from .._contract import Built
 from .._warnings import warn
 from ..errors import ProviderError
 from .response import API, CONTAINER
@@ -70,13 +70,6 @@ _THINKING_BLOCKS = ("thinking", "redacted_thinking")
 
 CACHE = {"type": "ephemeral"}
 _CACHEABLE = {"text", "image", "document", "tool_use", "tool_result"}
-
-
-@dataclass(slots=True)
-class Built:
-    body: dict[str, Any]
-    headers: dict[str, str] = field(default_factory=dict)
-    warnings: list[WarningInfo] = field(default_factory=list)
 
 
 def _source(part: ImagePart | DocumentPart) -> dict[str, Any]:
@@ -444,4 +437,4 @@ def build(request: Request, model: ModelInfo, *, provider: str, wire_ids: dict[s
         headers["anthropic-beta"] = ",".join(str(b) for b in betas)
     if not body["messages"]:
         raise ProviderError("invalid_request", "nothing to send: every message was empty after translation")
-    return Built(body, headers, warnings)
+    return Built(body, headers=headers, warnings=warnings)

@@ -33,6 +33,7 @@ from ...protocol.messages import (
     ToolCallEnd,
     ToolCallStart,
 )
+from .._contract import Ending
 from .._sse import excerpt
 from ..errors import ProviderError, invalid_response
 from .errors import from_error_object
@@ -67,14 +68,14 @@ class AnthropicStream:
         self._stopped = False
         self._container: dict[str, Any] | None = None
 
-    def feed(self, event_name: str, data: bytes | str) -> list[Event]:
+    def feed(self, data: bytes | str, event: str = "message") -> list[Event]:
         try:
             payload = msgspec.json.decode(data)
         except msgspec.DecodeError:
             raise invalid_response(f"Anthropic sent an event that is not JSON: {excerpt(data)!r}") from None
         if not isinstance(payload, dict):
             raise invalid_response(f"Anthropic sent an event that is not an object: {excerpt(data)!r}")
-        kind = payload.get("type") or event_name
+        kind = payload.get("type") or event
         handler = _HANDLERS.get(kind)
         if handler is None:
             if self.passthrough:
@@ -227,12 +228,13 @@ class AnthropicStream:
         error = p.get("error") or {}
         raise from_error_object(error.get("type"), str(error.get("message") or "stream error"))
 
-    def finish(self) -> Response:
+    def finish(self) -> Ending:
         """The finish skeleton once the body has ended."""
         if not self._stopped:
             raise ProviderError("network", "the Anthropic stream ended before message_stop")
-        return Response(id=self._id, model=self._model, finish_reason=finish_reason(self._stop, self._stop_sequence),
-                        usage=usage(self._usage, "".join(self._thinking)))
+        return Ending([], Response(id=self._id, model=self._model,
+                                   finish_reason=finish_reason(self._stop, self._stop_sequence),
+                                   usage=usage(self._usage, "".join(self._thinking))))
 
 
 _HANDLERS = {

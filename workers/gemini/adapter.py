@@ -6,16 +6,15 @@ in transport error messages and proxies' logs).
 
 from __future__ import annotations
 
-from typing import Any
-
 import httpx
 
 from ...protocol.messages import ModelInfo, Request, Response
 from .._adapter import Call, Emit
+from .._contract import Built, Pipeline
 from .._http import HttpAdapter
 from ..errors import ProviderError, invalid_response
 from . import errors, request
-from .stream import BodyDecoder, GeminiStream
+from .stream import GeminiStream
 
 #: Requests one answer may take when the model continues a long generation (Argon's
 #: 1,048,576 tokens in hops of 65,536 is 16; a model that never finishes stops here).
@@ -33,7 +32,7 @@ class GeminiAdapter(HttpAdapter):
     def classify(self, status: int, headers: httpx.Headers, body: bytes) -> ProviderError:
         return errors.classify(status, headers, body)
 
-    def _build(self, call: Call, stream: bool) -> request.Built:
+    def _build(self, call: Call, stream: bool) -> Built:
         built = request.build(call.request, call.model, provider=self.name,
                               wire_ids=call.wire_ids, stream=stream)
         call.warnings.extend(w for w in built.warnings if w not in call.warnings)
@@ -48,33 +47,21 @@ class GeminiAdapter(HttpAdapter):
         self._check_key()
         built = self._build(call, stream=True)
         translator = GeminiStream(call.model.wire_name, passthrough=call.request.passthrough)
-        raw: list[Any] | None = [] if call.request.include_raw else None
-
-        def handle(payloads: list[bytes]) -> None:
-            for data in payloads:
-                if raw is not None:
-                    raw.append(data.decode("utf-8", "replace"))
-                for event in translator.feed_bytes(data):
-                    emit(event)
-
+        # streamGenerateContent without alt=sse answers application/json (one JSON array,
+        # or one whole object): the pipeline's framing reads both forms and SSE.
+        pipeline = Pipeline(translator, "sse_or_json", emit, call.request.include_raw)
         body = built.body
         for hop in range(1, MAX_HOPS + 1):
-            decoder = BodyDecoder()
-            # streamGenerateContent without alt=sse answers application/json (one JSON
-            # array, or one whole object): the decoder reads both forms and SSE.
-            await self.post_stream(call, built.path, body, lambda chunk: handle(decoder.feed(chunk)),
-                                   formats=("event-stream", "json"))
-            handle(decoder.flush())
+            pipeline.restart()
+            await self.post_stream(call, built.path, body, pipeline.feed, formats=("event-stream", "json"))
+            pipeline.flush()
             token = translator.take_continuation() if hop < MAX_HOPS else None
             if token is None:
                 break
             # Long decode: the same request with the token; maxOutputTokens is a cumulative budget.
             body = {**built.body, "continuationToken": token}
-        closing, skeleton = translator.finish()
-        for event in closing:
-            emit(event)
+        skeleton = pipeline.finish(call, self.name)
         call.warnings.extend(w for w in skeleton.warnings if w not in call.warnings)
-        skeleton.raw = raw
         return skeleton
 
     async def ready(self, model: ModelInfo) -> None:

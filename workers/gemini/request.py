@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import mimetypes
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
 from ...protocol import provider_options
@@ -45,6 +44,7 @@ from ...protocol.messages import (
     WarningInfo,
 )
 from .._provider_parts import keep_provider_part
+from .._contract import Built
 from .._warnings import warn
 from ..errors import ProviderError
 
@@ -67,13 +67,6 @@ THINKING_BUDGET = {"minimal": 512, "low": 2048, "medium": 8192, "high": 24576, "
 _SHORTHAND_TOOLS = {"google_search": "googleSearch", "code_execution": "codeExecution", "url_context": "urlContext"}
 _SNAKE = {"safety_settings": "safetySettings", "cached_content": "cachedContent", "service_tier": "serviceTier",
           "tool_config": "toolConfig"}
-
-
-@dataclass(slots=True)
-class Built:
-    body: dict[str, Any]
-    path: str
-    warnings: list[WarningInfo] = field(default_factory=list)
 
 
 def model_path(wire_name: str) -> str:
@@ -365,4 +358,4 @@ def build(request: Request, model: ModelInfo, *, provider: str = "gemini", wire_
     for key, value in provider_options.body_fields("gemini", options).items():
         body[_SNAKE.get(key, key)] = value
     action = "streamGenerateContent?alt=sse" if stream else "generateContent"
-    return Built(body, f"{model_path(model.wire_name)}:{action}", warnings)
+    return Built(body, warnings=warnings, path=f"{model_path(model.wire_name)}:{action}")

@@ -25,14 +25,15 @@ class Collector:
     def feed(self, body: Any, follow: bool = True) -> str | None:
         """Take one body; the continuation token when the model is not done (and `follow`)."""
         self._raw.append(body)
-        for event in self.translator.feed(body):
+        for event in self.translator.feed_payload(body):
             self._acc.feed(event)
         return self.translator.take_continuation() if follow else None
 
     def result(self, include_raw: bool = False) -> Response:
-        closing, skeleton = self.translator.finish(streamed=False)
-        for event in closing:
+        ending = self.translator.finish(streamed=False)
+        for event in ending.events:
             self._acc.feed(event)
+        skeleton = ending.response
         skeleton.message = Message(role="assistant", content=self._acc.content())
         if include_raw:
             skeleton.raw = self._raw[0] if len(self._raw) == 1 else self._raw

@@ -41,7 +41,8 @@ from ...protocol.messages import (
     Usage,
     WarningInfo,
 )
-from .._sse import JsonArrayDecoder, RawEvent, SseDecoder, excerpt
+from .._contract import Ending
+from .._sse import excerpt
 from .._warnings import warn
 from ..errors import ProviderError, invalid_response
 from .errors import from_error_object
@@ -104,38 +105,6 @@ def usage(meta: dict[str, Any]) -> Usage:
                  reasoning_tokens=thoughts, cache_read_tokens=int(meta.get("cachedContentTokenCount") or 0))
 
 
-class BodyDecoder:
-    """A streamed body's JSON payloads, whether it is SSE or a JSON array (decided by
-    its first non-blank byte: `[` or `{` is JSON, anything else SSE)."""
-
-    def __init__(self) -> None:
-        self._inner: SseDecoder | JsonArrayDecoder | None = None
-        self._head = b""
-
-    def feed(self, chunk: bytes) -> list[bytes]:
-        if self._inner is None:
-            self._head += chunk
-            text = self._head.lstrip(b" \t\r\n\xef\xbb\xbf")
-            if not text:
-                return []
-            self._inner = JsonArrayDecoder() if text[:1] in (b"[", b"{") else SseDecoder()
-            chunk, self._head = self._head, b""
-        if type(self._inner) is SseDecoder:
-            return _payloads(self._inner.feed_raw(chunk))
-        return self._inner.feed(chunk)
-
-    def flush(self) -> list[bytes]:
-        if self._inner is None:
-            return []
-        if type(self._inner) is SseDecoder:
-            return _payloads(self._inner.flush_raw())
-        return self._inner.flush()
-
-
-def _payloads(events: list[RawEvent]) -> list[bytes]:
-    return [data for _, data, _, _ in events if data.strip() and data.strip() != b"[DONE]"]
-
-
 class _Open:
     __slots__ = ("kind", "index", "chunks", "name", "id", "signature", "args")
 
@@ -170,14 +139,14 @@ class GeminiStream:
         self._earlier_hops: list[Usage] = []
         self._metadata: dict[str, Any] = {}  # candidate-level grounding (search, URL context), the last seen
 
-    def feed_bytes(self, data: bytes) -> list[Event]:
+    def feed(self, data: bytes, event: str = "message") -> list[Event]:
         try:
             payload = msgspec.json.decode(data)
         except msgspec.DecodeError:
             raise invalid_response(f"Gemini sent a chunk that is not JSON: {excerpt(data)!r}") from None
-        return self.feed(payload)
+        return self.feed_payload(payload)
 
-    def feed(self, payload: Any) -> list[Event]:
+    def feed_payload(self, payload: Any) -> list[Event]:
         if not isinstance(payload, dict):
             raise invalid_response(f"Gemini sent a chunk that is not an object: {str(payload)[:200]}")
         error = payload.get("error")
@@ -371,7 +340,7 @@ class GeminiStream:
 
     # -- the end ----------------------------------------------------------------------
 
-    def finish(self, streamed: bool = True) -> tuple[list[Event], Response]:
+    def finish(self, streamed: bool = True) -> Ending:
         """The events that close what is still open, and the finish skeleton."""
         events = self._close()
         # Search and URL-context grounding (sources, citations) is the candidate's, not a
@@ -403,8 +372,8 @@ class GeminiStream:
         total = usage(self._usage)
         for hop in self._earlier_hops:  # each hop is a request of its own: summed
             total = hop + total
-        return events, Response(id=self._id, model=self._model_version, finish_reason=reason,
-                                usage=total, warnings=list(self.warnings))
+        return Ending(events, Response(id=self._id, model=self._model_version, finish_reason=reason,
+                                       usage=total, warnings=list(self.warnings)))
 
 
 def _passthrough(payload: dict[str, Any]) -> Event:

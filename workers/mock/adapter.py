@@ -57,10 +57,10 @@ class MockAdapter(Adapter):
 
         # Like a provider's reader, the playback waits while the outbox is full.
         await consume(self._play(call), call.deadlines.stream_idle_s, "the mock", handle, call.backlog)
-        tail, skeleton = translator.finish()
-        for event in tail:
+        ending = translator.finish()
+        for event in ending.events:
             emit(event)
-        return skeleton
+        return ending.response
 
     async def complete(self, call: Call) -> Response:
         collected: list[dict[str, Any]] = []

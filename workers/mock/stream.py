@@ -22,6 +22,7 @@ from ...protocol.messages import (
     ToolCallStart,
     Usage,
 )
+from .._contract import Ending
 from .response import finish_reason, usage
 
 
@@ -104,6 +105,6 @@ class MockStream:
             out.append(ProviderEvent(provider="mock", event_type="event", data=chunk["data"]))
         return out
 
-    def finish(self) -> tuple[list[Event], Response]:
+    def finish(self) -> Ending:
         """Close what is open; the response skeleton (reason, usage, model)."""
-        return self._close(), Response(model=self._model, finish_reason=self._finish, usage=self._usage)
+        return Ending(self._close(), Response(model=self._model, finish_reason=self._finish, usage=self._usage))

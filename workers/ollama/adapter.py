@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import httpx
 
-from ...protocol.messages import ModelInfo, Response, Usage, WarningInfo
-from ...protocol.tokens import estimate_request_tokens, estimate_text_tokens
+from ...protocol.messages import ModelInfo, Response
 from .._adapter import Call, Emit
+from .._contract import Built
 from .._http import HttpAdapter
-from .._sse import NdjsonDecoder
 from ..errors import ProviderError
 from . import errors, request
 from .stream import OllamaStream
@@ -40,49 +37,18 @@ class OllamaAdapter(HttpAdapter):
             err.args = (err.message,)
         return err
 
-    def _build(self, call: Call, stream: bool) -> request.Built:
+    def _build(self, call: Call, stream: bool) -> Built:
         built = request.build(call.request, call.model, provider=self.name, stream=stream)
         call.warnings.extend(w for w in built.warnings if w not in call.warnings)
         return built
 
-    def _estimate(self, call: Call, generated: str) -> Usage:
-        warning = WarningInfo(code="usage_estimated", message="Ollama reported no token counts; they are estimated")
-        if warning not in call.warnings:
-            call.warnings.append(warning)
-        prompt, out = estimate_request_tokens(call.request), estimate_text_tokens(generated)
-        return Usage(input_tokens=prompt, output_tokens=out, total_tokens=prompt + out).mark_estimated(
-            "input_tokens", "output_tokens", "total_tokens")
-
     async def stream(self, call: Call, emit: Emit, whole: bool = False) -> Response:
-        built = self._build(call, stream=True)
-        decoder = NdjsonDecoder()
-        translator = OllamaStream()
-        raw: list[Any] | None = [] if call.request.include_raw else None
-
-        def feed(chunk: bytes) -> None:
-            for line in decoder.feed(chunk):
-                if raw is not None:
-                    raw.append(line.decode("utf-8", "replace"))
-                for event in translator.feed(line):
-                    emit(event)
-
         try:
             # Ollama streams NDJSON; one whole JSON object (`application/json`) reads the same way.
-            await self.post_stream(call, "/api/chat", built.body, feed, formats=("json",))
+            return await self.run_stream(call, emit, whole, path="/api/chat", built=self._build(call, stream=True),
+                                         translator=OllamaStream(), framing="ndjson", formats=("json",))
         except ProviderError as err:
             raise self._hint(err) from None
-        for line in decoder.flush():  # a server that sent one object without a newline
-            if raw is not None:
-                raw.append(line.decode("utf-8", "replace"))
-            for event in translator.feed(line):
-                emit(event)
-        tail, skeleton, reported = translator.finish()
-        for event in tail:
-            emit(event)
-        if not reported:
-            skeleton.usage = self._estimate(call, "".join(translator.generated))
-        skeleton.raw = raw
-        return skeleton
 
     async def probe(self) -> str | None:
         reason = await self.probe_path("/api/version")

@@ -12,7 +12,6 @@ for the rest.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 from ...protocol import provider_options
@@ -31,17 +30,12 @@ from ...protocol.messages import (
     WarningInfo,
 )
 from .._provider_parts import keep_provider_part
+from .._contract import Built
 from .._warnings import warn
 
 #: `ProviderPart.api` of Ollama's native chat; no provider's opaque part can be sent to it.
 API = "ollama"
 from ..openai_compat.request import error_text
-
-
-@dataclass(slots=True)
-class Built:
-    body: dict[str, Any]
-    warnings: list[WarningInfo] = field(default_factory=list)
 
 
 def _names_of_calls(messages: list[Message]) -> dict[str, str]:
@@ -161,4 +155,4 @@ def build(request: Request, model: ModelInfo, *, provider: str, stream: bool) ->
     if options:
         body["options"] = options
     body.update(provider_options.body_fields("ollama", extra))
-    return Built(body, warnings)
+    return Built(body, warnings=warnings)

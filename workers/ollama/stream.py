@@ -27,6 +27,7 @@ from ...protocol.messages import (
     ToolCallStart,
     Usage,
 )
+from .._contract import Ending
 from ..errors import ProviderError, invalid_response
 from .response import call_arguments, check_error, finish_reason, usage
 
@@ -57,7 +58,7 @@ class OllamaStream:
         text, self._text_chunks = "".join(self._text_chunks), []
         return [TextEnd(index=index, text=text)]
 
-    def feed(self, line: bytes) -> list[Event]:
+    def feed(self, line: bytes, event: str = "message") -> list[Event]:
         try:
             obj = msgspec.json.decode(line)
         except msgspec.DecodeError:
@@ -109,7 +110,7 @@ class OllamaStream:
             self._done = obj
         return out
 
-    def finish(self) -> tuple[list[Event], Response, bool]:
+    def finish(self) -> Ending:
         if self._done is None:
             raise ProviderError("network", "the Ollama stream ended before its final (done) line")
         out = self._close_reasoning() + self._close_text()
@@ -117,4 +118,4 @@ class OllamaStream:
         skeleton = Response(model=self._done.get("model", self._model),
                             finish_reason=finish_reason(self._done.get("done_reason"), self._calls > 0),
                             usage=reported or Usage())
-        return out, skeleton, reported is not None
+        return Ending(out, skeleton, reported is not None, "".join(self.generated))

@@ -21,8 +21,8 @@ from ...config.loader import ProviderConfig
 from ...protocol.messages import ModelInfo, RateLimit, Request, Response, WarningInfo
 from ...protocol.tokens import estimate_request_tokens
 from .._adapter import Call, Emit
+from .._contract import Built, Pipeline
 from .._http import HttpAdapter
-from .._sse import SseDecoder
 from .._ratelimits import openai_rate_limit
 from ..errors import ProviderError, from_transport
 from . import errors, request, response
@@ -71,7 +71,7 @@ class OpenAIAdapter(HttpAdapter):
     def rate_limit(self, headers: httpx.Headers) -> RateLimit | None:
         return openai_rate_limit(headers)
 
-    def _build(self, call: Call, stream: bool) -> request.Built:
+    def _build(self, call: Call, stream: bool) -> Built:
         built = request.build(call.request, call.model, provider=self.name, wire_ids=call.wire_ids,
                               stream=stream)
         call.warnings.extend(w for w in built.warnings if w not in call.warnings)
@@ -80,42 +80,26 @@ class OpenAIAdapter(HttpAdapter):
     async def stream(self, call: Call, emit: Emit, whole: bool = False) -> Response:
         built = self._build(call, stream=True)
         translator = ResponsesStream(call.model, passthrough=call.request.passthrough, provider=self.name)
-        raw: list[Any] | None = [] if call.request.include_raw else None
-        decoder = SseDecoder()
-
-        def feed(chunk: bytes) -> None:
-            for name, data, _, _ in decoder.feed_raw(chunk):
-                if raw is not None:
-                    raw.append({"event": name, "data": data.decode("utf-8", "replace")})
-                for event in translator.feed(name, data):
-                    emit(event)
-
-        def flush() -> None:
-            for name, data, _, _ in decoder.flush_raw():
-                for event in translator.feed(name, data):
-                    emit(event)
-
-        background = bool(built.body.get("background"))
+        if not built.body.get("background"):
+            return await self.run_stream(call, emit, whole, path="/responses", built=built, translator=translator,
+                                         parse_whole=lambda body: self._whole(call, body))
+        # Background mode: a dropped stream is picked up again after the last event we have.
+        pipeline = Pipeline(translator, "sse", emit, call.request.include_raw)
         resumes = 0
-        parsed: list[Response] = []
         try:
             while True:
                 try:
                     if resumes == 0:
-                        await self.post_stream(call, "/responses", built.body, feed,
-                                               whole=lambda body: parsed.append(self._whole(call, body)))
-                        if parsed:
-                            return self.answered_whole(parsed[0], whole, emit)
+                        await self.post_stream(call, "/responses", built.body, pipeline.feed)
                     else:
-                        await self._resume_stream(call, translator, feed)
-                    flush()
-                    return self._finish(translator, raw)
+                        await self._resume_stream(call, translator, pipeline.feed)
+                    return pipeline.finish(call, self.name)
                 except ProviderError as err:
-                    if not (background and err.error_class in ("network", "timeout") and translator.response_id
+                    if not (err.error_class in ("network", "timeout") and translator.response_id
                             and not translator.done and resumes < MAX_RESUMES):
                         raise
-                    # What a half-received line held is sent again after `last_sequence`.
-                    decoder = SseDecoder()
+                    # What a half-received event held is sent again after `last_sequence`.
+                    pipeline.restart()
                     resumes += 1
                     warning = WarningInfo(code="stream_resumed", message=f"the connection to OpenAI dropped "
                                           f"({err.error_class}); the background response was resumed after event "
@@ -123,7 +107,7 @@ class OpenAIAdapter(HttpAdapter):
                     if warning not in call.warnings:
                         call.warnings.append(warning)
         except trio.Cancelled:
-            if background and translator.response_id and not translator.done:
+            if translator.response_id and not translator.done:
                 await self._cancel_at_openai(translator.response_id)
             raise
 
@@ -138,11 +122,6 @@ class OpenAIAdapter(HttpAdapter):
         if isinstance(body, dict) and isinstance(body.get("error"), dict) and "output" not in body:
             raise errors.from_error_object(body["error"])
         return response.parse(body, call.model, include_raw=call.request.include_raw)
-
-    def _finish(self, translator: ResponsesStream, raw: list[Any] | None) -> Response:
-        skeleton = translator.finish()
-        skeleton.raw = raw
-        return skeleton
 
     async def _resume_stream(self, call: Call, translator: ResponsesStream, feed: Callable[[bytes], None]) -> None:
         """The rest of a background response's stream, after the last event we have."""

@@ -25,7 +25,6 @@ Rules worth knowing (the tests hold each one):
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from typing import Any
 
 from ...protocol import provider_options
@@ -45,6 +44,7 @@ from ...protocol.messages import (
     WarningInfo,
 )
 from .._provider_parts import keep_provider_part
+from .._contract import Built
 from .._warnings import warn
 from ..errors import ProviderError
 
@@ -54,11 +54,6 @@ API = "openai"
 
 #: The effort ladder, least to most (as `ReasoningEffort`).
 EFFORTS = ["none", "minimal", "low", "medium", "high", "xhigh", "max"]
-
-@dataclass(slots=True)
-class Built:
-    body: dict[str, Any]
-    warnings: list[WarningInfo] = field(default_factory=list)
 
 
 def _data_uri(media_type: str | None, data: str) -> str:
@@ -374,4 +369,4 @@ def build(request: Request, model: ModelInfo, *, provider: str = "openai", wire_
         body["background"] = True
         body["store"] = True
     body.update(provider_options.body_fields("openai", options))
-    return Built(body, warnings)
+    return Built(body, warnings=warnings)

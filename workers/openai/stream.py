@@ -42,6 +42,7 @@ from ...protocol.messages import (
     ToolCallEnd,
     ToolCallStart,
 )
+from .._contract import Ending
 from .._sse import excerpt
 from ..errors import ProviderError, invalid_response
 from .errors import from_error_object
@@ -105,7 +106,7 @@ class ResponsesStream:
         self._next_index += 1
         return index
 
-    def feed(self, event_name: str, data: bytes | str) -> list[Event]:
+    def feed(self, data: bytes | str, event: str = "message") -> list[Event]:
         try:
             payload = msgspec.json.decode(data)
         except msgspec.DecodeError:
@@ -120,7 +121,7 @@ class ResponsesStream:
                 raise invalid_response(f"OpenAI's stream skipped events: sequence_number {self.last_sequence} "
                                        f"was followed by {sequence}")
             self.last_sequence = sequence
-        kind = str(payload.get("type") or event_name)
+        kind = str(payload.get("type") or event)
         handler = _HANDLERS.get(kind)
         if handler is None:
             if self.passthrough:
@@ -377,16 +378,16 @@ class ResponsesStream:
 
     # -- the end ----------------------------------------------------------------------------
 
-    def finish(self) -> Response:
+    def finish(self) -> Ending:
         """The finish skeleton once the body has ended."""
         if self._final is None:
             raise ProviderError("network", "the OpenAI stream ended before response.completed")
         final = self._final
         status = final.get("status") or "completed"
-        return Response(id=final.get("id") or self._id, model=final.get("model") or self._model,
-                        finish_reason=finish_reason(status, final.get("incomplete_details"), self._calls > 0,
-                                                    self._refused),
-                        usage=usage(final.get("usage")))
+        return Ending([], Response(id=final.get("id") or self._id, model=final.get("model") or self._model,
+                                   finish_reason=finish_reason(status, final.get("incomplete_details"),
+                                                               self._calls > 0, self._refused),
+                                   usage=usage(final.get("usage"))))
 
 
 def _ignore(self: ResponsesStream, p: dict[str, Any]) -> list[Event]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import httpx
 import msgspec
 
@@ -15,13 +13,11 @@ from ...protocol.messages import (
     TextPart,
     ThinkingPart,
     ToolCallPart,
-    Usage,
-    WarningInfo,
 )
-from ...protocol.tokens import estimate_request_tokens, estimate_text_tokens
+from ...protocol.tokens import estimate_request_tokens
 from .._adapter import Call, Emit
+from .._contract import Built, estimated_usage
 from .._http import HttpAdapter
-from .._sse import SseDecoder
 from .._ratelimits import openai_rate_limit
 from ..errors import ProviderError
 from . import errors, request, response
@@ -42,7 +38,7 @@ class OpenAICompatAdapter(HttpAdapter):
     def rate_limit(self, headers: httpx.Headers) -> RateLimit | None:
         return openai_rate_limit(headers)
 
-    def _build(self, call: Call, stream: bool) -> request.Built:
+    def _build(self, call: Call, stream: bool) -> Built:
         if not self.base_url:
             raise ProviderError("not_configured", f"provider {self.name} has no base_url")
         built = request.build(call.request, call.model, provider=self.name, wire_ids=call.wire_ids,
@@ -50,52 +46,10 @@ class OpenAICompatAdapter(HttpAdapter):
         call.warnings.extend(w for w in built.warnings if w not in call.warnings)
         return built
 
-    def _estimate(self, call: Call, generated: str) -> Usage:
-        """Usage the server did not report, estimated and flagged as such."""
-        out = estimate_text_tokens(generated)
-        prompt = estimate_request_tokens(call.request)
-        warning = WarningInfo(code="usage_estimated", message=f"{self.name} reported no usage; tokens are estimated")
-        if warning not in call.warnings:
-            call.warnings.append(warning)
-        return Usage(input_tokens=prompt, output_tokens=out, total_tokens=prompt + out).mark_estimated(
-            "input_tokens", "output_tokens", "total_tokens")
-
     async def stream(self, call: Call, emit: Emit, whole: bool = False) -> Response:
-        built = self._build(call, stream=True)
-        decoder = SseDecoder()
-        translator = ChatStream(passthrough=call.request.passthrough, provider=self.name)
-        raw: list[Any] | None = [] if call.request.include_raw else None
-        parsed: list[Response] = []
-        received = 0
-
-        def feed(chunk: bytes) -> None:
-            nonlocal received
-            received += len(chunk)
-            for _, data, _, _ in decoder.feed_raw(chunk):
-                if raw is not None:
-                    raw.append(data.decode("utf-8", "replace"))
-                for event in translator.feed(data):
-                    emit(event)
-
-        await self.post_stream(call, "/chat/completions", built.body, feed,
-                               whole=lambda body: parsed.append(self._whole(call, body)))
-        if parsed:
-            return self.answered_whole(parsed[0], whole, emit)
-        for _, data, _, _ in decoder.flush_raw():
-            if raw is not None:
-                raw.append(data.decode("utf-8", "replace"))
-            for event in translator.feed(data):
-                emit(event)
-        if not translator.seen and received:
-            raise ProviderError("invalid_response", f"{self.name} answered with something that is not an event "
-                                f"stream ({received} bytes, no `data:` line)")
-        tail, skeleton, reported = translator.finish()
-        for event in tail:
-            emit(event)
-        if not reported:
-            skeleton.usage = self._estimate(call, translator.generated())
-        skeleton.raw = raw
-        return skeleton
+        return await self.run_stream(call, emit, whole, path="/chat/completions", built=self._build(call, stream=True),
+                                     translator=ChatStream(passthrough=call.request.passthrough, provider=self.name),
+                                     parse_whole=lambda body: self._whole(call, body))
 
     def _whole(self, call: Call, content: bytes) -> Response:
         """A whole JSON response (from a server that does not stream)."""
@@ -108,9 +62,10 @@ class OpenAICompatAdapter(HttpAdapter):
             raise errors.from_body(None, body)
         result, reported = response.parse(body, include_raw=call.request.include_raw)
         if not reported:
-            result.usage = self._estimate(call, "".join(
+            generated = "".join(
                 p.text if isinstance(p, (TextPart, ThinkingPart)) else p.name + (p.raw_arguments or "")
-                for p in result.message.content if isinstance(p, (TextPart, ThinkingPart, ToolCallPart))))
+                for p in result.message.content if isinstance(p, (TextPart, ThinkingPart, ToolCallPart)))
+            result.usage = estimated_usage(call, generated, self.name)
         return result
 
     async def probe(self) -> str | None:

@@ -16,7 +16,6 @@ Other providers' opaque parts (`provider_part`) are left out with a warning too.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from typing import Any
 
 from ...protocol import provider_options
@@ -37,6 +36,7 @@ from ...protocol.messages import (
 )
 from .. import _rules
 from .._provider_parts import keep_provider_part
+from .._contract import Built
 from .._warnings import warn
 from ..errors import ProviderError
 
@@ -47,13 +47,6 @@ API = "openai_chat"
 #:   legacy_max_tokens: send `max_tokens` instead of `max_completion_tokens`
 #:   stream_usage: ask for usage on streams (`stream_options.include_usage`; default true)
 #:   reasoning_effort: send `reasoning_effort` for reasoning models (default true)
-
-
-@dataclass(slots=True)
-class Built:
-    body: dict[str, Any]
-    warnings: list[WarningInfo] = field(default_factory=list)
-    usage_requested: bool = True
 
 
 def image_url(part: ImagePart) -> dict[str, Any]:
@@ -215,4 +208,4 @@ def build(request: Request, model: ModelInfo, *, provider: str, wire_ids: dict[s
              "forwarded as given (not a Chat Completions field or a known server extension); put a field "
              "in extra_body to send it without this warning")
     body.update(provider_options.body_fields("openai_compat", options))
-    return Built(body, warnings, usage_requested)
+    return Built(body, warnings=warnings, usage_requested=usage_requested)

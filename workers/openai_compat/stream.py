@@ -30,6 +30,7 @@ from ...protocol.messages import (
     ToolCallStart,
     Usage,
 )
+from .._contract import Ending
 from .._sse import excerpt
 from ..errors import ProviderError, invalid_response
 from .errors import from_body
@@ -77,7 +78,7 @@ class ChatStream:
         index, self._reasoning = self._reasoning, None
         return [ReasoningEnd(index=index, text="".join(self._reasoning_chunks))]
 
-    def feed(self, data: bytes | str) -> list[Event]:
+    def feed(self, data: bytes | str, event: str = "message") -> list[Event]:
         self.seen = True
         if data[:1] not in (b"{", "{") and data.strip() in (b"[DONE]", "[DONE]"):
             self.done = True
@@ -163,7 +164,7 @@ class ChatStream:
         return "".join(self._reasoning_chunks) + "".join(self._text_chunks) + "".join(
             c.name + "".join(c.chunks) for c in self._calls.values())
 
-    def finish(self) -> tuple[list[Event], Response, bool]:
+    def finish(self) -> Ending:
         """Close every open part; the finish skeleton, and whether usage was reported.
         A stream that ended with neither `[DONE]` nor a `finish_reason` was cut short."""
         if not self.done and self._finish is None:
@@ -184,5 +185,5 @@ class ChatStream:
             raw = "".join(call.chunks)
             out.append(ToolCallEnd(index=call.index, provider_id=call.id, name=call.name,
                                    arguments=tool_arguments(raw, call.name, degraded), raw_arguments=raw))
-        return out, Response(id=self._id, model=self._model, finish_reason=reason,
-                             usage=self._usage or Usage()), self._usage is not None
+        return Ending(out, Response(id=self._id, model=self._model, finish_reason=reason,
+                                    usage=self._usage or Usage()), self._usage is not None, self.generated())

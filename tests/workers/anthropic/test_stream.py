@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import REPO, check_invariants
+from helpers import REPO, check_invariants, through_pipeline
 from trunkline.protocol.codec import decode_event, split_frame
 from trunkline.protocol.messages import (
     ErrorEvent,
@@ -26,9 +26,7 @@ from trunkline.protocol.messages import (
     ToolCallEnd,
 )
 from trunkline.workers._emit import Emitter
-from trunkline.workers._sse import SseDecoder
 from trunkline.workers.anthropic.stream import AnthropicStream
-from trunkline.workers.errors import ProviderError
 
 CASSETTES = REPO / "cassettes" / "anthropic"
 RECORDINGS = REPO.parent / "shared" / "recordings" / "anthropic"
@@ -50,18 +48,7 @@ def run(chunks: list[bytes], passthrough: bool = False) -> list:
               request=Request(model=MODEL.id, messages=[Message.user("x")]))
     counter = iter(range(100))
     emitter = Emitter(job, "anthropic", lambda rid, f, seq, t: frames.extend(f), lambda pid: f"tu_{next(counter)}")
-    decoder, translator = SseDecoder(), AnthropicStream(passthrough=passthrough)
-    try:
-        for chunk in chunks:
-            for sse in decoder.feed(chunk):
-                for ev in translator.feed(sse.event, sse.data):
-                    emitter.emit(ev)
-        for sse in decoder.flush():
-            for ev in translator.feed(sse.event, sse.data):
-                emitter.emit(ev)
-        emitter.finish(translator.finish())
-    except ProviderError as err:
-        emitter.fail(err.to_info("anthropic"))
+    through_pipeline(chunks, AnthropicStream(passthrough=passthrough), "sse", emitter, "anthropic")
     return [decode_event(split_frame(f)[1]) for f in frames]
 
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers import REPO, check_invariants
+from helpers import REPO, check_invariants, through_pipeline
 from trunkline.protocol.codec import decode_event, split_frame
 from trunkline.protocol.messages import (
     ErrorEvent,
@@ -34,8 +34,8 @@ from trunkline.protocol.messages import (
 from trunkline.workers._emit import Emitter
 from trunkline.workers._sse import JsonArrayDecoder
 from trunkline.workers.gemini import response
-from trunkline.workers.gemini.stream import BodyDecoder, GeminiStream
-from trunkline.workers.errors import ProviderError
+from trunkline.workers._contract import SseOrJsonDecoder
+from trunkline.workers.gemini.stream import GeminiStream
 
 RECORDINGS = REPO.parent / "shared" / "recordings" / "gemini"
 MODEL = ModelInfo(id="gemini:gemini-3.8-flash", provider="gemini", wire_name="gemini-3.8-flash")
@@ -77,28 +77,13 @@ def run(chunks: list[bytes], model: ModelInfo = MODEL) -> list[Any]:
               request=Request(model=model.id, messages=[Message.user("x")]))
     counter = iter(range(1000))
     emitter = Emitter(job, "gemini", lambda rid, f, seq, t: frames.extend(f), lambda pid: f"tu_{next(counter)}")
-    decoder, translator = BodyDecoder(), GeminiStream(model.wire_name)
-    try:
-        for chunk in chunks:
-            for data in decoder.feed(chunk):
-                for ev in translator.feed_bytes(data):
-                    emitter.emit(ev)
-        for data in decoder.flush():
-            for ev in translator.feed_bytes(data):
-                emitter.emit(ev)
-        closing, skeleton = translator.finish()
-        for ev in closing:
-            emitter.emit(ev)
-        emitter.warnings.extend(w for w in skeleton.warnings if w not in emitter.warnings)
-        emitter.finish(skeleton)
-    except ProviderError as err:
-        emitter.fail(err.to_info("gemini"))
+    through_pipeline(chunks, GeminiStream(model.wire_name), "sse_or_json", emitter, "gemini")
     return [decode_event(split_frame(f)[1]) for f in frames]
 
 
 def sse_payloads(body: bytes) -> list[Any]:
-    decoder = BodyDecoder()
-    return [json.loads(d) for d in decoder.feed(body) + decoder.flush()]
+    decoder = SseOrJsonDecoder()
+    return [json.loads(d) for _, d in decoder.feed(body) + decoder.flush()]
 
 
 def as_json_array(payloads: list[Any]) -> bytes:

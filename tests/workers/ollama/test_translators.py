@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from helpers import REPO, check_invariants
+from helpers import REPO, check_invariants, through_pipeline
 from trunkline.protocol.codec import decode_event, split_frame
 from trunkline.protocol.messages import (
     ErrorEvent,
@@ -30,8 +30,6 @@ from trunkline.protocol.messages import (
     ToolResultPart,
 )
 from trunkline.workers._emit import Emitter
-from trunkline.workers._sse import NdjsonDecoder
-from trunkline.workers.errors import ProviderError
 from trunkline.workers.ollama import errors
 from trunkline.workers.ollama.request import build
 from trunkline.workers.ollama.response import parse
@@ -129,21 +127,7 @@ def run(chunks: list[bytes]) -> list:
               request=Request(model=MODEL.id, messages=[Message.user("x")]))
     counter = iter(range(100))
     emitter = Emitter(job, "ollama", lambda rid, f, seq, t: frames.extend(f), lambda pid: f"tu_{next(counter)}")
-    decoder, translator = NdjsonDecoder(), OllamaStream()
-    try:
-        for chunk in chunks:
-            for line in decoder.feed(chunk):
-                for ev in translator.feed(line):
-                    emitter.emit(ev)
-        for line in decoder.flush():
-            for ev in translator.feed(line):
-                emitter.emit(ev)
-        tail, skeleton, _ = translator.finish()
-        for ev in tail:
-            emitter.emit(ev)
-        emitter.finish(skeleton)
-    except ProviderError as err:
-        emitter.fail(err.to_info("ollama"))
+    through_pipeline(chunks, OllamaStream(), "ndjson", emitter, "ollama")
     return [decode_event(split_frame(f)[1]) for f in frames]
 
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers import REPO, check_invariants
+from helpers import REPO, check_invariants, through_pipeline
 from trunkline.protocol.codec import decode_event, split_frame
 from trunkline.protocol.messages import (
     ErrorEvent,
@@ -31,8 +31,6 @@ from trunkline.protocol.messages import (
     ToolCallPart,
 )
 from trunkline.workers._emit import Emitter
-from trunkline.workers._sse import SseDecoder
-from trunkline.workers.errors import ProviderError
 from trunkline.workers.openai import response as wire_response
 from trunkline.workers.openai.stream import ResponsesStream
 
@@ -78,18 +76,7 @@ def run(chunks: list[bytes], passthrough: bool = False, model: ModelInfo = MODEL
               request=Request(model=model.id, messages=[Message.user("x")]))
     counter = iter(range(1000))
     emitter = Emitter(job, "openai", lambda rid, f, seq, t: frames.extend(f), lambda pid: f"tu_{next(counter)}")
-    decoder, translator = SseDecoder(), ResponsesStream(model, passthrough=passthrough)
-    try:
-        for chunk in chunks:
-            for sse in decoder.feed(chunk):
-                for ev in translator.feed(sse.event, sse.data):
-                    emitter.emit(ev)
-        for sse in decoder.flush():
-            for ev in translator.feed(sse.event, sse.data):
-                emitter.emit(ev)
-        emitter.finish(translator.finish())
-    except ProviderError as err:
-        emitter.fail(err.to_info("openai"))
+    through_pipeline(chunks, ResponsesStream(model, passthrough=passthrough), "sse", emitter, "openai")
     events = [decode_event(split_frame(f)[1]) for f in frames]
     last = events[-1]
     ending = last.response if type(last) is Finish else last.partial
