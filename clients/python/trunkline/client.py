@@ -14,6 +14,7 @@ so a response is never silently incomplete.
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import time
@@ -59,6 +60,7 @@ from .protocol.messages import (
     ReplayResult,
     Request,
     Response,
+    ResponseFormat,
     Reload,
     ReloadResult,
     StatusQuery,
@@ -67,6 +69,7 @@ from .protocol.messages import (
     Submit,
     TextDelta,
     UNKNOWN_CLIENT,
+    Timeouts,
     TokenCount,
     Welcome,
 )
@@ -112,11 +115,46 @@ def build_request(
         if messages is None:
             raise TypeError("give the messages (or a prompt string) with the model")
         base = {"model": model, "messages": _messages(messages), **fields}
+    plain = msgspec.to_builtins(base)
+    _check_fields(plain, Request, "")
+    fmt = plain.get("response_format")
+    if isinstance(fmt, dict):
+        plain["response_format"] = _response_format(fmt)
+    _check_fields(plain.get("response_format"), ResponseFormat, "response_format.")
+    _check_fields(plain.get("timeouts"), Timeouts, "timeouts.")
     try:
         # Plain dicts are welcome anywhere (tools, parts, options): convert checks them.
-        return msgspec.convert(msgspec.to_builtins(base), Request)
+        return msgspec.convert(plain, Request)
     except msgspec.ValidationError as exc:
         raise TypeError(f"invalid request: {exc}") from None
+
+
+def _check_fields(value: Any, struct: type[msgspec.Struct], where: str) -> None:
+    """A misspelt field must not be dropped silently (msgspec ignores unknown keys):
+    refuse it, naming the nearest valid one."""
+    if not isinstance(value, dict):
+        return
+    names = struct.__struct_fields__
+    for key in value:
+        if key not in names:
+            close = difflib.get_close_matches(str(key), names, n=1, cutoff=0.6)
+            hint = f"; did you mean `{where}{close[0]}`?" if close else f"; valid: {', '.join(names)}"
+            raise TypeError(f"unknown request field `{where}{key}`{hint}")
+
+
+def _response_format(fmt: dict[str, Any]) -> dict[str, Any]:
+    """OpenAI's spelling (`{"type": "json_object"}`, `{"type": "json_schema", "json_schema":
+    {"name", "schema", "strict"}}`) is taken as ours (`kind`, `schema`, `name`, `strict`)."""
+    if "type" not in fmt or "kind" in fmt:
+        return fmt
+    out = {k: v for k, v in fmt.items() if k not in ("type", "json_schema")}
+    out["kind"] = fmt["type"]
+    inner = fmt.get("json_schema")
+    if isinstance(inner, dict):
+        for key in ("name", "schema", "strict"):
+            if key in inner:
+                out[key] = inner[key]
+    return out
 
 
 def _messages(messages: str | Message | Sequence[Message]) -> list[Message]:
