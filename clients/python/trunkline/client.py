@@ -115,6 +115,12 @@ def build_request(
         if messages is None:
             raise TypeError("give the messages (or a prompt string) with the model")
         base = {"model": model, "messages": _messages(messages), **fields}
+    if base.get("tools"):
+        from .tools import as_tool
+
+        base["tools"] = [as_tool(t) for t in base["tools"]]
+    if "tool_choice" in base:
+        base["tool_choice"] = _plain_tool_choice(base["tool_choice"])
     plain = msgspec.to_builtins(base)
     _check_fields(plain, Request, "")
     fmt = plain.get("response_format")
@@ -157,12 +163,41 @@ def _response_format(fmt: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _messages(messages: str | Message | Sequence[Message]) -> list[Message]:
+def _messages(messages: str | Message | Sequence[Message | dict[str, Any]]) -> list[Any]:
     if isinstance(messages, str):
         return [Message.user(messages)]
     if isinstance(messages, Message):
         return [messages]
-    return list(messages)
+    return [_plain_message(m) if isinstance(m, dict) else m for m in messages]
+
+
+def _plain_message(message: dict[str, Any]) -> dict[str, Any]:
+    """The form OpenAI and LiteLLM users write: `{"role": "user", "content": "hi"}`
+    (string content becomes a text part; a `tool` message's string is its result)."""
+    content = message.get("content")
+    if isinstance(content, str):
+        message = dict(message)
+        if message.get("role") == "tool" and message.get("tool_call_id"):
+            message["content"] = [{"type": "tool_result", "tool_call_id": message["tool_call_id"],
+                                   "content": content}]
+        else:
+            message["content"] = [{"type": "text", "text": content}] if content else []
+    return message
+
+
+def _plain_tool_choice(choice: Any) -> Any:
+    """`"auto"`, `"none"`, `"required"` (or OpenAI's `"any"`), a tool's name, or OpenAI's
+    `{"type": "function", "function": {"name": ...}}`."""
+    if isinstance(choice, str):
+        if choice in ("auto", "none", "required"):
+            return {"mode": choice}
+        if choice == "any":
+            return {"mode": "required"}
+        return {"mode": "tool", "name": choice}
+    if isinstance(choice, dict) and choice.get("type") == "function":
+        function = choice.get("function") or {}
+        return {"mode": "tool", "name": function.get("name") or choice.get("name")}
+    return choice
 
 
 class _Route:

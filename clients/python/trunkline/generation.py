@@ -24,7 +24,7 @@ from .default_client import get_client
 from .errors import ProviderTimeoutError, error_from_info
 from .protocol.messages import ErrorInfo, Message, Response, TextDelta, Timeouts
 from .results import GenerateResult, StepFinish, StepResult
-from .tools import is_active, result_messages, run_calls
+from .tools import as_tool, is_active, result_messages, run_calls
 
 
 def conversation(prompt: str | Message | None, messages: Sequence[Message] | None,
@@ -50,7 +50,7 @@ class ToolLoop:
             raise ValueError("max_tool_rounds must be 0 or more")
         self.model = model
         self.messages = messages
-        self.tools = list(tools)
+        self.tools = [as_tool(t) for t in tools]
         self.active = {t.name: t for t in self.tools if is_active(t)}
         self.passive = {t.name for t in self.tools if not is_active(t)}
         self.max_tool_rounds = max_tool_rounds

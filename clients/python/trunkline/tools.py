@@ -61,6 +61,31 @@ class Tool(ToolDefinition, metaclass=_ToolMeta, dict=True, kw_only=True):
     def active(self) -> bool:
         return getattr(self, "execute", None) is not None
 
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """`@tool` keeps the function callable: calling the tool calls its handler."""
+        execute = getattr(self, "execute", None)
+        if execute is None:
+            raise TypeError(f"tool {self.name!r} is passive (no execute): there is nothing to call")
+        return execute(*args, **kwargs)
+
+
+def as_tool(value: Any) -> Any:
+    """What people pass as a tool, as one: a `Tool` as is; a plain function as an active
+    tool (its schema from its hints and docstring); OpenAI's `{"type": "function",
+    "function": {...}}` and our own field dict as a passive `Tool`."""
+    if isinstance(value, ToolDefinition):
+        return value
+    if isinstance(value, dict):
+        fields = value["function"] if value.get("type") == "function" and isinstance(value.get("function"), dict) \
+            else value
+        known = {k: v for k, v in fields.items() if k in ToolDefinition.__struct_fields__}
+        if "name" not in known:
+            raise TypeError(f"a tool needs a name: {value!r}")
+        return Tool(**known)
+    if callable(value):
+        return tool(value)
+    raise TypeError(f"a tool is a function, a trunkline.Tool or a dict with a name, not {type(value).__name__}")
+
 
 def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None, description: str | None = None,
          parameters: dict[str, Any] | None = None, timeout_s: float | None = None, strict: bool | None = None) -> Any:
