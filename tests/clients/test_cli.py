@@ -136,3 +136,21 @@ async def test_ps_shows_which_provider_each_worker_serves(start_daemon):
                     names[cmdline[-2].decode()] = Path(f"/proc/{pid}/comm").read_text().strip()
                 except OSError:
                     pass  # restarted meanwhile
+
+
+async def test_ask_reads_a_large_prompt_from_stdin_or_a_file(daemon, tmp_path):
+    big = " ".join(f"w{i}" for i in range(20_000))  # far past what a command line comfortably holds
+    piped = await trio.run_process([sys.executable, "-m", "trunkline.cli", "ask", "mock:echo", "-", "--no-stream",
+                                    "--runtime-dir", str(daemon.runtime_dir)], stdin=big.encode(),
+                                   capture_stdout=True, capture_stderr=True, check=False)
+    assert piped.returncode == 0, piped.stderr
+    assert piped.stdout.decode().strip() == big
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("from a file")
+    filed = await cli("ask", "mock:echo", "--file", str(prompt), "--no-stream", runtime_dir=daemon.runtime_dir)
+    assert filed.returncode == 0, filed.stderr
+    assert filed.stdout.decode().strip() == "from a file"
+    missing = await cli("ask", "mock:echo", "--file", str(tmp_path / "nope.txt"), runtime_dir=daemon.runtime_dir)
+    assert missing.returncode != 0 and "cannot read --file" in missing.stderr.decode()
+    empty = await cli("ask", "mock:echo", runtime_dir=daemon.runtime_dir)
+    assert empty.returncode != 0 and "the prompt is empty" in empty.stderr.decode()

@@ -60,8 +60,25 @@ def summary(response: Response) -> str:
             f"{response.latency_ms:.0f} ms · {reason}")
 
 
+def _prompt(args: argparse.Namespace) -> str:
+    """The prompt: the argument, standard input for `-`, or `--file` (with the argument
+    first, when both are given, as an instruction about the file)."""
+    text = sys.stdin.read() if args.prompt == "-" else (args.prompt or "")
+    if args.file:
+        try:
+            with open(args.file, encoding="utf-8") as f:
+                body = f.read()
+        except OSError as exc:
+            raise SystemExit(f"trunkline ask: cannot read --file {args.file}: {exc.strerror}") from None
+        text = f"{text}\n\n{body}" if text else body
+    if not text.strip():
+        raise SystemExit("trunkline ask: the prompt is empty (give it as an argument, `-` for standard input, "
+                         "or --file)")
+    return text
+
+
 async def _ask(args: argparse.Namespace) -> int:
-    messages = ([Message.system(args.system)] if args.system else []) + [Message.user(args.prompt)]
+    messages = ([Message.system(args.system)] if args.system else []) + [Message.user(_prompt(args))]
     fields: dict[str, Any] = {}
     if args.max_tokens is not None:
         fields["max_tokens"] = args.max_tokens
@@ -209,7 +226,8 @@ def parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("ask", help="ask a model; the answer streams to stdout")
     sp.add_argument("model", help="a catalog id such as mock:echo, an alias, or provider:name")
-    sp.add_argument("prompt")
+    sp.add_argument("prompt", nargs="?", help="the prompt; `-` reads it from standard input")
+    sp.add_argument("--file", help="read the prompt from this file (after the prompt argument, if any)")
     sp.add_argument("--system", help="a system prompt")
     sp.add_argument("--no-stream", action="store_true", help="wait for the whole answer")
     sp.add_argument("--json", action="store_true", help="print the final response as JSON")
