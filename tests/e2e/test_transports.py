@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -151,3 +152,32 @@ async def test_tls_needs_the_token_and_a_server_the_client_can_verify(start_daem
         async with Client(**reach) as client:
             response = await client.complete("mock:echo", "over tls")
     assert response.text == "over tls"
+
+
+async def test_the_cli_manages_a_remote_daemon_over_tls(start_daemon, tmp_path):
+    daemon, reach = await serve(start_daemon, "tls", tmp_path)
+    base = [sys.executable, "-m", "trunkline.cli"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRUNKLINE_")}
+    env["TRUNKLINE_RUNTIME_DIR"] = str(tmp_path / "no-local-daemon")  # so the local default finds nothing
+    with trio.fail_after(60):
+        # Options, as the Python client's arguments are named.
+        by_options = await trio.run_process(
+            [*base, "status", "--control-endpoint", reach["control_endpoint"], "--token", TOKEN,
+             "--tls-ca-file", reach["tls_ca_file"], "--tls-server-name", "localhost"],
+            capture_stdout=True, capture_stderr=True, check=False, env=env)
+        # The environment, as the C client reads it; `reload` too.
+        remote_env = {**env, "TRUNKLINE_CONTROL": reach["control_endpoint"], "TRUNKLINE_TOKEN": TOKEN,
+                      "TRUNKLINE_TLS_CA_FILE": reach["tls_ca_file"]}
+        by_env = await trio.run_process([*base, "--tls-server-name", "localhost", "reload"],
+                                        capture_stdout=True, capture_stderr=True, check=False, env=remote_env)
+        asked = await trio.run_process([*base, "ask", "mock:echo", "over tls", "--tls-server-name", "localhost"],
+                                       capture_stdout=True, capture_stderr=True, check=False, env=remote_env)
+        wrong = await trio.run_process(
+            [*base, "status", "--control-endpoint", reach["control_endpoint"], "--token", "not-the-token",
+             "--tls-ca-file", reach["tls_ca_file"], "--tls-server-name", "localhost"],
+            capture_stdout=True, capture_stderr=True, check=False, env=env)
+    assert by_options.returncode == 0, by_options.stderr.decode()
+    assert "mock" in by_options.stdout.decode() and "running" in by_options.stdout.decode()
+    assert by_env.returncode == 0, by_env.stderr.decode()
+    assert asked.returncode == 0 and asked.stdout.decode() == "over tls\n", asked.stderr.decode()
+    assert wrong.returncode != 0 and "authentication" in wrong.stderr.decode()

@@ -41,6 +41,14 @@ def _runtime_dir(args: argparse.Namespace) -> Path | None:
     return Path(args.runtime_dir).expanduser() if args.runtime_dir else None
 
 
+def _client(args: argparse.Namespace) -> Client:
+    """A client for the daemon the options name: the local one by default; a remote one
+    with --control-endpoint (or TRUNKLINE_CONTROL), --token and --tls-ca-file, the same
+    names the Python client's arguments and the C client use."""
+    return Client(_runtime_dir(args), client_name="trunkline-cli", control_endpoint=args.control_endpoint,
+                  token=args.token, tls_ca_file=args.tls_ca_file, tls_server_name=args.tls_server_name)
+
+
 def _json(obj: Any) -> str:
     return json.dumps(msgspec.to_builtins(obj), indent=2, ensure_ascii=False)
 
@@ -86,7 +94,7 @@ async def _ask(args: argparse.Namespace) -> int:
         fields["temperature"] = args.temperature
     request = Request(model=args.model, messages=messages, **fields)
     out = sys.stdout
-    async with Client(_runtime_dir(args), client_name="trunkline-cli") as client:
+    async with _client(args) as client:
         if args.no_stream:
             response = await client.complete(request)
             if args.json:
@@ -139,7 +147,7 @@ async def _ask(args: argparse.Namespace) -> int:
 
 
 async def _models(args: argparse.Namespace) -> int:
-    async with Client(_runtime_dir(args), client_name="trunkline-cli") as client:
+    async with _client(args) as client:
         models = await client.list_models(args.provider)
     if args.json:
         print(_json(models))
@@ -155,7 +163,7 @@ async def _models(args: argparse.Namespace) -> int:
 
 
 async def _status(args: argparse.Namespace) -> int:
-    async with Client(_runtime_dir(args), client_name="trunkline-cli") as client:
+    async with _client(args) as client:
         report = await client.status()
     if args.json:
         print(_json(report))
@@ -172,7 +180,7 @@ async def _status(args: argparse.Namespace) -> int:
 
 
 async def _ready(args: argparse.Namespace) -> int:
-    async with Client(_runtime_dir(args), client_name="trunkline-cli") as client:
+    async with _client(args) as client:
         result = await client.ready(args.model)
     if args.json:
         print(_json(result))
@@ -185,7 +193,7 @@ async def _ready(args: argparse.Namespace) -> int:
 
 
 async def _reload(args: argparse.Namespace) -> int:
-    async with Client(_runtime_dir(args), client_name="trunkline-cli") as client:
+    async with _client(args) as client:
         result = await client.reload()
     if args.json:
         print(_json(result))
@@ -214,11 +222,23 @@ def _serve(args: argparse.Namespace) -> int:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="trunkline", description="One daemon for every LLM provider.")
     p.add_argument("--version", action="version", version=f"trunkline {__version__}")
-    sub = p.add_subparsers(dest="command", required=True)
 
-    def common(sp: argparse.ArgumentParser) -> None:
+    def common(sp: argparse.ArgumentParser, top: bool = False) -> None:
+        # Given before the command (`trunkline --runtime-dir X status`) or after it: a
+        # subcommand's copy must not reset what the top level read.
+        keep = {} if top else {"default": argparse.SUPPRESS}
         sp.add_argument("--runtime-dir", help="the daemon's runtime directory (default: $TRUNKLINE_RUNTIME_DIR, "
-                        "else $XDG_RUNTIME_DIR/trunkline, else /tmp/trunkline-$UID)")
+                        "else $XDG_RUNTIME_DIR/trunkline, else /tmp/trunkline-$UID)", **keep)
+        sp.add_argument("--control-endpoint", help="a remote daemon's control endpoint, e.g. "
+                        "tls+tcp://host:7800 (default: $TRUNKLINE_CONTROL, else the local daemon)", **keep)
+        sp.add_argument("--token", help="the daemon's client token (default: $TRUNKLINE_TOKEN)", **keep)
+        sp.add_argument("--tls-ca-file", help="the CA that signed the daemon's certificate, for tls+tcp:// "
+                        "(default: $TRUNKLINE_TLS_CA_FILE)", **keep)
+        sp.add_argument("--tls-server-name", help="the name the daemon's certificate must carry (default: the "
+                        "endpoint's host)", **keep)
+
+    common(p, top=True)
+    sub = p.add_subparsers(dest="command", required=True)
 
     sp = sub.add_parser("serve", help="run the daemon in the foreground")
     sp.add_argument("--config", help="YAML file merged over the defaults (default: ~/.config/trunkline/config.yaml)")

@@ -277,7 +277,8 @@ class Client:
         middleware: Sequence[Any] = (),
     ) -> None:
         self.runtime_dir = Path(runtime_dir).expanduser() if runtime_dir else default_runtime_dir()
-        self.control_endpoint = control_endpoint or f"ipc://{self.runtime_dir / 'control.ipc'}"
+        self.control_endpoint = (control_endpoint or os.environ.get("TRUNKLINE_CONTROL")
+                                 or f"ipc://{self.runtime_dir / 'control.ipc'}")
         self.client_name = client_name
         self.token = token or os.environ.get("TRUNKLINE_TOKEN")
         self.timeout_s = timeout_s
