@@ -7,8 +7,10 @@ wire), because a misspelt key in a config file is a silent bug otherwise.
 
 from __future__ import annotations
 
+import math
 import os
 import re
+import urllib.parse
 from pathlib import Path
 from typing import Any, Literal
 
@@ -261,13 +263,31 @@ def default_runtime_dir() -> Path:
     return Path(f"/tmp/trunkline-{os.getuid()}")
 
 
+class _UniqueKeys(yaml.SafeLoader):
+    """YAML's last-wins for a repeated key hides a mistake (two `providers:` blocks, a
+    key given twice): refuse it, with its line."""
+
+
+def _unique_mapping(loader: _UniqueKeys, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+        if key in seen:
+            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeys.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text()
     except OSError as exc:
         raise ConfigError(f"config error in {path}: cannot read file: {exc.strerror}") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeys)  # noqa: S506 - a SafeLoader that refuses duplicate keys
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -361,6 +381,35 @@ def load_config(path: str | Path | None = None, *, use_user_default: bool = True
     return config
 
 
+_ENDPOINT = re.compile(r"^(?:ipc://.+|(?:tcp|tls\+tcp)://(?:\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.*-]*):\d{1,5})$")
+
+
+def endpoint_problem(value: str) -> str | None:
+    """Why an endpoint cannot be listened on, or None: a file name in the runtime
+    directory, `ipc://PATH`, or `tcp://HOST:PORT` / `tls+tcp://HOST:PORT`."""
+    if "://" not in value:
+        return None if value and "/" not in value else (f"{value!r}: give a file name (made in the runtime "
+                                                       "directory), ipc://PATH, tcp://HOST:PORT or tls+tcp://HOST:PORT")
+    if not _ENDPOINT.match(value):
+        return f"{value!r} is not an endpoint: use ipc://PATH, tcp://HOST:PORT or tls+tcp://HOST:PORT"
+    port = int(value.rsplit(":", 1)[1]) if not value.startswith("ipc://") else 1
+    if not 0 < port < 65536:
+        return f"{value!r}: the port must be 1-65535"
+    return None
+
+
+def base_url_problem(value: str) -> str | None:
+    """Why a provider's base_url cannot be called, or None."""
+    parsed = urllib.parse.urlsplit(value)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        return f"{value!r} is not an http(s) URL (e.g. https://api.example.com/v1)"
+    try:
+        parsed.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        return f"{value!r} has a port that is not a number"
+    return None
+
+
 def _check(config: Config, source: Path) -> None:
     """Rules a schema cannot say."""
     for name in config.providers:
@@ -377,6 +426,29 @@ def _check(config: Config, source: Path) -> None:
             raise ConfigError(f"config error in {source} at `models.{model_id}`: model ids are `provider:name`")
     if config.limits.max_response_bytes < 1024:
         raise ConfigError(f"config error in {source} at `limits.max_response_bytes`: must be at least 1024")
+    for key, low, high in (("max_message_bytes", 1024, 2**31 - 1), ("max_connections", 1, 1_000_000),
+                           ("subscriber_queue", 1, 8192), ("fd_reserve", 0, 1_000_000)):
+        value = getattr(config.limits, key)
+        if not low <= value <= high:
+            raise ConfigError(f"config error in {source} at `limits.{key}`: {value} is out of range "
+                              f"[{low}, {high}]")
+    for key in ("restart_window_s", "unavailable_retry_s", "heartbeat_interval_s", "heartbeat_timeout_s",
+                "shutdown_grace_s", "cancel_grace_s"):
+        value = getattr(config.supervision, key)
+        if not (value > 0 and math.isfinite(value)):
+            raise ConfigError(f"config error in {source} at `supervision.{key}`: must be a positive number of "
+                              f"seconds, got {value}")
+    for which in ("control", "events"):
+        problem = endpoint_problem(getattr(config.endpoints, which))
+        if problem:
+            raise ConfigError(f"config error in {source} at `endpoints.{which}`: {problem}")
+    for name, provider in config.providers.items():
+        if provider.max_connections < 1:
+            raise ConfigError(f"config error in {source} at `providers.{name}.max_connections`: must be at least 1")
+        if provider.base_url is not None:
+            problem = base_url_problem(provider.base_url)
+            if problem:
+                raise ConfigError(f"config error in {source} at `providers.{name}.base_url`: {problem}")
     for key in ("max_restarts",):
         if getattr(config.supervision, key) < 0:
             raise ConfigError(f"config error in {source} at `supervision.{key}`: must be >= 0")

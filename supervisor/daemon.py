@@ -61,14 +61,21 @@ class Daemon:
         self.control_url = config.endpoint("control", self.runtime_dir)
         self.events_url = config.endpoint("events", self.runtime_dir)
         providers = {n: p for n, p in config.providers.items() if p.enabled}
-        configured = [n for n, p in providers.items() if not p.needs_key() or p.api_key()]
+        # An OpenAI-compatible server is reached only through its base_url: without one
+        # it is not configured, whatever its key.
+        unreachable = {n for n, p in providers.items() if p.type == "openai_compat" and not p.resolved_base_url()}
+        configured = [n for n, p in providers.items()
+                      if n not in unreachable and (not p.needs_key() or p.api_key())]
         self.catalog = Catalog.load(config.models, providers=providers, configured=configured)
         self.requests = RequestTable(config.replay.ring_events, config.replay.keep_s, config.replay.max_requests,
                                      config.replay.max_bytes)
         self.slots: dict[str, WorkerSlot] = {}
         for name, provider in providers.items():
             slot = WorkerSlot(self, name, provider)
-            if name not in configured:
+            if name in unreachable:
+                slot.state = "not_configured"
+                slot.last_error = "no base_url: an OpenAI-compatible provider needs the server's URL"
+            elif name not in configured:
                 slot.state = "not_configured"
                 slot.last_error = f"environment variable {provider.key_hint()} is not set"
             self.slots[name] = slot

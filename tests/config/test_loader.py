@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -114,3 +115,41 @@ def test_an_empty_list_of_key_names_is_refused(tmp_path):
     path = write(tmp_path, "providers:\n  g:\n    type: gemini\n    api_key_env: []\n")
     with pytest.raises(ConfigError, match=r"providers\.g\.api_key_env"):
         load_config(path)
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("limits:\n  max_connections: -5\n", "at `limits.max_connections`: -5 is out of range [1, 1000000]"),
+    ("limits:\n  subscriber_queue: 100000\n", "at `limits.subscriber_queue`: 100000 is out of range [1, 8192]"),
+    ("supervision:\n  heartbeat_timeout_s: 0\n", "at `supervision.heartbeat_timeout_s`: must be a positive number"),
+    ("endpoints:\n  control: 'tcp://localhost'\n", "at `endpoints.control`: 'tcp://localhost' is not an endpoint"),
+    ("endpoints:\n  events: 'http://x:1'\n", "at `endpoints.events`: 'http://x:1' is not an endpoint"),
+    ("endpoints:\n  control: 'tcp://127.0.0.1:99999'\n", "the port must be 1-65535"),
+    ("endpoints:\n  control: 'sub/dir.ipc'\n", "give a file name"),
+    ("providers:\n  lab: {type: openai_compat, base_url: not a url}\n",
+     "at `providers.lab.base_url`: 'not a url' is not an http(s) URL"),
+    ("providers:\n  lab: {type: openai_compat, base_url: 'http://h:port/v1'}\n", "has a port that is not a number"),
+    ("providers:\n  lab: {type: openai_compat, base_url: 'http://h/v1', max_connections: 0}\n",
+     "at `providers.lab.max_connections`: must be at least 1"),
+    ("retry:\n  max_retries: 1\nretry:\n  max_retries: 2\n", "invalid YAML at line 3, column 1: duplicate key 'retry'"),
+    ("providers:\n  a: {type: mock}\n  a: {type: mock}\n", "duplicate key 'a'"),
+])
+def test_settings_that_cannot_work_are_refused_at_load(tmp_path, text, words):
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        load_config(write(tmp_path, text))
+
+
+def test_the_endpoints_and_urls_that_work_load(tmp_path):
+    config = load_config(write(tmp_path, (
+        "endpoints:\n  control: 'tls+tcp://0.0.0.0:7800'\n  events: 'tcp://[::1]:7801'\n"
+        "providers:\n  lab: {type: openai_compat, base_url: 'http://127.0.0.1:8000/v1'}\n")))
+    assert config.endpoints.control == "tls+tcp://0.0.0.0:7800"
+    assert load_config(write(tmp_path, "endpoints:\n  control: 'ipc:///tmp/x.ipc'\n")).endpoints.control
+
+
+async def test_a_bad_config_is_exit_2_with_the_key_not_a_traceback(tmp_path):
+    path = write(tmp_path, "endpoints:\n  control: 'tcp://nowhere'\n")
+    result = await trio.run_process([sys.executable, "-m", "trunkline.cli", "serve", "--config", str(path),
+                                     "--runtime-dir", str(tmp_path / "rt")], capture_stdout=True,
+                                    capture_stderr=True, check=False)
+    err = result.stderr.decode()
+    assert result.returncode == 2 and "at `endpoints.control`" in err and "Traceback" not in err
