@@ -181,3 +181,25 @@ async def test_the_cli_manages_a_remote_daemon_over_tls(start_daemon, tmp_path):
     assert by_env.returncode == 0, by_env.stderr.decode()
     assert asked.returncode == 0 and asked.stdout.decode() == "over tls\n", asked.stderr.decode()
     assert wrong.returncode != 0 and "authentication" in wrong.stderr.decode()
+
+
+async def test_each_tls_mistake_names_its_own_cause(start_daemon, tmp_path):
+    daemon, reach = await serve(start_daemon, "tls", tmp_path)
+    other_ca = tls_files(tmp_path / "other") if (tmp_path / "other").mkdir() is None else None
+    assert other_ca is not None
+    cases = {
+        "wrong server name": ({**reach, "tls_server_name": "not-the-daemon.example"}, "not-the-daemon.example"),
+        "another CA": ({**reach, "tls_ca_file": other_ca["ca"]}, "verify"),
+        "no CA": ({k: v for k, v in reach.items() if k != "tls_ca_file"}, "give the CA"),
+        "missing CA file": ({**reach, "tls_ca_file": str(tmp_path / "nope.pem")}, "nope.pem"),
+    }
+    messages = {}
+    with trio.fail_after(60):
+        for name, (kwargs, words) in cases.items():
+            with pytest.raises((DaemonNotRunning, DaemonUnavailable)) as info:
+                async with Client(**kwargs, timeout_s=5):
+                    pass
+            messages[name] = str(info.value)
+    for name, (_, words) in cases.items():
+        assert words in messages[name], (name, messages[name])
+        assert "start one" not in messages[name], (name, messages[name])  # not "no daemon is running"

@@ -81,6 +81,12 @@ PROBE_INTERVAL_S = 0.05
 CAPABILITIES = ("tools", "vision", "reasoning", "structured_output", "streaming")
 
 
+def _tls_refused(exc: BaseException) -> bool:
+    """A failed TLS handshake (as opposed to nothing listening)."""
+    text = f"{type(exc).__name__} {exc}".lower()
+    return any(word in text for word in ("crypto", "auth", "certificate", "peer"))
+
+
 def find_model(models: Sequence[ModelInfo], model: str) -> ModelInfo | None:
     for info in models:
         if info.id == model:
@@ -327,11 +333,20 @@ class Client:
         if path is not None and not path.exists():
             raise DaemonNotRunning(f"no trunkline daemon is running (no socket at {path}); start one with "
                                    "`trunkline serve`, or point TRUNKLINE_RUNTIME_DIR at its runtime directory")
+        tls = self._tls(self.control_endpoint)
         try:
             # Dialling waits for the connection (and a TLS handshake): off the event loop.
-            self._control = await anyio.to_thread.run_sync(
-                nng.Requester, self.control_endpoint, self._tls(self.control_endpoint))
+            self._control = await anyio.to_thread.run_sync(nng.Requester, self.control_endpoint, tls)
         except (OSError, nng.NNGException) as exc:
+            if nng.is_tls(self.control_endpoint) and _tls_refused(exc):
+                # Something answered and the handshake failed: a daemon runs, and this
+                # client does not trust it (or it is not the one named).
+                name = self.tls_server_name or host_of(self.control_endpoint)
+                raise DaemonNotRunning(
+                    f"the TLS handshake with {self.control_endpoint} failed ({exc}): this client could not verify "
+                    f"the daemon's certificate as one for {name!r} signed by the CA in {self.tls_ca_file}; check "
+                    "tls_ca_file (--tls-ca-file, TRUNKLINE_TLS_CA_FILE) and tls_server_name "
+                    "(--tls-server-name)") from None
             raise DaemonNotRunning(f"no trunkline daemon answers at {self.control_endpoint} ({exc}); start one "
                                    "with `trunkline serve`") from None
         try:
@@ -385,8 +400,11 @@ class Client:
         try:
             return nng.client_tls(self.tls_ca_file, self.tls_cert_file, self.tls_key_file,
                                   self.tls_server_name or host_of(url))
-        except (OSError, ValueError, nng.NNGException) as exc:
-            raise DaemonNotRunning(f"cannot set up TLS for {url}: {exc}") from None
+        except OSError as exc:
+            raise DaemonNotRunning(f"cannot read the TLS files for {url} ({exc.filename or self.tls_ca_file}: "
+                                   f"{exc.strerror or exc})") from None
+        except (ValueError, nng.NNGException) as exc:
+            raise DaemonNotRunning(f"cannot set up TLS for {url} with the CA in {self.tls_ca_file}: {exc}") from None
 
     async def _probe(self) -> None:
         """Publish-subscribe loses what is sent before the subscription is live; ask the
