@@ -144,8 +144,9 @@ class Pipeline:
         (with estimated usage where none was reported, and the raw payloads)."""
         self.flush()
         if not self.payloads and self.received:
-            raise ProviderError("invalid_response", f"{who} answered with something that is not the stream "
-                                f"asked for ({self.received} bytes, no {_UNIT[self.framing]})")
+            what, unit = _FORMS[self.framing]
+            raise ProviderError("invalid_response", f"{who} answered with something that is not {what} "
+                                f"({self.received} bytes, no {unit})")
         ending = self.translator.finish()
         for out in ending.events:
             self.emit(out)
@@ -156,7 +157,8 @@ class Pipeline:
         return skeleton
 
 
-_UNIT = {"sse": "`data:` line", "ndjson": "JSON line", "sse_or_json": "JSON object or `data:` line"}
+_FORMS = {"sse": ("an event stream", "`data:` line"), "ndjson": ("a JSON-lines stream", "JSON line"),
+          "sse_or_json": ("a stream of JSON objects", "JSON object or `data:` line")}
 
 
 def estimated_usage(call: Call, generated: str, who: str) -> Usage:

@@ -16,6 +16,11 @@ from . import errors, request, response
 from .stream import MockStream
 
 
+def not_found(model: str) -> ProviderError:
+    return ProviderError("not_found", f"the mock has no model {model!r} (`trunkline models --provider mock` lists "
+                         "the ones it plays)")
+
+
 class MockAdapter(Adapter):
     provider_type = "mock"
 
@@ -26,6 +31,10 @@ class MockAdapter(Adapter):
             os.kill(os.getpid(), signal.SIGKILL)
 
     async def _play(self, call: Call) -> AsyncIterator[dict[str, Any]]:
+        if not call.model.in_catalog:
+            # As a real provider answers a model it does not have (and as `ready` says):
+            # a misspelt mock model must not echo as if it were fine.
+            raise not_found(call.model.wire_name)
         chunks = request.build(call.request, self.name, call.model.wire_name)
         call.warnings.extend(w for w in request.history_warnings(call.request, call.model.wire_name)
                              if w not in call.warnings)
@@ -69,4 +78,4 @@ class MockAdapter(Adapter):
 
     async def ready(self, model: ModelInfo) -> None:
         if not model.in_catalog:
-            raise ProviderError("not_found", f"the mock has no model {model.wire_name!r}")
+            raise not_found(model.wire_name)
