@@ -7,6 +7,8 @@ day it ships.
 
 from __future__ import annotations
 
+import difflib
+
 import re
 from collections.abc import Iterable
 from datetime import date, datetime, timezone
@@ -136,7 +138,8 @@ class Catalog:
             if found is not None:
                 return found
             if provider not in self.providers:
-                raise UnknownModel(f"unknown provider {provider!r} (configured: {', '.join(sorted(self.providers))})")
+                raise UnknownModel(f"unknown provider {provider!r}; the providers are: "
+                                   f"{', '.join(sorted(self.providers))}")
             return ModelInfo(
                 id=f"{provider}:{model}",
                 provider=provider,
@@ -164,8 +167,14 @@ class Catalog:
                 options = ", ".join(m.id for m in matches)
                 raise UnknownModel(f"model {model!r} is served by several providers ({options}); name one")
         if found is None:
+            head, sep, _ = model.partition(":")
+            if sep:
+                raise UnknownModel(f"unknown model {model!r}: {head!r} is not a provider (the providers are: "
+                                   f"{', '.join(sorted(self.providers))}); name one, as `provider:{model}`")
+            close = difflib.get_close_matches(model, [*self._by_id, *self._by_alias, *self._by_wire], n=3, cutoff=0.6)
+            hint = f"; did you mean {', '.join(f'`{c}`' for c in close)}?" if close else ""
             raise UnknownModel(
-                f"unknown model {model!r}: use a catalog id such as `mock:echo`, an alias, "
+                f"unknown model {model!r}{hint} Use a catalog id such as `mock:echo`, an alias, "
                 "or `provider:name` for a model the catalog does not list"
             )
         return found

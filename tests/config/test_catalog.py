@@ -198,3 +198,15 @@ def test_the_emitter_prices_a_response_with_the_service_tier_the_request_asked_f
     assert priced({}).cost_usd == pytest.approx(0.40)
     flex = priced({"openai": {"service_tier": "flex"}})
     assert flex.cost_usd == pytest.approx(0.20) and flex.pricing_version == "2026-11-23"
+
+
+def test_an_unknown_name_says_what_exists():
+    cat = Catalog.load(providers={"mock", "ollama"})
+    with pytest.raises(UnknownModel, match=r"'nosuch' is not a provider \(the providers are: mock, ollama\)"):
+        cat.resolve("nosuch:model")
+    with pytest.raises(UnknownModel, match="name one, as `provider:llama3.2:3b`"):
+        cat.resolve("llama3.2:3b")
+    with pytest.raises(UnknownModel, match="did you mean `echo`"):
+        cat.resolve("echoo")
+    with pytest.raises(UnknownModel, match="unknown provider 'nope'; the providers are: mock, ollama"):
+        cat.resolve("x", provider="nope")
