@@ -55,3 +55,15 @@ def test_tool_choice_in_the_forms_people_write(given, mode, name):
 
     choice = build_request("mock:echo", "x", tool_choice=given).tool_choice
     assert choice is not None and (choice.mode, choice.name) == (mode, name)
+
+
+async def test_running_out_of_tool_rounds_with_calls_pending_is_a_warning(daemon):
+    again = {"tool_call": {"name": "get_weather", "arguments": {"city": "Oslo"}}}
+    script = {"mock": {"turns": [[{"tool_call": {"name": "get_weather", "arguments": {"city": "Paris"}}}], [again]]}}
+    with trio.fail_after(20):
+        async with Client(daemon.runtime_dir) as client:
+            result = await generate("mock:echo", "Weather?", tools=[get_weather], provider_options=script,
+                                    max_tool_rounds=1, client=client)
+    assert [c.arguments for c in result.tool_calls] == [{"city": "Oslo"}]  # asked for, never run
+    (warning,) = [w for w in result.warnings if w.code == "tool_rounds_exhausted"]
+    assert "max_tool_rounds=1" in warning.message and "get_weather" in warning.message

@@ -22,7 +22,7 @@ import msgspec
 from .client import Client
 from .default_client import get_client
 from .errors import ProviderTimeoutError, error_from_info
-from .protocol.messages import ErrorInfo, Message, Response, TextDelta, Timeouts
+from .protocol.messages import ErrorInfo, Message, Response, TextDelta, Timeouts, WarningInfo
 from .results import GenerateResult, StepFinish, StepResult
 from .tools import as_tool, is_active, result_messages, run_calls
 
@@ -74,6 +74,14 @@ class ToolLoop:
                  and not any(c.name in self.passive for c in calls))
         if not go_on:
             # Done, out of rounds, or a passive tool's call: the calls go back to the caller.
+            passive = any(c.name in self.passive for c in calls)
+            if calls and not passive and self.max_tool_rounds > 0:
+                # Out of rounds with calls the model still waits for: say so, not a quiet stop.
+                names = ", ".join(sorted({c.name for c in calls}))
+                response.warnings.append(WarningInfo(code="tool_rounds_exhausted", message=(
+                    f"the model asked for {len(calls)} more tool call(s) ({names}) after max_tool_rounds="
+                    f"{self.max_tool_rounds} round(s); they were not run: raise max_tool_rounds, or run "
+                    "result.tool_calls yourself and continue from result.messages")))
             self.steps.append(StepResult(response=response, tool_calls=calls))
             return False
         results = await run_calls(calls, self.active, self.messages)

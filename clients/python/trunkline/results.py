@@ -95,6 +95,12 @@ class GenerateResult:
         return self.response.usage
 
     @property
+    def warnings(self) -> list[WarningInfo]:
+        """The last step's warnings (`tool_rounds_exhausted` when the loop stopped with
+        calls the model still waits for)."""
+        return self.response.warnings
+
+    @property
     def total_usage(self) -> Usage:
         total = Usage()
         for step in self.steps:
