@@ -21,7 +21,7 @@ from ..protocol import __version__
 from ..config.catalog import Catalog
 from ..config.loader import Config
 from ..protocol import nng, trace
-from ..protocol.codec import BUS_TOPIC, batch_frames, frame_event
+from ..protocol.codec import BUS_TOPIC, batch_frames, decode_event, frame_event, split_frame
 from ..protocol.messages import (
     RETRYABLE,
     BusEvent,
@@ -123,7 +123,11 @@ class Daemon:
             self._ended(state)
 
     def _ended(self, state: RequestState) -> None:
-        self.requests.end(state, trio.current_time())
+        now = trio.current_time()
+        if log.isEnabledFor(logging.INFO):
+            log.info("request %s %s %s: %s in %.0f ms", state.request_id, state.model,
+                     "stream" if state.stream else "complete", _outcome(state), (now - state.submitted_at) * 1000)
+        self.requests.end(state, now)
         slot = self.slots.get(state.provider)
         if slot is not None:
             slot.in_flight.discard(state.request_id)
@@ -337,3 +341,19 @@ def main_serve(config_path: str | None, runtime_dir: Path | None) -> int:
         print(f"trunkline: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _outcome(state: RequestState) -> str:
+    """How a request ended, from its terminal frame: the finish reason, or the error class."""
+    if not state.ring:
+        return "ended"
+    try:
+        event = decode_event(split_frame(state.ring[-1])[1])
+    except Exception:  # noqa: BLE001 - a log line must never fail a request
+        return "ended"
+    if type(event) is Finish:
+        usage = event.response.usage
+        return f"{event.response.finish_reason.reason}, {usage.input_tokens} in / {usage.output_tokens} out"
+    if type(event) is ErrorEvent:
+        return f"error {event.error.error_class}"
+    return "ended"

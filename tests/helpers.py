@@ -74,6 +74,17 @@ class DaemonProcess:
         self.lines: list[str] = []
         self.ready = trio.Event()
         self.exited = trio.Event()
+        self._new_line = trio.Event()
+
+    async def wait_for_line(self, text: str) -> str:
+        """The first output line holding `text`, once the daemon has printed it (bound the
+        wait with trio.fail_after)."""
+        while True:
+            found = next((line for line in self.lines if text in line), None)
+            if found is not None:
+                return found
+            self._new_line = trio.Event()
+            await self._new_line.wait()
 
     @property
     def control(self) -> str:
@@ -101,6 +112,7 @@ class DaemonProcess:
             for line in lines:
                 text = line.decode(errors="replace")
                 self.lines.append(text)
+                self._new_line.set()
                 if "serving" in text:
                     self.ready.set()
         await self.proc.wait()
