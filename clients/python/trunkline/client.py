@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import msgspec
@@ -73,6 +73,11 @@ from .protocol.messages import (
     TokenCount,
     Welcome,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from .fields import RequestFields
 
 PROBE_INTERVAL_S = 0.05
 
@@ -602,7 +607,7 @@ class Client:
             yield ev
 
     async def complete(self, model: str | Request, messages: str | Message | Sequence[Message] | None = None,
-                       *, request_id: str | None = None, **fields: Any) -> Response:
+                       *, request_id: str | None = None, **fields: Unpack[RequestFields]) -> Response:
         """Run a request to the end and return its response (or raise its error)."""
         request = build_request(model, messages, **fields)
         if not self.middleware:
@@ -635,7 +640,7 @@ class Client:
         raise DaemonUnavailable("the request ended without a terminal event")  # pragma: no cover
 
     def stream(self, model: str | Request, messages: str | Message | Sequence[Message] | None = None,
-               *, request_id: str | None = None, **fields: Any) -> ResponseStream:
+               *, request_id: str | None = None, **fields: Unpack[RequestFields]) -> ResponseStream:
         """A streaming request: iterate it for events, `.text_stream` for text, `.response()` at the end."""
         return ResponseStream(self, build_request(model, messages, **fields), request_id)
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import msgspec
@@ -25,6 +25,11 @@ from .errors import ProviderTimeoutError, error_from_info
 from .protocol.messages import ErrorInfo, Message, Response, TextDelta, Timeouts, WarningInfo
 from .results import GenerateResult, StepFinish, StepResult
 from .tools import as_tool, is_active, result_messages, run_calls
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from .fields import LoopFields
 
 
 def conversation(prompt: str | Message | None, messages: Sequence[Message] | None,
@@ -101,7 +106,7 @@ def _timeout(timeout_s: float) -> ProviderTimeoutError:
 async def generate(model: str, prompt: str | Message | None = None, *, messages: Sequence[Message] | None = None,
                    system: str | None = None, tools: Sequence[Any] = (), max_tool_rounds: int = 1,
                    timeout_s: float | None = None, step_timeout_s: float | None = None, client: Client | None = None,
-                   **request_fields: Any) -> GenerateResult:
+                   **request_fields: Unpack[LoopFields]) -> GenerateResult:
     """Call `model`, run the active tools it calls (up to `max_tool_rounds` rounds; 0: none),
     and return every step. `timeout_s` bounds the whole loop, `step_timeout_s` each model call;
     other keywords are `Request` fields (`max_tokens`, `response_format`, `provider_options`...)."""
@@ -122,7 +127,7 @@ async def generate(model: str, prompt: str | Message | None = None, *, messages:
 def stream(model: str, prompt: str | Message | None = None, *, messages: Sequence[Message] | None = None,
            system: str | None = None, tools: Sequence[Any] = (), max_tool_rounds: int = 1,
            timeout_s: float | None = None, step_timeout_s: float | None = None, client: Client | None = None,
-           **request_fields: Any) -> GenerateStream:
+           **request_fields: Unpack[LoopFields]) -> GenerateStream:
     """`generate`, streamed: `async with trunkline.stream(...) as s: async for event in s`.
     Every step's events come in order, a `StepFinish` between two steps (after the
     tools ran); `await s.result()` gives the `GenerateResult`."""
