@@ -127,9 +127,7 @@ def build_request(
             raise TypeError("give the messages (or a prompt string) with the model")
         base = {"model": model, "messages": _messages(messages), **fields}
     if base.get("tools"):
-        from .tools import as_tool
-
-        base["tools"] = [as_tool(t) for t in base["tools"]]
+        base["tools"] = [_plain_tool(t) for t in base["tools"]]
     if "tool_choice" in base:
         base["tool_choice"] = _plain_tool_choice(base["tool_choice"])
     plain = msgspec.to_builtins(base)
@@ -194,6 +192,21 @@ def _plain_message(message: dict[str, Any]) -> dict[str, Any]:
         else:
             message["content"] = [{"type": "text", "text": content}] if content else []
     return message
+
+
+def _plain_tool(tool: Any) -> Any:
+    """A plain function becomes an active tool (its schema from its hints and docstring);
+    OpenAI's `{"type": "function", "function": {...}}` becomes our field dict. A dict of
+    our own fields goes as it is: the daemon checks it, as it checks every request."""
+    if isinstance(tool, dict):
+        if tool.get("type") == "function" and isinstance(tool.get("function"), dict):
+            return {k: v for k, v in tool["function"].items() if k in ("name", "description", "parameters", "strict")}
+        return tool
+    if callable(tool) and not isinstance(tool, msgspec.Struct):
+        from .tools import tool as make_tool
+
+        return make_tool(tool)
+    return tool
 
 
 def _plain_tool_choice(choice: Any) -> Any:
