@@ -995,5 +995,14 @@ class CallResult(Msg, tag="call_result", kw_only=True):
     exact: bool = False
 
 
-FromWorker = WorkerUp | Heartbeat | Relay | RelayBatch | CallResult
+class Progress(Msg, tag="progress", kw_only=True):
+    """What a whole-response job has gathered so far (sent with the heartbeats while it
+    grows): if the worker dies, the supervisor's error still carries that partial."""
+
+    request_id: str
+    content: list[ContentPart] = msgspec.field(default_factory=list)
+    model: str = ""
+
+
+FromWorker = WorkerUp | Heartbeat | Relay | RelayBatch | CallResult | Progress
 

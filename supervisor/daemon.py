@@ -31,6 +31,7 @@ from ..protocol.messages import (
     Event,
     Finish,
     FinishReason,
+    Message,
     Relay,
     Response,
     StopJob,
@@ -148,7 +149,13 @@ class Daemon:
         if state.ended:
             return
         partial: Response | None = None
-        if state.stream and state.last_seq >= 0:
+        if not state.stream and state.progress is not None and state.progress.content:
+            # A whole-response request: what its worker last reported having gathered.
+            partial = Response(model=state.progress.model, provider=state.provider,
+                               message=Message(role="assistant", content=state.progress.content),
+                               finish_reason=FinishReason(reason="error"))
+            estimate_billing(state, partial, trio.current_time())
+        elif state.stream and state.last_seq >= 0:
             acc = state.accumulator()
             for ev in acc.closing_events():
                 self._publish_own(state, ev)

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from ..config.catalog import compute_cost
 from ..protocol.accumulate import StreamAccumulator
 from ..protocol.codec import decode_event, split_frame
-from ..protocol.messages import Job, Response, Usage
+from ..protocol.messages import Job, Progress, Response, Usage
 from ..protocol.tokens import estimate_content_tokens, estimate_request_tokens
 
 
@@ -28,7 +28,7 @@ class RequestState:
     __slots__ = (
         "request_id", "client_id", "provider", "model", "stream", "operation_id",
         "generation", "ring", "last_seq", "ended", "ended_at", "cancel_deadline", "submitted_at", "trace",
-        "ring_bytes", "evicted", "job",
+        "ring_bytes", "evicted", "job", "progress",
     )
 
     def __init__(self, request_id: str, client_id: str, provider: str, model: str, stream: bool,
@@ -49,6 +49,8 @@ class RequestState:
         self.trace: dict[str, int] | None = None  # TRUNKLINE_TRACE_HOPS only
         self.ring_bytes = 0  # counted once it has ended
         self.evicted = False  # its ring was let go to keep within the budget
+        #: A whole-response job's content so far, as its worker last reported it.
+        self.progress: Progress | None = None
         #: What was sent to the worker, while it runs: a partial the supervisor must
         #: report itself (the worker died) is estimated from its prompt and model.
         self.job: Job | None = None

@@ -20,6 +20,7 @@ from ..protocol import codec, link, trace
 from ..protocol.link import Closed, LinkConn as Conn
 from ..protocol.messages import (
     CallResult,
+    Progress,
     ErrorInfo,
     Heartbeat,
     Job,
@@ -198,6 +199,10 @@ class WorkerSlot:
                 self.unreachable = msg.unreachable  # type: ignore[union-attr]
                 daemon.bus("worker.unreachable" if self.unreachable else "worker.reachable", provider=self.name,
                            detail=self.unreachable)
+        elif t is Progress:
+            state = daemon.requests.active.get(msg.request_id)  # type: ignore[union-attr]
+            if state is not None and not state.ended and state.generation == self.generation:
+                state.progress = msg  # type: ignore[assignment]
         elif t is CallResult:
             pending = self._calls.get(msg.call_id)  # type: ignore[union-attr]
             if pending is not None:

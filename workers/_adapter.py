@@ -16,6 +16,7 @@ from typing import Any, Protocol, TypeVar
 import trio
 
 from ..config.loader import ProviderConfig, RetryPolicy, TimeoutPolicy
+from ..protocol.accumulate import StreamAccumulator
 from ..protocol.messages import Event, Job, ModelInfo, RateLimit, Request, Response, WarningInfo
 from ..protocol.tokens import estimate_request_tokens
 from .errors import ProviderError
@@ -71,6 +72,11 @@ class Call:
     answered: bool = False
     #: Set for streamed jobs: the reader waits while it is full instead of buffering without bound.
     backlog: Backlog | None = None
+    #: A whole-response job's content so far (and how many events made it), reported to the
+    #: supervisor with the heartbeats so a worker crash does not lose it.
+    gathered: StreamAccumulator | None = None
+    gathered_events: int = 0
+    reported_events: int = 0
 
     @property
     def attempt_id(self) -> str:

@@ -313,10 +313,12 @@ class HttpAdapter(Adapter):
         the client gets the one terminal event it asked for."""
         acc = StreamAccumulator(self.name)
         fed = 0
+        call.gathered = acc
 
         def take(event: Any) -> None:
             nonlocal fed
             fed += 1
+            call.gathered_events = fed
             acc.feed(event)
 
         try:

@@ -33,6 +33,7 @@ from ..protocol.messages import (
     Heartbeat,
     Job,
     Msg,
+    Progress,
     Relay,
     RelayBatch,
     Shutdown,
@@ -241,6 +242,17 @@ class JobRunner:
             info.message = f"{info.message} ({note})"
         return info
 
+    def report_progress(self) -> None:
+        """For each whole-response job whose gathered content grew since the last report,
+        tell the supervisor what it holds now (a worker that dies mid-answer then loses
+        none of what the provider already sent, and billed)."""
+        for call in self.calls.values():
+            acc = call.gathered
+            if acc is None or call.job.stream or call.gathered_events == call.reported_events:
+                continue
+            call.reported_events = call.gathered_events
+            self.outbox.push(Progress(request_id=call.job.request_id, content=acc.content(), model=acc.model))
+
     async def run(self, job: Job) -> None:
         """Run one job to its terminal event. Whatever goes wrong inside fails this job
         alone (class `other`, one log line naming it), never the worker and its other jobs."""
@@ -424,6 +436,7 @@ async def serve(settings: WorkerSettings) -> None:
                         log.warning("supervisor is gone; worker %s exits", settings.name)
                         os._exit(0)
                     outbox.push(Heartbeat(in_flight=len(runner.scopes), unreachable=unreachable[0]))
+                    runner.report_progress()
 
             nursery.start_soon(probe)
             nursery.start_soon(heartbeat)

@@ -383,3 +383,18 @@ async def test_a_client_owns_its_requests(daemon):
             assert response.text == "".join(f"w{i} " for i in range(50))
             # Its owner can replay it.
             assert (await victim.replay("req-victim")).state == "ended"
+
+
+async def test_a_whole_response_request_keeps_its_partial_when_the_worker_dies(daemon):
+    # The worker reports what a whole-response job has gathered with its heartbeats (every
+    # 0.2 s here): a crash seconds later still leaves the client that text, and its usage.
+    script = steps({"text": "Half an "}, {"text": "answer"}, {"delay": 3}, {"crash": True})
+    with trio.fail_after(30):
+        async with Client(daemon.runtime_dir) as client:
+            with pytest.raises(UnavailableError) as info:
+                await client.complete("mock:echo", "x", provider_options=script)
+            back = await client.complete("mock:echo", "back")
+    partial = info.value.partial
+    assert partial is not None and partial.text == "Half an answer"
+    assert partial.finish_reason.reason == "error" and partial.usage.estimated and partial.usage.output_tokens > 0
+    assert back.text == "back"

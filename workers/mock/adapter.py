@@ -9,6 +9,7 @@ from typing import Any
 
 import trio
 
+from ...protocol.accumulate import StreamAccumulator
 from ...protocol.messages import ModelInfo, Response
 from .._adapter import Adapter, Call, Emit, consume
 from ..errors import ProviderError
@@ -73,7 +74,16 @@ class MockAdapter(Adapter):
 
     async def complete(self, call: Call) -> Response:
         collected: list[dict[str, Any]] = []
-        await consume(self._play(call), call.deadlines.stream_idle_s, "the mock", collected.append)
+        # What has played so far, as events, for the progress reports (see Call.gathered).
+        translator, call.gathered = MockStream(), StreamAccumulator(self.name)
+
+        def take(chunk: dict[str, Any]) -> None:
+            collected.append(chunk)
+            for event in translator.feed(chunk):
+                call.gathered.feed(event)  # type: ignore[union-attr]
+                call.gathered_events += 1
+
+        await consume(self._play(call), call.deadlines.stream_idle_s, "the mock", take)
         return response.parse(collected)
 
     async def ready(self, model: ModelInfo) -> None:
