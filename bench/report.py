@@ -86,6 +86,9 @@ def render(res: dict[str, Any]) -> str:
         "in the same repeat. CPU figures count every process the system needs, its client included, and never the "
         "fake upstream.")
     add("")
+    if res.get("only"):
+        add(f"**Only these stages were run (`--only`): {', '.join(res['only'])}.** The other sections are empty.")
+        add("")
     _failures(res, add)
     _machine(res, add)
     _peers(res, add)

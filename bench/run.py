@@ -469,6 +469,7 @@ class Bench:
     async def run(self) -> int:
         t_start = time.time()
         self.results["machine"] = machine()
+        self.results["only"] = sorted(self.only)
         self.results["versions"] = versions()
         cpu0 = self_cpu()
         async with trio.open_nursery() as nursery:
