@@ -204,6 +204,7 @@ class Run:
             d.dir, d.runtime_dir, d.config_path, d.env = previous.dir, previous.runtime_dir, \
                 previous.config_path, previous.env
             d.proc, d.lines, d.ready, d.exited = None, [], trio.Event(), trio.Event()
+            d._new_line = trio.Event()
             self.daemon = d
         await self.daemon.start(self.nursery)
         if self.daemon.exited.is_set():

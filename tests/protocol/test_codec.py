@@ -93,6 +93,7 @@ SAMPLES: list[m.Msg] = [
     m.RelayBatch(relays=[m.Relay(request_id="r", frames=[b"c\x00a"], last_seq=0),
                          m.Relay(request_id="q", frames=[b"d\x00b", b"d\x00c"], last_seq=7, terminal=True)]),
     m.CallResult(call_id=1, ok=False, error=ERROR, input_tokens=4),
+    m.Progress(request_id="r", content=[m.TextPart(text="so far")], model="m"),
     *[part for part in REQUEST.messages[1].content + REQUEST.messages[2].content + REQUEST.messages[3].content],
 ]
 
