@@ -67,3 +67,20 @@ async def test_running_out_of_tool_rounds_with_calls_pending_is_a_warning(daemon
     assert [c.arguments for c in result.tool_calls] == [{"city": "Oslo"}]  # asked for, never run
     (warning,) = [w for w in result.warnings if w.code == "tool_rounds_exhausted"]
     assert "max_tool_rounds=1" in warning.message and "get_weather" in warning.message
+
+
+SYNC_STREAM = (
+    "import sys\n"
+    "from trunkline import Message, SyncClient\n"
+    "with SyncClient(sys.argv[1]) as client:\n"
+    "    with client.stream('mock:echo', [Message.user('as Client.stream')]) as s:\n"
+    "        print(''.join(s.text_stream), '|', s.response().text)\n")
+
+
+async def test_sync_stream_takes_messages_and_gives_the_response_as_client_stream_does(daemon):
+    import sys
+
+    result = await trio.run_process([sys.executable, "-c", SYNC_STREAM, str(daemon.runtime_dir)],
+                                    capture_stdout=True, capture_stderr=True, check=False)
+    assert result.returncode == 0, result.stderr.decode()
+    assert result.stdout.decode().strip() == "as Client.stream | as Client.stream"

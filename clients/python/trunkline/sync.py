@@ -72,6 +72,12 @@ class SyncStream:
     def result(self) -> Any:
         return self._owner._call(self._result)
 
+    def response(self) -> Response:
+        """The final response, as `Client.stream(...).response()` gives it (the last
+        step's, for a loop that ran tools)."""
+        result = self.result()
+        return getattr(result, "response", result)  # type: ignore[no-any-return]
+
 
 class SyncClient:
     """`with SyncClient() as client: print(client.complete("mock:echo", "hi").text)`"""
