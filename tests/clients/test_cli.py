@@ -154,3 +154,34 @@ async def test_ask_reads_a_large_prompt_from_stdin_or_a_file(daemon, tmp_path):
     assert missing.returncode != 0 and "cannot read --file" in missing.stderr.decode()
     empty = await cli("ask", "mock:echo", runtime_dir=daemon.runtime_dir)
     assert empty.returncode != 0 and "the prompt is empty" in empty.stderr.decode()
+
+
+async def test_tail_prints_the_bus_as_it_happens(daemon):
+    from trunkline import Client
+
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "trunkline.cli", "tail", "--name", "llm.", "--runtime-dir", str(daemon.runtime_dir)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    lines: list[str] = []
+    try:
+        with trio.fail_after(30):
+            said = b""
+            while b"watching the bus" not in said:  # tail says when its subscription is live
+                said += await proc.stderr.receive_some(4096)
+            async with Client(daemon.runtime_dir) as client:
+                await client.complete("mock:echo", "watched", request_id="req-tail-1")
+            buf = b""
+            while not any("llm.call_completed" in line for line in lines):
+                chunk = await proc.stdout.receive_some(4096)
+                assert chunk, "tail ended early"
+                buf += chunk
+                *done, buf = buf.split(b"\n")
+                lines += [d.decode() for d in done]
+    finally:
+        proc.terminate()
+        await proc.wait()
+    completed = next(line for line in lines if "llm.call_completed" in line)
+    assert "req-tail-1" in completed and "provider=mock" in completed and "model=mock:echo" in completed
+    assert "tokens=" in completed
+    assert all(" llm." in line for line in lines)  # --name llm. keeps only llm.* events

@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from .client import Client
 from .errors import DaemonNotRunning, DaemonUnavailable, TrunklineError, error_from_info
 from .protocol import __version__
 from .protocol.messages import (
+    BusEvent,
     ErrorEvent,
     Finish,
     Message,
@@ -41,12 +43,13 @@ def _runtime_dir(args: argparse.Namespace) -> Path | None:
     return Path(args.runtime_dir).expanduser() if args.runtime_dir else None
 
 
-def _client(args: argparse.Namespace) -> Client:
+def _client(args: argparse.Namespace, watch_bus: bool = False) -> Client:
     """A client for the daemon the options name: the local one by default; a remote one
     with --control-endpoint (or TRUNKLINE_CONTROL), --token and --tls-ca-file, the same
     names the Python client's arguments and the C client use."""
     return Client(_runtime_dir(args), client_name="trunkline-cli", control_endpoint=args.control_endpoint,
-                  token=args.token, tls_ca_file=args.tls_ca_file, tls_server_name=args.tls_server_name)
+                  token=args.token, tls_ca_file=args.tls_ca_file, tls_server_name=args.tls_server_name,
+                  watch_bus=watch_bus)
 
 
 def _json(obj: Any) -> str:
@@ -179,6 +182,37 @@ async def _status(args: argparse.Namespace) -> int:
     return 0
 
 
+def bus_line(ev: BusEvent) -> str:
+    """One bus event as one line: the time, the event's name, then what it says."""
+    parts = [time.strftime("%H:%M:%S", time.localtime()), ev.name]
+    if ev.request_id:
+        parts.append(ev.request_id)
+    for key in ("provider", "model", "attempt", "error_class", "retry_count", "wait_s", "latency_ms"):
+        value = getattr(ev, key)
+        if value is not None:
+            parts.append(f"{key}={value:g}" if isinstance(value, float) else f"{key}={value}")
+    if ev.usage is not None:
+        parts.append(f"tokens={ev.usage.input_tokens}/{ev.usage.output_tokens}")
+    if ev.detail:
+        parts.append(ev.detail)
+    return " ".join(parts)
+
+
+async def _tail(args: argparse.Namespace) -> int:
+    """Print the daemon's bus as it happens (calls started, completed, failed, retried,
+    rate-limited; workers up, exited, unavailable), until interrupted."""
+    async with _client(args, watch_bus=True) as client:
+        # Said once the subscription is live (the client's probe has come back): from here
+        # on nothing the daemon publishes is missed.
+        print(f"trunkline: watching the bus of {client.control_endpoint} (Ctrl-C to stop)", file=sys.stderr,
+              flush=True)
+        async for ev in client.bus_events:
+            if args.name and not any(ev.name.startswith(prefix) for prefix in args.name):
+                continue
+            print(_json(ev).replace("\n", " ") if args.json else bus_line(ev), flush=True)
+    return 0
+
+
 async def _ready(args: argparse.Namespace) -> int:
     async with _client(args) as client:
         result = await client.ready(args.model)
@@ -256,6 +290,12 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--temperature", type=float)
     common(sp)
 
+    sp = sub.add_parser("tail", help="print the daemon's bus (calls, retries, workers) as it happens")
+    sp.add_argument("--name", action="append", help="only events whose name starts with this (repeatable), "
+                    "e.g. llm.call_failed or worker.")
+    sp.add_argument("--json", action="store_true", help="one JSON object per line")
+    common(sp)
+
     sp = sub.add_parser("models", help="list the model catalog")
     sp.add_argument("--provider")
     sp.add_argument("--json", action="store_true")
@@ -276,7 +316,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
-COMMANDS = {"ask": _ask, "models": _models, "status": _status, "ready": _ready, "reload": _reload}
+COMMANDS = {"ask": _ask, "models": _models, "status": _status, "ready": _ready, "reload": _reload, "tail": _tail}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
