@@ -197,6 +197,11 @@ class ModelEntry(_Section):
     rules: ModelRules = msgspec.field(default_factory=ModelRules)
 
 
+class MetricsConfig(_Section):
+    #: `HOST:PORT` of a Prometheus scrape endpoint (`GET /metrics`); off when unset.
+    listen: str | None = None
+
+
 class Config(_Section):
     runtime_dir: str | None = None
     state_dir: str | None = None
@@ -207,6 +212,7 @@ class Config(_Section):
     retry: RetryPolicy = msgspec.field(default_factory=RetryPolicy)
     timeouts: TimeoutPolicy = msgspec.field(default_factory=TimeoutPolicy)
     replay: ReplayConfig = msgspec.field(default_factory=ReplayConfig)
+    metrics: MetricsConfig = msgspec.field(default_factory=MetricsConfig)
     providers: dict[str, ProviderConfig] = msgspec.field(default_factory=dict)
     #: Extra catalog entries (for example models of a local server), by canonical id.
     models: dict[str, ModelEntry] = msgspec.field(default_factory=dict)
@@ -442,6 +448,10 @@ def _check(config: Config, source: Path) -> None:
         problem = endpoint_problem(getattr(config.endpoints, which))
         if problem:
             raise ConfigError(f"config error in {source} at `endpoints.{which}`: {problem}")
+    if config.metrics.listen is not None and not re.fullmatch(r"(?:\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]*):\d{1,5}",
+                                                               config.metrics.listen):
+        raise ConfigError(f"config error in {source} at `metrics.listen`: {config.metrics.listen!r} is not "
+                          "HOST:PORT (e.g. 127.0.0.1:9464)")
     for name, provider in config.providers.items():
         if provider.max_connections < 1:
             raise ConfigError(f"config error in {source} at `providers.{name}.max_connections`: must be at least 1")

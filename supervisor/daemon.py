@@ -36,6 +36,7 @@ from ..protocol.messages import (
     Response,
     StopJob,
 )
+from .metrics import DaemonMetrics
 from .requests import RequestState, RequestTable, estimate_billing
 from .slot import WorkerSlot
 
@@ -80,6 +81,7 @@ class Daemon:
                 slot.state = "not_configured"
                 slot.last_error = f"environment variable {provider.key_hint()} is not set"
             self.slots[name] = slot
+        self.metrics = DaemonMetrics(self) if config.metrics.listen else None
         self.accepting = True
         self.started_wall = time.time()
         self.started_at = 0.0
@@ -108,10 +110,17 @@ class Daemon:
         the supervisor already ended (cancelled by timeout, or a previous generation)."""
         if not msg.request_id:
             self.pub.publish_many(msg.frames)  # bus events, each its own topic's message
+            if self.metrics is not None:
+                for frame in msg.frames:
+                    self.metrics.bus(decode_event(split_frame(frame)[1]))
             return
         state = self.requests.active.get(msg.request_id)
         if state is None:
             return
+        if self.metrics is not None and not state.first_event:
+            state.first_event = True
+            if state.stream:
+                self.metrics.first_event(state, trio.current_time() - state.submitted_at)
         if msg.terminal and state.trace is not None:
             state.trace["terminal_received"] = trace.now_ns()
         self.pub.publish_many(batch_frames(msg.frames))
@@ -125,9 +134,15 @@ class Daemon:
 
     def _ended(self, state: RequestState) -> None:
         now = trio.current_time()
-        if log.isEnabledFor(logging.INFO):
-            log.info("request %s %s %s: %s in %.0f ms", state.request_id, state.model,
-                     "stream" if state.stream else "complete", _outcome(state), (now - state.submitted_at) * 1000)
+        logging_it = log.isEnabledFor(logging.INFO)
+        if logging_it or self.metrics is not None:
+            terminal = _terminal(state)
+            if logging_it:
+                log.info("request %s %s %s: %s in %.0f ms", state.request_id, state.model,
+                         "stream" if state.stream else "complete", _outcome(terminal),
+                         (now - state.submitted_at) * 1000)
+            if self.metrics is not None:
+                self.metrics.ended(state, terminal, now - state.submitted_at)
         self.requests.end(state, now)
         slot = self.slots.get(state.provider)
         if slot is not None:
@@ -256,6 +271,12 @@ class Daemon:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self.started_at = trio.current_time()
         self._bind()
+        if self.metrics is not None and self.config.metrics.listen:
+            try:
+                self.metrics.serve(self.config.metrics.listen)
+            except OSError as exc:
+                raise StartupError(f"cannot serve metrics on {self.config.metrics.listen}: {exc}") from None
+            log.info("metrics on http://%s/metrics", self.config.metrics.listen)
         log.info("trunkline %s serving %s (events %s)", __version__, self.control_url, self.events_url)
         try:
             async with trio.open_nursery() as nursery:
@@ -350,14 +371,18 @@ def main_serve(config_path: str | None, runtime_dir: Path | None) -> int:
     return 0
 
 
-def _outcome(state: RequestState) -> str:
-    """How a request ended, from its terminal frame: the finish reason, or the error class."""
+def _terminal(state: RequestState) -> Any:
+    """A request's terminal event, from its last frame (None if it cannot be read)."""
     if not state.ring:
-        return "ended"
+        return None
     try:
-        event = decode_event(split_frame(state.ring[-1])[1])
-    except Exception:  # noqa: BLE001 - a log line must never fail a request
-        return "ended"
+        return decode_event(split_frame(state.ring[-1])[1])
+    except Exception:  # noqa: BLE001 - a log line or a metric must never fail a request
+        return None
+
+
+def _outcome(event: Any) -> str:
+    """How a request ended: the finish reason and tokens, or the error class."""
     if type(event) is Finish:
         usage = event.response.usage
         return f"{event.response.finish_reason.reason}, {usage.input_tokens} in / {usage.output_tokens} out"

@@ -28,7 +28,7 @@ class RequestState:
     __slots__ = (
         "request_id", "client_id", "provider", "model", "stream", "operation_id",
         "generation", "ring", "last_seq", "ended", "ended_at", "cancel_deadline", "submitted_at", "trace",
-        "ring_bytes", "evicted", "job", "progress",
+        "ring_bytes", "evicted", "job", "progress", "first_event",
     )
 
     def __init__(self, request_id: str, client_id: str, provider: str, model: str, stream: bool,
@@ -51,6 +51,7 @@ class RequestState:
         self.evicted = False  # its ring was let go to keep within the budget
         #: A whole-response job's content so far, as its worker last reported it.
         self.progress: Progress | None = None
+        self.first_event = False  # a worker's first frame for it has been relayed (for metrics)
         #: What was sent to the worker, while it runs: a partial the supervisor must
         #: report itself (the worker died) is estimated from its prompt and model.
         self.job: Job | None = None

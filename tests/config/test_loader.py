@@ -132,6 +132,7 @@ def test_an_empty_list_of_key_names_is_refused(tmp_path):
      "at `providers.lab.max_connections`: must be at least 1"),
     ("retry:\n  max_retries: 1\nretry:\n  max_retries: 2\n", "invalid YAML at line 3, column 1: duplicate key 'retry'"),
     ("providers:\n  a: {type: mock}\n  a: {type: mock}\n", "duplicate key 'a'"),
+    ("metrics:\n  listen: 'http://x:9464/metrics'\n", "at `metrics.listen`: 'http://x:9464/metrics' is not HOST:PORT"),
 ])
 def test_settings_that_cannot_work_are_refused_at_load(tmp_path, text, words):
     with pytest.raises(ConfigError, match=re.escape(words)):
