@@ -69,6 +69,22 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+async def answers(proc: trio.Process, url: str, timeout_s: float, any_status: bool = False) -> bool:
+    """Whether the peer `proc` starts answering `url` (with a 200, or with anything when
+    `any_status`) within `timeout_s`, while it runs."""
+    async with httpx.AsyncClient() as client:
+        with trio.move_on_after(timeout_s):
+            while proc.returncode is None:
+                try:
+                    reply = await client.get(url, timeout=2)
+                    if any_status or reply.status_code == 200:
+                        return True
+                except httpx.TransportError:
+                    pass
+                await trio.sleep(0.25)
+    return False
+
+
 @dataclass
 class Proxy:
     proc: trio.Process
@@ -118,16 +134,8 @@ async def start_proxy(upstream_port: int, workdir: Path, log: Path, timeout_s: f
              "--num_workers", "1"], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env=peer_env(), cwd=str(workdir))
     proxy = Proxy(proc, port, version)
-    async with httpx.AsyncClient() as client:
-        with trio.move_on_after(timeout_s):
-            while proc.returncode is None:
-                try:
-                    r = await client.get(f"http://127.0.0.1:{port}/health/liveliness", timeout=2)
-                    if r.status_code == 200:
-                        return proxy
-                except httpx.TransportError:
-                    pass
-                await trio.sleep(0.25)
+    if await answers(proc, f"http://127.0.0.1:{port}/health/liveliness", timeout_s):
+        return proxy
     await proxy.stop()
     raise PeerUnavailable(f"the LiteLLM proxy did not start within {timeout_s:g}s offline "
                           f"(exit {proc.returncode}; see {log.name})")
@@ -185,15 +193,8 @@ async def start_portkey(upstream_port: int, log: Path, timeout_s: float = 60.0) 
                                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                                                 cwd=str(PORTKEY_DIR))
     portkey = Portkey(proc, port, version, upstream_port)
-    async with httpx.AsyncClient() as client:
-        with trio.move_on_after(timeout_s):
-            while proc.returncode is None:
-                try:
-                    await client.get(f"http://127.0.0.1:{port}/", timeout=2)
-                    return portkey
-                except httpx.TransportError:
-                    pass
-                await trio.sleep(0.25)
+    if await answers(proc, f"http://127.0.0.1:{port}/", timeout_s, any_status=True):
+        return portkey
     await portkey.stop()
     raise PeerUnavailable(f"the Portkey gateway did not start within {timeout_s:g}s "
                           f"(exit {proc.returncode}; see {log.name})")
