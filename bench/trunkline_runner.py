@@ -69,6 +69,8 @@ class Daemon:
     version: str = ""
     #: Start with TRUNKLINE_TRACE_HOPS=1: the daemon stamps each request's path through it.
     trace_hops: bool = False
+    #: Config merged over the benchmark's (e.g. `{"metrics": {"listen": ...}}`).
+    extra: dict = field(default_factory=dict)
 
     @property
     def runtime_dir(self) -> Path:
@@ -77,7 +79,7 @@ class Daemon:
 
     async def start(self, timeout_s: float = 30.0) -> Daemon:
         config = self.dir / "config.yaml"
-        config.write_text(yaml.safe_dump(bench_config(self.upstream_port, self.dir / "state")))
+        config.write_text(yaml.safe_dump({**bench_config(self.upstream_port, self.dir / "state"), **self.extra}))
         env = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "OPENROUTER_API_KEY")}
         env["FAKE_ANTHROPIC_KEY"] = "bench-key"
         # Set either way, so a TRUNKLINE_TRACE_HOPS=1 left in the caller's environment

@@ -1,0 +1,95 @@
+"""What the Prometheus metrics cost: CPU per request of the daemon (supervisor and the
+worker) with `metrics.listen` set and without, against the same fake upstream, in one
+run, the two daemons taking turns so that the machine's drift falls on both alike.
+
+    .venv/bin/python -m bench.telemetry_overhead [--requests 2000] [--rounds 5] [--stream]
+
+The target (issue 22) is under 5% of added CPU per request. A scrape every second
+runs throughout, as a Prometheus server would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import statistics
+import sys
+from pathlib import Path
+
+import httpx
+import trio
+
+from trunkline import Client
+
+from .load import closed_loop
+from .procs import CpuMeter, LineProcess
+from .run import REPO
+from .trunkline_runner import OPENAI_PROVIDER, Daemon, TrunklineOps
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def scrape(url: str) -> None:
+    async with httpx.AsyncClient() as http:
+        while True:
+            await http.get(url)
+            await trio.sleep(1.0)
+
+
+async def measure(daemon: Daemon, requests: int, stream: bool) -> float:
+    """CPU seconds per request of the daemon's supervisor and its `fake` worker."""
+    async with Client(daemon.runtime_dir, client_name="bench-telemetry") as client:
+        ops = TrunklineOps(client)
+        model = f"{OPENAI_PROVIDER}:bench-c{50 if stream else 1}"
+        op = (lambda: ops.stream(model)) if stream else (lambda: ops.complete(model))  # noqa: E731
+        await closed_loop(op, 4, count=50, duration_s=30)
+        meter = CpuMeter({"supervisor": [daemon.pid], "worker": [daemon.workers[OPENAI_PROVIDER]]},
+                         include_self=False).start()
+        result = await closed_loop(op, 4, count=requests, duration_s=600)
+        used = meter.stop()
+    return sum(used.values()) / max(len(result.samples), 1)
+
+
+async def run(requests: int, rounds: int, stream: bool, logs: Path) -> None:
+    upstream = LineProcess([sys.executable, "-m", "bench.upstream"], cwd=str(REPO), log=logs / "upstream.log")
+    await upstream.start()
+    port = int((await upstream.readline(30)).split()[1])
+    metrics_port = free_port()
+    off = await Daemon(port, logs / "daemon-off.log").start()
+    on = await Daemon(port, logs / "daemon-on.log", extra={"metrics": {"listen": f"127.0.0.1:{metrics_port}"}}).start()
+    per: dict[str, list[float]] = {"off": [], "on": []}
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(scrape, f"http://127.0.0.1:{metrics_port}/metrics")
+            for _ in range(rounds):
+                for name, daemon in (("off", off), ("on", on)):
+                    per[name].append(await measure(daemon, requests, stream))
+            nursery.cancel_scope.cancel()
+    finally:
+        for d in (off, on):
+            await d.stop()
+        await upstream.stop()
+    off_ms, on_ms = statistics.median(per["off"]) * 1e3, statistics.median(per["on"]) * 1e3
+    kind = "50-chunk streams" if stream else "one-chunk requests"
+    print(f"daemon CPU per request ({kind}, median of {rounds} rounds of {requests}):")
+    print(f"  metrics off: {off_ms:.3f} ms   ({', '.join(f'{v * 1e3:.3f}' for v in per['off'])})")
+    print(f"  metrics on:  {on_ms:.3f} ms   ({', '.join(f'{v * 1e3:.3f}' for v in per['on'])})")
+    print(f"  overhead: {(on_ms - off_ms) / off_ms * 100:+.1f}% (target: under 5%)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--stream", action="store_true", help="50-chunk streams instead of one-chunk requests")
+    parser.add_argument("--logs", type=Path, default=Path("/tmp"))
+    args = parser.parse_args()
+    trio.run(run, args.requests, args.rounds, args.stream, args.logs)
+
+
+if __name__ == "__main__":
+    main()
