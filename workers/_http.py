@@ -180,8 +180,7 @@ class HttpAdapter(Adapter):
             async with self._send(path, body, self.headers_for(call, headers)) as response:
                 call.rate_limit = self._rate_limit(response)
                 if response.status_code >= 400:
-                    raise self.classify(response.status_code, response.headers,
-                                        await self._read(response, idle, EXCERPT_BYTES))
+                    raise await self.error_of(response, idle)
                 call.answered = True
                 content = await self._read(response, idle)
         except httpx.TransportError as exc:
@@ -210,8 +209,7 @@ class HttpAdapter(Adapter):
                                           headers={**self.auth_headers(), **(headers or {})}) as response:
                 idle = self.timeouts.stream_idle_s
                 if response.status_code >= 400:
-                    raise self.classify(response.status_code, response.headers,
-                                        await self._read(response, idle, EXCERPT_BYTES))
+                    raise await self.error_of(response, idle)
                 content = await self._read(response, idle)
         except httpx.TransportError as exc:
             raise from_transport(exc, self.name) from None
@@ -238,8 +236,7 @@ class HttpAdapter(Adapter):
                 call.upstream_open = True
                 call.rate_limit = self._rate_limit(response)
                 if response.status_code >= 400:
-                    raise self.classify(response.status_code, response.headers,
-                                        await self._read(response, idle, EXCERPT_BYTES))
+                    raise await self.error_of(response, idle)
                 call.answered = True
                 kind = response.headers.get("content-type", "").lower()
                 if kind and not any(f in kind for f in formats):

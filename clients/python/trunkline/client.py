@@ -198,13 +198,11 @@ def _plain_tool(tool: Any) -> Any:
     """A plain function becomes an active tool (its schema from its hints and docstring);
     OpenAI's `{"type": "function", "function": {...}}` becomes our field dict. A dict of
     our own fields goes as it is: the daemon checks it, as it checks every request."""
-    if isinstance(tool, dict):
-        if tool.get("type") == "function" and isinstance(tool.get("function"), dict):
-            return {k: v for k, v in tool["function"].items() if k in ("name", "description", "parameters", "strict")}
-        return tool
-    if callable(tool) and not isinstance(tool, msgspec.Struct):
-        from .tools import tool as make_tool
+    from .tools import tool as make_tool, tool_fields
 
+    if isinstance(tool, dict):
+        return tool_fields(tool)
+    if callable(tool) and not isinstance(tool, msgspec.Struct):
         return make_tool(tool)
     return tool
 

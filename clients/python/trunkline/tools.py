@@ -69,6 +69,14 @@ class Tool(ToolDefinition, metaclass=_ToolMeta, dict=True, kw_only=True):
         return execute(*args, **kwargs)
 
 
+def tool_fields(value: dict[str, Any]) -> dict[str, Any]:
+    """A tool dict's fields: ours as they are, or those inside OpenAI's
+    `{"type": "function", "function": {...}}`."""
+    if value.get("type") == "function" and isinstance(value.get("function"), dict):
+        return {k: v for k, v in value["function"].items() if k in ToolDefinition.__struct_fields__}
+    return value
+
+
 def as_tool(value: Any) -> Any:
     """What people pass as a tool, as one: a `Tool` as is; a plain function as an active
     tool (its schema from its hints and docstring); OpenAI's `{"type": "function",
@@ -76,9 +84,7 @@ def as_tool(value: Any) -> Any:
     if isinstance(value, ToolDefinition):
         return value
     if isinstance(value, dict):
-        fields = value["function"] if value.get("type") == "function" and isinstance(value.get("function"), dict) \
-            else value
-        known = {k: v for k, v in fields.items() if k in ToolDefinition.__struct_fields__}
+        known = {k: v for k, v in tool_fields(value).items() if k in ToolDefinition.__struct_fields__}
         if "name" not in known:
             raise TypeError(f"a tool needs a name: {value!r}")
         return Tool(**known)
