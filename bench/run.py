@@ -200,6 +200,7 @@ class Bench:
         """Run one system at one concurrency; return its latency summary and CPU."""
         meter = CpuMeter(self.groups_for(system), include_self=system not in SDK_SYSTEMS).start()
         wall0 = time.perf_counter()
+        served_by_rust = None  # what the SDK driver says its Rust path served
         if system in SDK_SYSTEMS:
             assert self.sdk is not None
             if api == "anthropic":
@@ -224,7 +225,7 @@ class Bench:
         cell_wall = time.perf_counter() - wall0
         out: dict[str, Any] = {"errors": result.errors, "first_error": result.first_error, "wall_s": result.wall_s,
                                "cpu": cpu, "cell_wall_s": cell_wall}
-        if system == "sdk_rust":
+        if served_by_rust is not None and system == "sdk_rust":
             out["served_by_rust"] = served_by_rust
         samples = result.samples
         if kind == "complete":

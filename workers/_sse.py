@@ -124,10 +124,11 @@ class SseDecoder:
             self._start = False
             if tail.startswith(_BOM):
                 del tail[:3]
-        end = tail.find(b"\n\n", searched)
+        # The old tail holds no blank line (it was cut after the last one), so the last
+        # one now, if any, ends at or after `searched`: one backward scan finds it.
+        end = tail.rfind(b"\n\n", searched)
         if end < 0:
             return []
-        end = tail.rfind(b"\n\n")
         head = bytes(tail[:end])
         del tail[: end + 2]
         out: list[RawEvent] = []
