@@ -202,6 +202,28 @@ class MetricsConfig(_Section):
     listen: str | None = None
 
 
+class TelemetryConfig(_Section):
+    """OpenTelemetry export over OTLP/HTTP; off unless `enabled` or `otlp_endpoint` is set."""
+
+    enabled: bool = False
+    #: The collector's base URL (`/v1/traces` and `/v1/metrics` are appended); unset: the
+    #: standard OTEL_EXPORTER_OTLP_* variables, else http://localhost:4318.
+    otlp_endpoint: str | None = None
+    #: Extra request headers for the collector. Secrets belong in OTEL_EXPORTER_OTLP_HEADERS.
+    otlp_headers: dict[str, str] = msgspec.field(default_factory=dict)
+    service_name: str = "trunkline"
+    traces: bool = True
+    metrics: bool = True
+    #: Seconds between metric exports; unset: OTEL_METRIC_EXPORT_INTERVAL, else 60.
+    metric_interval_s: float | None = None
+    #: Put prompts, answers and tool definitions on the spans (they may hold personal data).
+    capture_content: bool = False
+
+    @property
+    def on(self) -> bool:
+        return (self.enabled or self.otlp_endpoint is not None) and (self.traces or self.metrics)
+
+
 class Config(_Section):
     runtime_dir: str | None = None
     state_dir: str | None = None
@@ -213,6 +235,7 @@ class Config(_Section):
     timeouts: TimeoutPolicy = msgspec.field(default_factory=TimeoutPolicy)
     replay: ReplayConfig = msgspec.field(default_factory=ReplayConfig)
     metrics: MetricsConfig = msgspec.field(default_factory=MetricsConfig)
+    telemetry: TelemetryConfig = msgspec.field(default_factory=TelemetryConfig)
     providers: dict[str, ProviderConfig] = msgspec.field(default_factory=dict)
     #: Extra catalog entries (for example models of a local server), by canonical id.
     models: dict[str, ModelEntry] = msgspec.field(default_factory=dict)
@@ -452,6 +475,14 @@ def _check(config: Config, source: Path) -> None:
                                                                config.metrics.listen):
         raise ConfigError(f"config error in {source} at `metrics.listen`: {config.metrics.listen!r} is not "
                           "HOST:PORT (e.g. 127.0.0.1:9464)")
+    telemetry = config.telemetry
+    if telemetry.otlp_endpoint is not None:
+        problem = base_url_problem(telemetry.otlp_endpoint)
+        if problem:
+            raise ConfigError(f"config error in {source} at `telemetry.otlp_endpoint`: {problem}")
+    if telemetry.metric_interval_s is not None and not (0 < telemetry.metric_interval_s <= 86400):
+        raise ConfigError(f"config error in {source} at `telemetry.metric_interval_s`: must be in (0, 86400] "
+                          f"seconds, got {telemetry.metric_interval_s}")
     for name, provider in config.providers.items():
         if provider.max_connections < 1:
             raise ConfigError(f"config error in {source} at `providers.{name}.max_connections`: must be at least 1")

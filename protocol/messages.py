@@ -576,13 +576,17 @@ class Probe(Msg, tag="probe", kw_only=True):
 
 
 class Submit(Msg, tag="submit", kw_only=True):
-    """Start a request. Idempotent by `request_id`: a repeat never makes a second call."""
+    """Start a request. Idempotent by `request_id`: a repeat never makes a second call.
+    `trace_context` carries the caller's W3C trace context (`traceparent`, and
+    `tracestate`/`baggage` when set) so the daemon's span for the call joins the
+    caller's trace; a value that does not parse starts a new trace."""
 
     request_id: str
     client_id: str
     request: Request
     stream: bool = True
     operation_id: str | None = None
+    trace_context: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 class Cancel(Msg, tag="cancel", kw_only=True):

@@ -13,13 +13,13 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from ..protocol import __version__
 from ..config.catalog import Catalog
-from ..config.loader import Config
+from ..config.loader import Config, ProviderConfig
 from ..protocol import nng, trace
 from ..protocol.codec import BUS_TOPIC, batch_frames, decode_event, frame_event, split_frame
 from ..protocol.messages import (
@@ -40,7 +40,13 @@ from .metrics import DaemonMetrics
 from .requests import RequestState, RequestTable, estimate_billing
 from .slot import WorkerSlot
 
+if TYPE_CHECKING:
+    from .telemetry import Telemetry
+
 log = logging.getLogger("trunkline.supervisor")
+
+#: Seconds the daemon waits at exit for the OpenTelemetry exporters to send what is pending.
+TELEMETRY_FLUSH_S = 5.0
 
 class StartupError(Exception):
     """The daemon cannot start (another daemon holds the endpoint, a bad directory...)."""
@@ -82,6 +88,7 @@ class Daemon:
                 slot.last_error = f"environment variable {provider.key_hint()} is not set"
             self.slots[name] = slot
         self.metrics = DaemonMetrics(self) if config.metrics.listen else None
+        self.telemetry = _telemetry(config, providers)
         self.accepting = True
         self.started_wall = time.time()
         self.started_at = 0.0
@@ -110,17 +117,21 @@ class Daemon:
         the supervisor already ended (cancelled by timeout, or a previous generation)."""
         if not msg.request_id:
             self.pub.publish_many(msg.frames)  # bus events, each its own topic's message
-            if self.metrics is not None:
+            if self.metrics is not None or self.telemetry is not None:
                 for frame in msg.frames:
-                    self.metrics.bus(decode_event(split_frame(frame)[1]))
+                    self._observe_bus(decode_event(split_frame(frame)[1]))
             return
         state = self.requests.active.get(msg.request_id)
         if state is None:
             return
-        if self.metrics is not None and not state.first_event:
+        if not state.first_event and (self.metrics is not None or self.telemetry is not None):
             state.first_event = True
             if state.stream:
-                self.metrics.first_event(state, trio.current_time() - state.submitted_at)
+                waited = trio.current_time() - state.submitted_at
+                if self.metrics is not None:
+                    self.metrics.first_event(state, waited)
+                if self.telemetry is not None:
+                    self.telemetry.first_event(state, waited)
         if msg.terminal and state.trace is not None:
             state.trace["terminal_received"] = trace.now_ns()
         self.pub.publish_many(batch_frames(msg.frames))
@@ -132,10 +143,18 @@ class Daemon:
                 self.bus("trace.supervisor", request_id=state.request_id, detail=trace.detail(state.trace))
             self._ended(state)
 
+    def _observe_bus(self, event: Any) -> None:
+        if type(event) is not BusEvent:
+            return
+        if self.metrics is not None:
+            self.metrics.bus(event)
+        if self.telemetry is not None and event.request_id:
+            self.telemetry.bus(event, self.requests.active.get(event.request_id))
+
     def _ended(self, state: RequestState) -> None:
         now = trio.current_time()
         logging_it = log.isEnabledFor(logging.INFO)
-        if logging_it or self.metrics is not None:
+        if logging_it or self.metrics is not None or self.telemetry is not None:
             terminal = _terminal(state)
             if logging_it:
                 log.info("request %s %s %s: %s in %.0f ms", state.request_id, state.model,
@@ -143,6 +162,8 @@ class Daemon:
                          (now - state.submitted_at) * 1000)
             if self.metrics is not None:
                 self.metrics.ended(state, terminal, now - state.submitted_at)
+            if self.telemetry is not None:
+                self.telemetry.ended(state, terminal, now - state.submitted_at)
         self.requests.end(state, now)
         slot = self.slots.get(state.provider)
         if slot is not None:
@@ -303,6 +324,11 @@ class Daemon:
                 self.rep.close()
             if self.pub is not None:
                 self.pub.close()
+            if self.telemetry is not None:
+                # What is still batched goes to the collector; one that does not answer
+                # holds the exit up for at most this long.
+                with trio.move_on_after(TELEMETRY_FLUSH_S):
+                    await trio.to_thread.run_sync(self.telemetry.shutdown, abandon_on_cancel=True)
 
     async def _reload_on_sighup(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         from .reload import reload
@@ -369,6 +395,14 @@ def main_serve(config_path: str | None, runtime_dir: Path | None) -> int:
         print(f"trunkline: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _telemetry(config: Config, providers: dict[str, ProviderConfig]) -> Telemetry | None:
+    if not config.telemetry.on or os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return None
+    from .telemetry import Telemetry  # the SDK is imported only when it is used
+
+    return Telemetry(config.telemetry, providers)
 
 
 def _terminal(state: RequestState) -> Any:

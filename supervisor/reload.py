@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("trunkline.supervisor")
 
 #: Top-level settings read only at start.
-_BOUND_AT_START = ("runtime_dir", "state_dir", "log_level", "endpoints", "limits", "replay")
+_BOUND_AT_START = ("runtime_dir", "state_dir", "log_level", "endpoints", "limits", "replay", "metrics", "telemetry")
 
 
 def reload(daemon: Daemon) -> ReloadResult:

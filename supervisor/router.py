@@ -265,6 +265,10 @@ class Router:
             return Rejected(request_id=msg.request_id, error=_error("unavailable", "the daemon is shutting down"))
         if not msg.request_id:
             return Rejected(error=_error("invalid_request", "request_id is empty"))
+        if msg.trace_context:
+            problem = trace_context_problem(msg.trace_context)
+            if problem:
+                return Rejected(request_id=msg.request_id, error=_error("invalid_request", problem))
         resolved = self.resolve(msg.request.model, msg.request.provider)
         if isinstance(resolved, ErrorInfo):
             return Rejected(request_id=msg.request_id, error=resolved)
@@ -296,6 +300,8 @@ class Router:
             d.requests.active.pop(msg.request_id, None)
             slot.in_flight.discard(msg.request_id)
             raise
+        if d.telemetry is not None:
+            d.telemetry.started(state, msg.trace_context)
         return Accepted(request_id=msg.request_id, provider=slot.name, model=resolved.id)
 
     def cancel(self, msg: Cancel, pipe_id: int) -> CancelResult:
@@ -380,3 +386,20 @@ def _version() -> str:
     from ..protocol import __version__
 
     return __version__
+
+
+#: Bounds on `Submit.trace_context` (W3C allows 32 tracestate members and 8 KiB of baggage).
+TRACE_CONTEXT_KEYS = 8
+TRACE_CONTEXT_VALUE_CHARS = 8192
+
+
+def trace_context_problem(carrier: dict[str, str]) -> str | None:
+    """Why a submit's trace context is refused (too much of it), or None. Values that
+    do not parse are not refused: W3C has them ignored, and the call starts a new trace."""
+    if len(carrier) > TRACE_CONTEXT_KEYS:
+        return f"trace_context holds {len(carrier)} entries; at most {TRACE_CONTEXT_KEYS} (traceparent, tracestate, baggage)"
+    for key, value in carrier.items():
+        if len(key) > 64 or len(value) > TRACE_CONTEXT_VALUE_CHARS:
+            return (f"trace_context.{key[:64]} is too long: keys take at most 64 characters, values at most "
+                    f"{TRACE_CONTEXT_VALUE_CHARS}")
+    return None

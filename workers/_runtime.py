@@ -394,15 +394,19 @@ ADAPTERS = {
 }
 
 
-def load_adapter(settings: WorkerSettings) -> Adapter:
+def adapter_class(kind: str) -> type[Adapter]:
     import importlib
 
-    kind = settings.provider.type
     if kind not in ADAPTERS:
         raise ValueError(f"no worker for provider type {kind!r}")
     module, _, cls = ADAPTERS[kind].partition(":")
-    adapter_class = getattr(importlib.import_module(f"{__package__}.{module}"), cls)
-    adapter: Adapter = adapter_class(settings.name, settings.provider, settings.retry, settings.timeouts)
+    found: type[Adapter] = getattr(importlib.import_module(f"{__package__}.{module}"), cls)
+    return found
+
+
+def load_adapter(settings: WorkerSettings) -> Adapter:
+    kind = settings.provider.type
+    adapter: Adapter = adapter_class(kind)(settings.name, settings.provider, settings.retry, settings.timeouts)
     adapter.max_response_bytes = settings.max_response_bytes
     return adapter
 

@@ -32,6 +32,7 @@ from .config.loader import default_runtime_dir
 from .errors import DaemonNotRunning, DaemonUnavailable, error_from_info
 from .files import inline_local_files, max_file_bytes
 from .middleware import chain_complete, chain_stream, has_stream_hooks
+from .tracing import current_trace_context
 from .protocol import codec, nng
 from .protocol.accumulate import StreamAccumulator
 from .protocol.ids import request_id as new_request_id
@@ -576,14 +577,15 @@ class Client:
         request = await self._read_local_files(request)
         route = self._routes.get(rid) or _Route(self, rid)
         self._routes[rid] = route
+        submit = Submit(request_id=rid, client_id=self.client_id, request=request, stream=stream,
+                        operation_id=operation_id, trace_context=current_trace_context())
         try:
-            reply = await self._call(Submit(request_id=rid, client_id=self.client_id, request=request,
-                                            stream=stream, operation_id=operation_id))
+            reply = await self._call(submit)
             if type(reply) is Rejected and reply.error.provider_code == UNKNOWN_CLIENT:
                 # Sent before nng had reconnected to a restarted daemon: hello, then once more.
                 await self._hello_again(force=True)
-                reply = await self._call(Submit(request_id=rid, client_id=self.client_id, request=request,
-                                                stream=stream, operation_id=operation_id))
+                submit.client_id = self.client_id
+                reply = await self._call(submit)
         except BaseException:
             self._routes.pop(rid, None)
             raise

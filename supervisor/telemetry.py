@@ -1,0 +1,340 @@
+"""OpenTelemetry: one GenAI CLIENT span per model call and the GenAI client metrics.
+
+Off unless configured (`telemetry`). The supervisor sees each request from submit
+to its terminal event and every bus event its worker publishes, so the span is
+opened here, with the caller's trace context (`Submit.trace_context`) as its
+parent, and closed when the terminal event is relayed. The worker's attempts
+and retries arrive as bus events and become span events, so a retried call is
+one span that shows each attempt. Attribute and metric names follow the
+OpenTelemetry GenAI semantic conventions; what they do not name is under
+`trunkline.*`. Exporting (OTLP over HTTP) happens on the SDK's own threads.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import urllib.parse
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import propagate
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+
+from ..protocol import __version__
+from ..protocol.messages import (
+    AudioPart,
+    BusEvent,
+    DocumentPart,
+    ErrorEvent,
+    Finish,
+    ImagePart,
+    Message,
+    Request,
+    Response,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolResultPart,
+)
+
+if TYPE_CHECKING:
+    from ..config.loader import ProviderConfig, TelemetryConfig
+    from .requests import RequestState
+
+log = logging.getLogger("trunkline.telemetry")
+
+#: Provider types whose `gen_ai.provider.name` the conventions fix; other providers
+#: go by their configured name (`groq`, `deepseek`, `ollama`...).
+PROVIDER_NAMES = {"anthropic": "anthropic", "openai": "openai", "gemini": "gcp.gemini"}
+#: The conventions' advisory bucket boundaries.
+TOKEN_BUCKETS = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864]
+#: Seconds one export may take (the SDK's default, 10, would hold a daemon's exit up).
+EXPORT_TIMEOUT_S = 4.0
+SECONDS_BUCKETS = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92]
+
+
+class Telemetry:
+    """Spans and metrics for the daemon's model calls. Tests hand in their own span
+    processor and metric reader (the SDK's in-memory ones); the daemon makes OTLP ones."""
+
+    def __init__(self, config: TelemetryConfig, providers: dict[str, ProviderConfig], *,
+                 span_processor: SpanProcessor | None = None, metric_reader: MetricReader | None = None) -> None:
+        self.capture_content = config.capture_content
+        self.providers = {name: _provider_attributes(name, provider) for name, provider in providers.items()}
+        resource = Resource.create({"service.name": config.service_name, "service.version": __version__})
+        self.tracer_provider: TracerProvider | None = None
+        self.meter_provider: MeterProvider | None = None
+        if config.traces:
+            self.tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+            self.tracer_provider.add_span_processor(span_processor or BatchSpanProcessor(_span_exporter(config)))
+        self.tracer = self.tracer_provider.get_tracer("trunkline", __version__) if self.tracer_provider else None
+        if config.metrics:
+            reader = metric_reader or PeriodicExportingMetricReader(
+                _metric_exporter(config),
+                export_interval_millis=config.metric_interval_s * 1000 if config.metric_interval_s else None)
+            self.meter_provider = MeterProvider(resource=resource, metric_readers=[reader], shutdown_on_exit=False)
+            meter = self.meter_provider.get_meter("trunkline", __version__)
+            self.token_usage = meter.create_histogram(
+                "gen_ai.client.token.usage", unit="{token}", description="Input and output tokens used",
+                explicit_bucket_boundaries_advisory=TOKEN_BUCKETS)
+            self.duration = meter.create_histogram(
+                "gen_ai.client.operation.duration", unit="s", description="GenAI operation duration",
+                explicit_bucket_boundaries_advisory=SECONDS_BUCKETS)
+            self.first_chunk = meter.create_histogram(
+                "gen_ai.client.operation.time_to_first_chunk", unit="s",
+                description="Streams: time to the first chunk of the response",
+                explicit_bucket_boundaries_advisory=SECONDS_BUCKETS)
+
+    def shutdown(self) -> None:
+        """Export what is pending (bounded by the SDK's own timeouts)."""
+        for provider in (self.tracer_provider, self.meter_provider):
+            if provider is not None:
+                try:
+                    provider.shutdown()
+                except Exception as exc:  # noqa: BLE001 - an unreachable collector must not stop a shutdown
+                    log.warning("telemetry: could not export at shutdown: %s", exc)
+
+    # -- a request's life ----------------------------------------------------------------
+
+    def started(self, state: RequestState, trace_context: dict[str, str]) -> None:
+        job = state.job
+        if job is None:
+            return
+        request = job.request
+        attrs = self._common(state)
+        state.otel_attrs = attrs
+        if self.tracer is None:
+            return
+        span_attrs: dict[str, Any] = {
+            **attrs,
+            "gen_ai.request.stream": state.stream,
+            "gen_ai.output.type": "json" if request.response_format is not None
+            and request.response_format.kind != "text" else "text",
+            "trunkline.request_id": state.request_id,
+            "trunkline.provider": state.provider,
+        }
+        for key, value in (("gen_ai.request.max_tokens", request.max_tokens),
+                           ("gen_ai.request.temperature", request.temperature),
+                           ("gen_ai.request.top_p", request.top_p),
+                           ("gen_ai.request.seed", request.seed),
+                           ("gen_ai.conversation.id", request.session_id)):
+            if value is not None:
+                span_attrs[key] = value
+        if request.stop_sequences:
+            span_attrs["gen_ai.request.stop_sequences"] = request.stop_sequences
+        if state.operation_id != state.request_id:
+            span_attrs["trunkline.operation_id"] = state.operation_id
+        if self.capture_content:
+            span_attrs.update(_input_content(request))
+        parent = propagate.extract(trace_context) if trace_context else None
+        state.span = self.tracer.start_span(
+            f"{attrs['gen_ai.operation.name']} {attrs['gen_ai.request.model']}", context=parent,
+            kind=SpanKind.CLIENT, attributes=span_attrs, start_time=time.time_ns())
+
+    def bus(self, event: BusEvent, state: RequestState | None) -> None:
+        """A worker's attempt, retry or rate-limit wait, on the request's span."""
+        span: Span | None = state.span if state is not None else None
+        if span is None:
+            return
+        name = event.name
+        if name == "llm.call_started":
+            state.attempts = event.attempt or state.attempts + 1  # type: ignore[union-attr]
+            span.add_event("trunkline.attempt.started", {"trunkline.attempt": state.attempts})  # type: ignore[union-attr]
+        elif name == "llm.call_failed":
+            attrs: dict[str, Any] = {"trunkline.attempt": event.attempt or 0, "error.type": event.error_class or "other"}
+            if event.detail:
+                attrs["exception.message"] = event.detail[:500]
+            span.add_event("trunkline.attempt.failed", attrs)
+        elif name in ("llm.retrying", "llm.rate_limited"):
+            # The worker numbers a retry by the attempt it is about to make.
+            attrs = {"trunkline.next_attempt" if name == "llm.retrying" else "trunkline.attempt": event.attempt or 0}
+            if event.error_class:
+                attrs["error.type"] = event.error_class
+            if event.wait_s is not None:
+                attrs["trunkline.wait_s"] = event.wait_s
+            span.add_event("trunkline.retry" if name == "llm.retrying" else "trunkline.rate_limited", attrs)
+
+    def first_event(self, state: RequestState, seconds: float) -> None:
+        if state.span is not None:
+            state.span.set_attribute("gen_ai.response.time_to_first_chunk", seconds)
+        if self.meter_provider is not None and state.otel_attrs is not None:
+            self.first_chunk.record(seconds, state.otel_attrs)
+
+    def ended(self, state: RequestState, terminal: Any, seconds: float) -> None:
+        attrs = state.otel_attrs
+        if attrs is None:
+            return
+        error_type = None
+        response: Response | None = None
+        if type(terminal) is Finish:
+            response = terminal.response
+        elif type(terminal) is ErrorEvent:
+            error_type = terminal.error.error_class
+            response = terminal.partial
+        else:
+            error_type = "other"  # ended without a readable terminal event
+        metric_attrs = dict(attrs)
+        if response is not None and response.model:
+            metric_attrs["gen_ai.response.model"] = response.model
+        if self.meter_provider is not None:
+            if response is not None:
+                usage = response.usage
+                self.token_usage.record(usage.input_tokens, {**metric_attrs, "gen_ai.token.type": "input"})
+                self.token_usage.record(usage.output_tokens, {**metric_attrs, "gen_ai.token.type": "output"})
+            self.duration.record(seconds, {**metric_attrs, "error.type": error_type} if error_type else metric_attrs)
+        span = state.span
+        if span is None:
+            return
+        state.span = None
+        if response is not None:
+            span.set_attributes(_response_attributes(response))
+            if self.capture_content and (response.message.content or type(terminal) is Finish):
+                span.set_attribute("gen_ai.output.messages", json.dumps(
+                    [{**_message_json(response.message), "finish_reason": response.finish_reason.reason}],
+                    ensure_ascii=False))
+        span.set_attribute("trunkline.attempts", max(state.attempts, 1))
+        if error_type is not None:
+            span.set_attribute("error.type", error_type)
+            message = terminal.error.message if type(terminal) is ErrorEvent else "ended without a terminal event"
+            span.set_status(Status(StatusCode.ERROR, message[:500]))
+        span.end(end_time=time.time_ns())
+
+    def _common(self, state: RequestState) -> dict[str, Any]:
+        """The attributes both the span and every metric carry."""
+        job = state.job
+        assert job is not None
+        provider = self.providers.get(state.provider) or {"gen_ai.provider.name": state.provider}
+        return {
+            "gen_ai.operation.name": "generate_content" if provider.get("gen_ai.provider.name") == "gcp.gemini"
+            else "chat",
+            **provider,
+            "gen_ai.request.model": job.model.wire_name or state.model,
+        }
+
+
+def _provider_attributes(name: str, provider: ProviderConfig) -> dict[str, Any]:
+    out: dict[str, Any] = {"gen_ai.provider.name": PROVIDER_NAMES.get(provider.type, name)}
+    url = provider.resolved_base_url() or _default_base_url(provider.type)
+    if url:
+        parsed = urllib.parse.urlsplit(url)
+        if parsed.hostname:
+            out["server.address"] = parsed.hostname
+            out["server.port"] = parsed.port or (443 if parsed.scheme == "https" else 80)
+    return out
+
+
+def _default_base_url(kind: str) -> str:
+    from ..workers._runtime import adapter_class
+
+    try:
+        return str(getattr(adapter_class(kind), "default_base_url", "") or "")
+    except (ValueError, ImportError):
+        return ""
+
+
+def _response_attributes(response: Response) -> dict[str, Any]:
+    usage = response.usage
+    out: dict[str, Any] = {
+        "gen_ai.response.finish_reasons": [response.finish_reason.reason],
+        "gen_ai.usage.input_tokens": usage.input_tokens,
+        "gen_ai.usage.output_tokens": usage.output_tokens,
+    }
+    if response.id:
+        out["gen_ai.response.id"] = response.id
+    if response.model:
+        out["gen_ai.response.model"] = response.model
+    for key, value in (("gen_ai.usage.cache_read.input_tokens", usage.cache_read_tokens),
+                       ("gen_ai.usage.cache_creation.input_tokens", usage.cache_write_tokens),
+                       ("gen_ai.usage.reasoning.output_tokens", usage.reasoning_tokens)):
+        if value:
+            out[key] = value
+    if usage.estimated:
+        out["trunkline.usage.estimated"] = True
+    if response.cost_usd is not None:
+        out["trunkline.cost_usd"] = response.cost_usd
+    if response.warnings:
+        out["trunkline.warnings"] = [w.code for w in response.warnings]
+    return out
+
+
+# -- message contents (capture_content only) ----------------------------------------------
+
+
+def _input_content(request: Request) -> dict[str, str]:
+    system = [m for m in request.messages if m.role in ("system", "developer")]
+    rest = [m for m in request.messages if m.role not in ("system", "developer")]
+    out = {"gen_ai.input.messages": json.dumps([_message_json(m) for m in rest], ensure_ascii=False)}
+    if system:
+        out["gen_ai.system_instructions"] = json.dumps(
+            [part for m in system for part in _message_json(m)["parts"]], ensure_ascii=False)
+    if request.tools:
+        out["gen_ai.tool.definitions"] = json.dumps(
+            [{"type": "function", "name": t.name, "description": t.description, "parameters": t.parameters}
+             for t in request.tools], ensure_ascii=False)
+    return out
+
+
+_MEDIA = {ImagePart: "image", AudioPart: "audio", DocumentPart: "document"}
+
+
+def _message_json(message: Message) -> dict[str, Any]:
+    """The conventions' message form: a role and typed parts. Media go by kind and
+    URL only: their bytes do not belong on a span."""
+    parts: list[dict[str, Any]] = []
+    for part in message.content:
+        kind = type(part)
+        if kind is TextPart:
+            parts.append({"type": "text", "content": part.text})  # type: ignore[union-attr]
+        elif kind is ThinkingPart:
+            parts.append({"type": "reasoning", "content": part.text})  # type: ignore[union-attr]
+        elif kind is ToolCallPart:
+            parts.append({"type": "tool_call", "id": part.id, "name": part.name,  # type: ignore[union-attr]
+                          "arguments": part.arguments})  # type: ignore[union-attr]
+        elif kind is ToolResultPart:
+            content = part.content  # type: ignore[union-attr]
+            parts.append({"type": "tool_call_response", "id": part.tool_call_id,  # type: ignore[union-attr]
+                          "response": content if isinstance(content, str)
+                          else "".join(p.text for p in content if type(p) is TextPart)})
+        elif kind in _MEDIA:
+            url = part.url  # type: ignore[union-attr]
+            media: dict[str, Any] = {"type": "uri" if url and not url.startswith("data:") else "blob",
+                                     "modality": _MEDIA[kind]}
+            if media["type"] == "uri":
+                media["uri"] = url
+            if part.media_type:  # type: ignore[union-attr]
+                media["mime_type"] = part.media_type  # type: ignore[union-attr]
+            parts.append(media)
+        # Opaque provider parts and encrypted reasoning say nothing a reader could use.
+    role = "assistant" if message.role == "assistant" else "tool" if message.role == "tool" \
+        else "system" if message.role in ("system", "developer") else "user"
+    return {"role": role, "parts": parts}
+
+
+# -- exporters ------------------------------------------------------------------------------
+
+
+def _signal_url(config: TelemetryConfig, signal: str) -> str | None:
+    """The config's collector URL for one signal; None leaves it to the OTEL_* variables."""
+    if config.otlp_endpoint is None:
+        return None
+    return f"{config.otlp_endpoint.rstrip('/')}/v1/{signal}"
+
+
+def _span_exporter(config: TelemetryConfig) -> Any:
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    return OTLPSpanExporter(endpoint=_signal_url(config, "traces"), headers=config.otlp_headers or None,
+                            timeout=EXPORT_TIMEOUT_S)
+
+
+def _metric_exporter(config: TelemetryConfig) -> Any:
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
+    return OTLPMetricExporter(endpoint=_signal_url(config, "metrics"), headers=config.otlp_headers or None,
+                              timeout=EXPORT_TIMEOUT_S)
