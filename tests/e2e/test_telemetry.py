@@ -1,0 +1,109 @@
+"""OpenTelemetry through the real daemon: a caller's trace continues into the daemon's
+GenAI span, which a collector on 127.0.0.1 receives over OTLP/HTTP with the retry on it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.trace import TracerProvider
+
+from fakes.upstream import FakeUpstream, Reply
+from trunkline import Client
+
+pytestmark = pytest.mark.e2e
+
+KEY = "fake-anthropic-key-never-to-be-seen-0123456789"
+ANSWER = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5-20250929",
+          "content": [{"type": "text", "text": "4"}], "stop_reason": "end_turn",
+          "usage": {"input_tokens": 14, "output_tokens": 2, "cache_read_input_tokens": 3}}
+OVERLOADED = Reply(529, {"content-type": "application/json"},
+                   [b'{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}'])
+ACCEPTED = Reply(200, {"content-type": "application/x-protobuf"}, [])
+
+
+def value(any_value: Any) -> Any:
+    kind = any_value.WhichOneof("value")
+    if kind == "array_value":
+        return [value(v) for v in any_value.array_value.values]
+    return getattr(any_value, kind)
+
+
+def attributes(items: Any) -> dict[str, Any]:
+    return {kv.key: value(kv.value) for kv in items}
+
+
+@pytest.fixture
+async def collector(nursery) -> FakeUpstream:
+    fake = await FakeUpstream().start(nursery)
+    fake.route("POST", "/v1/traces", ACCEPTED)
+    fake.route("POST", "/v1/metrics", ACCEPTED)
+    return fake
+
+
+async def test_a_callers_trace_continues_through_the_daemon_to_the_collector(start_daemon, nursery, collector):
+    upstream = await FakeUpstream().start(nursery)
+    upstream.route("POST", "/v1/messages", OVERLOADED, Reply.json(ANSWER))
+    daemon = await start_daemon({"providers": {"anthropic": {"base_url": upstream.base_url}},
+                                 "telemetry": {"otlp_endpoint": collector.base_url}},
+                                env={"ANTHROPIC_API_KEY": KEY})
+    tracer = TracerProvider().get_tracer("the caller")
+    with trio.fail_after(60):
+        async with Client(daemon.runtime_dir) as client:
+            with tracer.start_as_current_span("agent turn") as parent:
+                answer = await client.complete("anthropic:claude-sonnet-4-5", "2+2?", max_tokens=64)
+            async with client.stream("mock:echo", "no caller trace") as stream:
+                await stream.response()
+        # The daemon's exit sends what its batch still holds.
+        assert await daemon.stop() == 0
+    assert answer.text == "4"
+    spans = [span for post in collector.sent("/v1/traces")
+             for rs in ExportTraceServiceRequest.FromString(post.body).resource_spans
+             for ss in rs.scope_spans for span in ss.spans]
+    by_name = {span.name: span for span in spans}
+    assert set(by_name) == {"chat claude-sonnet-4-5", "chat echo"}
+
+    called = by_name["chat claude-sonnet-4-5"]
+    context = parent.get_span_context()
+    assert called.trace_id.hex() == format(context.trace_id, "032x")
+    assert called.parent_span_id.hex() == format(context.span_id, "016x")
+    assert called.kind == called.SPAN_KIND_CLIENT
+    a = attributes(called.attributes)
+    assert a["gen_ai.provider.name"] == "anthropic" and a["gen_ai.operation.name"] == "chat"
+    assert a["gen_ai.request.max_tokens"] == 64
+    assert a["server.address"] == "127.0.0.1" and a["server.port"] == upstream.port
+    assert a["gen_ai.response.id"] == "msg_1" and a["gen_ai.response.model"] == "claude-sonnet-4-5-20250929"
+    assert a["gen_ai.response.finish_reasons"] == ["stop"]
+    assert (a["gen_ai.usage.input_tokens"], a["gen_ai.usage.output_tokens"]) == (17, 2)
+    assert a["gen_ai.usage.cache_read.input_tokens"] == 3
+    assert a["trunkline.attempts"] == 2
+    events = [(e.name, attributes(e.attributes)) for e in called.events]
+    assert [name for name, _ in events] == ["trunkline.attempt.started", "trunkline.attempt.failed",
+                                            "trunkline.retry", "trunkline.attempt.started"]
+    assert events[1][1]["error.type"] in ("overloaded", "rate_limit", "server_error")
+    assert KEY not in str(spans)
+
+    alone = by_name["chat echo"]
+    assert alone.trace_id != called.trace_id and not alone.parent_span_id  # a trace of its own
+    assert attributes(alone.attributes)["gen_ai.response.time_to_first_chunk"] > 0
+
+    metrics = {m.name: m for post in collector.sent("/v1/metrics")
+               for rm in ExportMetricsServiceRequest.FromString(post.body).resource_metrics
+               for sm in rm.scope_metrics for m in sm.metrics}
+    assert {"gen_ai.client.token.usage", "gen_ai.client.operation.duration",
+            "gen_ai.client.operation.time_to_first_chunk"} <= set(metrics)
+    tokens = {(attributes(p.attributes)["gen_ai.request.model"], attributes(p.attributes)["gen_ai.token.type"]): p.sum
+              for p in metrics["gen_ai.client.token.usage"].histogram.data_points}
+    assert tokens[("claude-sonnet-4-5", "input")] == 17 and tokens[("claude-sonnet-4-5", "output")] == 2
+
+
+async def test_without_telemetry_config_nothing_is_exported(start_daemon, collector):
+    daemon = await start_daemon(env={"OTEL_EXPORTER_OTLP_ENDPOINT": collector.base_url})
+    with trio.fail_after(30):
+        async with Client(daemon.runtime_dir) as client:
+            await client.complete("mock:echo", "hi")
+        assert await daemon.stop() == 0
+    assert collector.requests == []
