@@ -298,6 +298,9 @@ class Daemon:
             except OSError as exc:
                 raise StartupError(f"cannot serve metrics on {self.config.metrics.listen}: {exc}") from None
             log.info("metrics on http://%s/metrics", self.config.metrics.listen)
+        if self.telemetry is not None:
+            self.telemetry.start()
+            log.info("OpenTelemetry export on (%s)", self.config.telemetry.otlp_endpoint or "the OTEL_EXPORTER_OTLP_* settings")
         log.info("trunkline %s serving %s (events %s)", __version__, self.control_url, self.events_url)
         try:
             async with trio.open_nursery() as nursery:

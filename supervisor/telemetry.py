@@ -14,17 +14,18 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import time
 import urllib.parse
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import propagate
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.export import MetricExporter
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags, get_current_span
 
 from ..protocol import __version__
 from ..protocol.messages import (
@@ -43,6 +44,8 @@ from ..protocol.messages import (
     ToolResultPart,
 )
 
+from .otel_metrics import GenAIHistogram, MetricsExport
+
 if TYPE_CHECKING:
     from ..config.loader import ProviderConfig, TelemetryConfig
     from .requests import RequestState
@@ -54,49 +57,70 @@ log = logging.getLogger("trunkline.telemetry")
 PROVIDER_NAMES = {"anthropic": "anthropic", "openai": "openai", "gemini": "gcp.gemini"}
 #: The conventions' advisory bucket boundaries.
 TOKEN_BUCKETS = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864]
+_UNSET = Status(StatusCode.UNSET)
 #: Seconds one export may take (the SDK's default, 10, would hold a daemon's exit up).
 EXPORT_TIMEOUT_S = 4.0
 SECONDS_BUCKETS = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92]
 
 
+class _OpenSpan:
+    """A call's span while it runs: plain fields, made into the SDK's ReadableSpan once,
+    at the end (the SDK's live Span cleans and locks every attribute as it is set)."""
+
+    __slots__ = ("name", "context", "parent", "start_ns", "attributes", "events")
+
+    def __init__(self, name: str, context: SpanContext, parent: SpanContext | None, attributes: dict[str, Any]) -> None:
+        self.name = name
+        self.context = context
+        self.parent = parent
+        self.start_ns = time.time_ns()
+        self.attributes = attributes
+        self.events: list[Event] = []
+
+
 class Telemetry:
     """Spans and metrics for the daemon's model calls. Tests hand in their own span
-    processor and metric reader (the SDK's in-memory ones); the daemon makes OTLP ones."""
+    processor (the SDK's in-memory exporter behind it) and metric exporter; the daemon
+    makes OTLP ones."""
 
     def __init__(self, config: TelemetryConfig, providers: dict[str, ProviderConfig], *,
-                 span_processor: SpanProcessor | None = None, metric_reader: MetricReader | None = None) -> None:
+                 span_processor: SpanProcessor | None = None, metric_exporter: MetricExporter | None = None) -> None:
         self.capture_content = config.capture_content
         self.providers = {name: _provider_attributes(name, provider) for name, provider in providers.items()}
-        resource = Resource.create({"service.name": config.service_name, "service.version": __version__})
+        self.resource = Resource.create({"service.name": config.service_name, "service.version": __version__})
+        self.scope = InstrumentationScope("trunkline", __version__)
+        # The TracerProvider brings the sampler and id generator the OTEL_TRACES_SAMPLER
+        # and OTEL_PYTHON_ID_GENERATOR variables choose, and shuts the processor down.
         self.tracer_provider: TracerProvider | None = None
-        self.meter_provider: MeterProvider | None = None
+        self.spans: SpanProcessor | None = None
         if config.traces:
-            self.tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
-            self.tracer_provider.add_span_processor(span_processor or BatchSpanProcessor(_span_exporter(config)))
-        self.tracer = self.tracer_provider.get_tracer("trunkline", __version__) if self.tracer_provider else None
+            self.tracer_provider = TracerProvider(resource=self.resource, shutdown_on_exit=False)
+            self.spans = span_processor or BatchSpanProcessor(_span_exporter(config))
+            self.tracer_provider.add_span_processor(self.spans)
+        self.metrics: MetricsExport | None = None
         if config.metrics:
-            reader = metric_reader or PeriodicExportingMetricReader(
-                _metric_exporter(config),
-                export_interval_millis=config.metric_interval_s * 1000 if config.metric_interval_s else None)
-            self.meter_provider = MeterProvider(resource=resource, metric_readers=[reader], shutdown_on_exit=False)
-            meter = self.meter_provider.get_meter("trunkline", __version__)
-            self.token_usage = meter.create_histogram(
-                "gen_ai.client.token.usage", unit="{token}", description="Input and output tokens used",
-                explicit_bucket_boundaries_advisory=TOKEN_BUCKETS)
-            self.duration = meter.create_histogram(
-                "gen_ai.client.operation.duration", unit="s", description="GenAI operation duration",
-                explicit_bucket_boundaries_advisory=SECONDS_BUCKETS)
-            self.first_chunk = meter.create_histogram(
-                "gen_ai.client.operation.time_to_first_chunk", unit="s",
-                description="Streams: time to the first chunk of the response",
-                explicit_bucket_boundaries_advisory=SECONDS_BUCKETS)
+            self.token_usage = GenAIHistogram("gen_ai.client.token.usage", "{token}", "Input and output tokens used",
+                                              TOKEN_BUCKETS)
+            self.duration = GenAIHistogram("gen_ai.client.operation.duration", "s", "GenAI operation duration",
+                                           SECONDS_BUCKETS)
+            self.first_chunk = GenAIHistogram("gen_ai.client.operation.time_to_first_chunk", "s",
+                                              "Streams: time to the first chunk of the response", SECONDS_BUCKETS)
+            interval = config.metric_interval_s or float(os.environ.get("OTEL_METRIC_EXPORT_INTERVAL") or 60000) / 1000
+            self.metrics = MetricsExport([self.token_usage, self.duration, self.first_chunk],
+                                         metric_exporter or _metric_exporter(config), self.resource, self.scope,
+                                         interval)
+
+    def start(self) -> None:
+        """Begin the periodic metrics export (the daemon calls it as it starts serving)."""
+        if self.metrics is not None:
+            self.metrics.start()
 
     def shutdown(self) -> None:
-        """Export what is pending (bounded by the SDK's own timeouts)."""
-        for provider in (self.tracer_provider, self.meter_provider):
-            if provider is not None:
+        """Export what is pending (each export bounded by EXPORT_TIMEOUT_S)."""
+        for part in (self.tracer_provider, self.metrics):
+            if part is not None:
                 try:
-                    provider.shutdown()
+                    part.shutdown()
                 except Exception as exc:  # noqa: BLE001 - an unreachable collector must not stop a shutdown
                     log.warning("telemetry: could not export at shutdown: %s", exc)
 
@@ -109,7 +133,7 @@ class Telemetry:
         request = job.request
         attrs = self._common(state)
         state.otel_attrs = attrs
-        if self.tracer is None:
+        if self.tracer_provider is None:
             return
         span_attrs: dict[str, Any] = {
             **attrs,
@@ -127,30 +151,45 @@ class Telemetry:
             if value is not None:
                 span_attrs[key] = value
         if request.stop_sequences:
-            span_attrs["gen_ai.request.stop_sequences"] = request.stop_sequences
+            span_attrs["gen_ai.request.stop_sequences"] = list(request.stop_sequences)
         if state.operation_id != state.request_id:
             span_attrs["trunkline.operation_id"] = state.operation_id
         if self.capture_content:
             span_attrs.update(_input_content(request))
-        parent = propagate.extract(trace_context) if trace_context else None
-        state.span = self.tracer.start_span(
-            f"{attrs['gen_ai.operation.name']} {attrs['gen_ai.request.model']}", context=parent,
-            kind=SpanKind.CLIENT, attributes=span_attrs, start_time=time.time_ns())
+        name = f"{attrs['gen_ai.operation.name']} {attrs['gen_ai.request.model']}"
+        provider = self.tracer_provider
+        parent_context = propagate.extract(trace_context) if trace_context else None
+        parent: SpanContext | None = None
+        if parent_context is not None:
+            parent = get_current_span(parent_context).get_span_context()
+            if not parent.is_valid:
+                parent, parent_context = None, None
+        trace_id = parent.trace_id if parent is not None else provider.id_generator.generate_trace_id()
+        sampling = provider.sampler.should_sample(parent_context, trace_id, name, SpanKind.CLIENT, span_attrs)
+        if not sampling.decision.is_sampled():
+            return
+        if sampling.attributes:
+            span_attrs.update(sampling.attributes)
+        context = SpanContext(trace_id, provider.id_generator.generate_span_id(), is_remote=False,
+                              trace_flags=TraceFlags(TraceFlags.SAMPLED), trace_state=sampling.trace_state)
+        state.span = _OpenSpan(name, context, parent, span_attrs)
 
     def bus(self, event: BusEvent, state: RequestState | None) -> None:
         """A worker's attempt, retry or rate-limit wait, on the request's span."""
-        span: Span | None = state.span if state is not None else None
+        span: _OpenSpan | None = state.span if state is not None else None
         if span is None:
             return
         name = event.name
+        attrs: dict[str, Any]
         if name == "llm.call_started":
             state.attempts = event.attempt or state.attempts + 1  # type: ignore[union-attr]
-            span.add_event("trunkline.attempt.started", {"trunkline.attempt": state.attempts})  # type: ignore[union-attr]
+            if state.attempts > 1:  # type: ignore[union-attr] # the first one starts with the span
+                span.events.append(Event("trunkline.attempt.started", {"trunkline.attempt": state.attempts}))  # type: ignore[union-attr]
         elif name == "llm.call_failed":
-            attrs: dict[str, Any] = {"trunkline.attempt": event.attempt or 0, "error.type": event.error_class or "other"}
+            attrs = {"trunkline.attempt": event.attempt or 0, "error.type": event.error_class or "other"}
             if event.detail:
                 attrs["exception.message"] = event.detail[:500]
-            span.add_event("trunkline.attempt.failed", attrs)
+            span.events.append(Event("trunkline.attempt.failed", attrs))
         elif name in ("llm.retrying", "llm.rate_limited"):
             # The worker numbers a retry by the attempt it is about to make.
             attrs = {"trunkline.next_attempt" if name == "llm.retrying" else "trunkline.attempt": event.attempt or 0}
@@ -158,12 +197,12 @@ class Telemetry:
                 attrs["error.type"] = event.error_class
             if event.wait_s is not None:
                 attrs["trunkline.wait_s"] = event.wait_s
-            span.add_event("trunkline.retry" if name == "llm.retrying" else "trunkline.rate_limited", attrs)
+            span.events.append(Event("trunkline.retry" if name == "llm.retrying" else "trunkline.rate_limited", attrs))
 
     def first_event(self, state: RequestState, seconds: float) -> None:
         if state.span is not None:
-            state.span.set_attribute("gen_ai.response.time_to_first_chunk", seconds)
-        if self.meter_provider is not None and state.otel_attrs is not None:
+            state.span.attributes["gen_ai.response.time_to_first_chunk"] = seconds
+        if self.metrics is not None and state.otel_attrs is not None:
             self.first_chunk.record(seconds, state.otel_attrs)
 
     def ended(self, state: RequestState, terminal: Any, seconds: float) -> None:
@@ -179,31 +218,38 @@ class Telemetry:
             response = terminal.partial
         else:
             error_type = "other"  # ended without a readable terminal event
-        metric_attrs = dict(attrs)
-        if response is not None and response.model:
-            metric_attrs["gen_ai.response.model"] = response.model
-        if self.meter_provider is not None:
+        if self.metrics is not None:
+            metric_attrs = dict(attrs)
+            if response is not None and response.model:
+                metric_attrs["gen_ai.response.model"] = response.model
             if response is not None:
                 usage = response.usage
                 self.token_usage.record(usage.input_tokens, {**metric_attrs, "gen_ai.token.type": "input"})
                 self.token_usage.record(usage.output_tokens, {**metric_attrs, "gen_ai.token.type": "output"})
-            self.duration.record(seconds, {**metric_attrs, "error.type": error_type} if error_type else metric_attrs)
+            if error_type:
+                metric_attrs["error.type"] = error_type
+            self.duration.record(seconds, metric_attrs)
         span = state.span
-        if span is None:
+        if span is None or self.spans is None:
             return
         state.span = None
+        span_attrs = span.attributes
         if response is not None:
-            span.set_attributes(_response_attributes(response))
+            span_attrs.update(_response_attributes(response))
             if self.capture_content and (response.message.content or type(terminal) is Finish):
-                span.set_attribute("gen_ai.output.messages", json.dumps(
+                span_attrs["gen_ai.output.messages"] = json.dumps(
                     [{**_message_json(response.message), "finish_reason": response.finish_reason.reason}],
-                    ensure_ascii=False))
-        span.set_attribute("trunkline.attempts", max(state.attempts, 1))
+                    ensure_ascii=False)
+        span_attrs["trunkline.attempts"] = max(state.attempts, 1)
+        status = _UNSET
         if error_type is not None:
-            span.set_attribute("error.type", error_type)
+            span_attrs["error.type"] = error_type
             message = terminal.error.message if type(terminal) is ErrorEvent else "ended without a terminal event"
-            span.set_status(Status(StatusCode.ERROR, message[:500]))
-        span.end(end_time=time.time_ns())
+            status = Status(StatusCode.ERROR, message[:500])
+        self.spans.on_end(ReadableSpan(
+            name=span.name, context=span.context, parent=span.parent, resource=self.resource,
+            attributes=span_attrs, events=tuple(span.events), kind=SpanKind.CLIENT, status=status,
+            start_time=span.start_ns, end_time=time.time_ns(), instrumentation_scope=self.scope))
 
     def _common(self, state: RequestState) -> dict[str, Any]:
         """The attributes both the span and every metric carry."""

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 import pytest
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
@@ -45,9 +45,8 @@ PROVIDERS = {
 class Harness:
     def __init__(self, **config: Any) -> None:
         self.spans = InMemorySpanExporter()
-        self.reader = InMemoryMetricReader()
         self.telemetry = Telemetry(TelemetryConfig(enabled=True, **config), PROVIDERS,
-                                   span_processor=SimpleSpanProcessor(self.spans), metric_reader=self.reader)
+                                   span_processor=SimpleSpanProcessor(self.spans), metric_exporter=ConsoleMetricExporter())
 
     def start(self, request: Request, *, provider: str = "anthropic", wire_name: str = "claude-sonnet-4-5",
               stream: bool = True, trace_context: dict[str, str] | None = None) -> RequestState:
@@ -63,7 +62,9 @@ class Harness:
         return span
 
     def metrics(self) -> dict[str, list[Any]]:
-        data = self.reader.get_metrics_data()
+        assert self.telemetry.metrics is not None
+        data = self.telemetry.metrics.data()
+        assert data is not None
         out: dict[str, list[Any]] = {}
         for resource in data.resource_metrics:
             for scope in resource.scope_metrics:
@@ -118,7 +119,6 @@ def test_a_retried_call_is_one_client_span_in_the_callers_trace_with_each_attemp
     assert "error.type" not in a and span.status.status_code is StatusCode.UNSET
     events = [(e.name, dict(e.attributes)) for e in span.events]
     assert events == [
-        ("trunkline.attempt.started", {"trunkline.attempt": 1}),
         ("trunkline.attempt.failed", {"trunkline.attempt": 1, "error.type": "overloaded",
                                       "exception.message": "529 Overloaded"}),
         ("trunkline.retry", {"trunkline.next_attempt": 2, "error.type": "overloaded", "trunkline.wait_s": 0.5}),
@@ -138,7 +138,8 @@ def test_the_genai_metrics_carry_tokens_duration_and_time_to_first_chunk():
     assert (tokens["input"].sum, tokens["output"].sum) == (40, 7)
     assert tokens["input"].attributes["gen_ai.response.model"] == "claude-sonnet-4-5-20250929"
     assert tokens["input"].attributes["gen_ai.request.model"] == "claude-sonnet-4-5"
-    assert tokens["input"].explicit_bounds[:3] == (1, 4, 16)
+    assert list(tokens["input"].explicit_bounds[:4]) == [1, 4, 16, 64]
+    assert tokens["input"].bucket_counts[3] == 1 == sum(tokens["input"].bucket_counts)  # 40 is in (16, 64]
     (duration,) = m["gen_ai.client.operation.duration"]
     assert (duration.count, duration.sum) == (1, 2.0) and "error.type" not in duration.attributes
     (first,) = m["gen_ai.client.operation.time_to_first_chunk"]
@@ -200,7 +201,7 @@ def test_telemetry_is_off_unless_configured(monkeypatch: pytest.MonkeyPatch):
     assert _telemetry(Config(), {}) is None
     on = Config(telemetry=TelemetryConfig(otlp_endpoint="http://127.0.0.1:9", metrics=False))
     telemetry = _telemetry(on, {})
-    assert telemetry is not None and telemetry.tracer is not None and telemetry.meter_provider is None
+    assert telemetry is not None and telemetry.tracer_provider is not None and telemetry.metrics is None
     telemetry.shutdown()  # nothing batched: nothing sent
     monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
     assert _telemetry(on, {}) is None
