@@ -427,11 +427,11 @@ def endpoint_problem(value: str) -> str | None:
     return None
 
 
-def base_url_problem(value: str) -> str | None:
-    """Why a provider's base_url cannot be called, or None."""
+def base_url_problem(value: str, example: str = "https://api.example.com/v1") -> str | None:
+    """Why a provider's base_url (or another URL the daemon calls) cannot be called, or None."""
     parsed = urllib.parse.urlsplit(value)
     if parsed.scheme not in ("http", "https") or not parsed.netloc:
-        return f"{value!r} is not an http(s) URL (e.g. https://api.example.com/v1)"
+        return f"{value!r} is not an http(s) URL (e.g. {example})"
     try:
         parsed.port  # noqa: B018 - raises on a port that is not a number
     except ValueError:
@@ -477,7 +477,7 @@ def _check(config: Config, source: Path) -> None:
                           "HOST:PORT (e.g. 127.0.0.1:9464)")
     telemetry = config.telemetry
     if telemetry.otlp_endpoint is not None:
-        problem = base_url_problem(telemetry.otlp_endpoint)
+        problem = base_url_problem(telemetry.otlp_endpoint, "http://127.0.0.1:4318")
         if problem:
             raise ConfigError(f"config error in {source} at `telemetry.otlp_endpoint`: {problem}")
     if telemetry.metric_interval_s is not None and not (0 < telemetry.metric_interval_s <= 86400):

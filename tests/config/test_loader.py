@@ -133,6 +133,10 @@ def test_an_empty_list_of_key_names_is_refused(tmp_path):
     ("retry:\n  max_retries: 1\nretry:\n  max_retries: 2\n", "invalid YAML at line 3, column 1: duplicate key 'retry'"),
     ("providers:\n  a: {type: mock}\n  a: {type: mock}\n", "duplicate key 'a'"),
     ("metrics:\n  listen: 'http://x:9464/metrics'\n", "at `metrics.listen`: 'http://x:9464/metrics' is not HOST:PORT"),
+    ("telemetry:\n  otlp_endpoint: 'localhost:4318'\n",
+     "at `telemetry.otlp_endpoint`: 'localhost:4318' is not an http(s) URL (e.g. http://127.0.0.1:4318)"),
+    ("telemetry:\n  metric_interval_s: 0\n", "at `telemetry.metric_interval_s`: must be in (0, 86400]"),
+    ("telemetry:\n  capture_contents: true\n", "at `telemetry.capture_contents`: unknown key"),
 ])
 def test_settings_that_cannot_work_are_refused_at_load(tmp_path, text, words):
     with pytest.raises(ConfigError, match=re.escape(words)):

@@ -3,6 +3,8 @@ GenAI span, which a collector on 127.0.0.1 receives over OTLP/HTTP with the retr
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
 import pytest
@@ -22,6 +24,7 @@ ANSWER = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claud
           "usage": {"input_tokens": 14, "output_tokens": 2, "cache_read_input_tokens": 3}}
 OVERLOADED = Reply(529, {"content-type": "application/json"},
                    [b'{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}'])
+CI_TRACE, CI_SPAN = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
 ACCEPTED = Reply(200, {"content-type": "application/x-protobuf"}, [])
 
 
@@ -57,6 +60,12 @@ async def test_a_callers_trace_continues_through_the_daemon_to_the_collector(sta
                 answer = await client.complete("anthropic:claude-sonnet-4-5", "2+2?", max_tokens=64)
             async with client.stream("mock:echo", "no caller trace") as stream:
                 await stream.response()
+        # A command run inside a trace (TRACEPARENT in its environment) continues it.
+        asked = await trio.run_process(
+            [sys.executable, "-m", "trunkline.cli", "ask", "mock:echo", "from a traced job", "--runtime-dir",
+             str(daemon.runtime_dir)], capture_stdout=True, capture_stderr=True, check=False,
+            env={**os.environ, "TRACEPARENT": f"00-{CI_TRACE}-{CI_SPAN}-01"})
+        assert asked.returncode == 0, asked.stderr
         # The daemon's exit sends what its batch still holds.
         assert await daemon.stop() == 0
     assert answer.text == "4"
@@ -64,7 +73,10 @@ async def test_a_callers_trace_continues_through_the_daemon_to_the_collector(sta
              for rs in ExportTraceServiceRequest.FromString(post.body).resource_spans
              for ss in rs.scope_spans for span in ss.spans]
     by_name = {span.name: span for span in spans}
-    assert set(by_name) == {"chat claude-sonnet-4-5", "chat echo"}
+    assert sorted(span.name for span in spans) == ["chat claude-sonnet-4-5", "chat echo", "chat echo"]
+    from_job = next(span for span in spans if span.trace_id.hex() == CI_TRACE)
+    assert from_job.parent_span_id.hex() == CI_SPAN and from_job.name == "chat echo"
+    by_name = {span.name: span for span in spans if span is not from_job}
 
     called = by_name["chat claude-sonnet-4-5"]
     context = parent.get_span_context()
