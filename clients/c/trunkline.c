@@ -590,10 +590,16 @@ static int hello_again(tl_client *c, tl_error *err) {
     return rv == TL_OK ? probe(c, err) : rv;
 }
 
+/* A process started inside a trace has TRACEPARENT (and maybe TRACESTATE) in its
+ * environment: sent as the submit's trace_context, the daemon's span joins that trace. */
 static void pack_submit(msgpack_sbuffer *sb, tl_client *c, const char *rid, const char *req_map, size_t size,
                         int stream) {
     msgpack_packer pk;
-    start_map(sb, &pk, stream ? 4 : 5, TL_T_SUBMIT);
+    const char *parent = getenv("TRACEPARENT");
+    const char *state = getenv("TRACESTATE");
+    int traced = parent && *parent;
+    int with_state = traced && state && *state;
+    start_map(sb, &pk, (stream ? 4 : 5) + (traced ? 1 : 0), TL_T_SUBMIT);
     pack_str(&pk, "request_id");
     pack_str(&pk, rid);
     pack_str(&pk, "client_id");
@@ -603,6 +609,16 @@ static void pack_submit(msgpack_sbuffer *sb, tl_client *c, const char *rid, cons
     if (!stream) {
         pack_str(&pk, "stream");
         msgpack_pack_false(&pk);
+    }
+    if (traced) {
+        pack_str(&pk, "trace_context");
+        msgpack_pack_map(&pk, with_state ? 2 : 1);
+        pack_str(&pk, "traceparent");
+        pack_str(&pk, parent);
+        if (with_state) {
+            pack_str(&pk, "tracestate");
+            pack_str(&pk, state);
+        }
     }
 }
 

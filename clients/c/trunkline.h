@@ -179,7 +179,8 @@ int64_t tl_max_event_bytes(const tl_client *c);
 
 /* Start a request: `request` is a msgpack map (a Request). The request is tracked
  * before the submit is sent, so events that beat the reply are kept. TL_OK with
- * `acc` filled, TL_T_REJECTED with `err` filled, or TL_FAIL. */
+ * `acc` filled, TL_T_REJECTED with `err` filled, or TL_FAIL. With TRACEPARENT (and
+ * TRACESTATE) in the environment the submit carries them as its trace_context. */
 int tl_submit(tl_client *c, const char *request_id, const char *request, size_t request_size, int stream,
               tl_accepted *acc, tl_error *err);
 

@@ -39,6 +39,7 @@ class FakeDaemon:
         self.rep = pynng.Rep0(listen=self.control, recv_max_size=0)
         self.pub = pynng.Pub0(listen=self.events)
         self.published: dict[str, list[dict[str, Any]]] = {}
+        self.submits: dict[str, dict[str, Any]] = {}
         self.thread = threading.Thread(target=self.serve, daemon=True)
         self.thread.start()
 
@@ -59,6 +60,7 @@ class FakeDaemon:
                 self.pub.send(TOPIC + msgspec.msgpack.encode({"type": "probe", "client_id": CLIENT_ID}))
                 reply = {"type": "probe_sent"}
             elif kind == "submit":
+                self.submits[msg["request_id"]] = msg
                 reply = {"type": "accepted", "request_id": msg["request_id"], "provider": "mock", "model": "mock:echo"}
             elif kind == "replay":
                 events = self.published.get(msg["request_id"], [])
@@ -81,8 +83,9 @@ class FakeDaemon:
 
 
 class TlProcess:
-    def __init__(self, argv: list[str]) -> None:
-        env = {**os.environ, "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1", "UBSAN_OPTIONS": "halt_on_error=1"}
+    def __init__(self, argv: list[str], env: dict[str, str] | None = None) -> None:
+        env = {**os.environ, "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1", "UBSAN_OPTIONS": "halt_on_error=1",
+               **(env or {})}
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
 
     def send(self, cmd: dict[str, Any]) -> dict[str, Any]:
@@ -155,6 +158,25 @@ def test_any_event_bytes_are_skipped_and_the_request_still_arrives(session, garb
     daemon.publish_request(rid)
     reply = tl.send({"cmd": "events", "id": rid, "timeout_s": 10})
     assert [(e["type"], e.get("seq", 0)) for e in reply["events"]] == [("stream_start", 0), ("finish", 1)]
+
+
+def test_a_client_started_inside_a_trace_sends_its_trace_context(session):
+    daemon, untraced = session
+    parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    tl = TlProcess([str(C_DIR / "build" / "sanitized" / "tl"), "conform"],
+                   env={"TRACEPARENT": parent, "TRACESTATE": "ci=1"})
+    try:
+        assert tl.send({"cmd": "connect", "control": daemon.control, "silence_s": 2.0})["ok"]
+        assert tl.send({"cmd": "submit", "id": "traced", "request": {"model": "mock:echo", "messages": []},
+                        "stream": False})["reply"] == "accepted"
+    finally:
+        tl.proc.kill()
+        tl.proc.wait(timeout=10)
+    assert untraced.send({"cmd": "submit", "id": "plain", "request": {"model": "mock:echo", "messages": []}})[
+        "reply"] == "accepted"
+    traced = daemon.submits["traced"]
+    assert traced["trace_context"] == {"traceparent": parent, "tracestate": "ci=1"} and traced["stream"] is False
+    assert "trace_context" not in daemon.submits["plain"]
 
 
 async def test_tl_chat_streams_a_reply_from_a_real_daemon(daemon):
