@@ -7,8 +7,9 @@ daemons taking turns so that the machine's drift falls on all alike.
     .venv/bin/python -m bench.telemetry_overhead [--requests 2000] [--rounds 5] [--stream]
 
 The target (issue 22) is under 5% of added CPU per request. A scrape every second
-runs throughout, as a Prometheus server would; the OpenTelemetry daemon exports its
-spans as its batch fills (the SDK's default schedule) and its metrics every 5 s.
+runs throughout, as a Prometheus server would; the OpenTelemetry daemons export their
+spans as their batch fills (the SDK's default schedule) and their metrics every 5 s,
+one tracing every call, one a tenth of them (OTEL_TRACES_SAMPLER, metrics for all).
 """
 
 from __future__ import annotations
@@ -85,12 +86,14 @@ async def run(requests: int, rounds: int, stream: bool, logs: Path) -> None:
     port = int((await upstream.readline(30)).split()[1])
     metrics_port = free_port()
     sink = otlp_sink()
+    otel = {"otlp_endpoint": f"http://127.0.0.1:{sink.server_address[1]}", "metric_interval_s": 5}
     arms = {
         "off": await Daemon(port, logs / "daemon-off.log").start(),
         "prometheus": await Daemon(port, logs / "daemon-prometheus.log",
                                    extra={"metrics": {"listen": f"127.0.0.1:{metrics_port}"}}).start(),
-        "opentelemetry": await Daemon(port, logs / "daemon-otel.log", extra={"telemetry": {
-            "otlp_endpoint": f"http://127.0.0.1:{sink.server_address[1]}", "metric_interval_s": 5}}).start(),
+        "opentelemetry": await Daemon(port, logs / "daemon-otel.log", extra={"telemetry": otel}).start(),
+        "otel 10% traced": await Daemon(port, logs / "daemon-otel-sampled.log", extra={"telemetry": otel}, env={
+            "OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.1"}).start(),
     }
     per: dict[str, list[float]] = {name: [] for name in arms}
     try:
@@ -111,7 +114,7 @@ async def run(requests: int, rounds: int, stream: bool, logs: Path) -> None:
     for name, values in per.items():
         ms = statistics.median(values) * 1e3
         added = "" if name == "off" else f"   {(ms - off_ms) / off_ms * 100:+.1f}% (target: under 5%)"
-        print(f"  {name:<14} {ms:.3f} ms{added}   ({', '.join(f'{v * 1e3:.3f}' for v in values)})")
+        print(f"  {name:<16} {ms:.3f} ms{added}   ({', '.join(f'{v * 1e3:.3f}' for v in values)})")
 
 
 def main() -> None:

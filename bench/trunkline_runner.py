@@ -71,6 +71,8 @@ class Daemon:
     trace_hops: bool = False
     #: Config merged over the benchmark's (e.g. `{"metrics": {"listen": ...}}`).
     extra: dict = field(default_factory=dict)
+    #: Environment variables for the daemon (e.g. OTEL_TRACES_SAMPLER).
+    env: dict = field(default_factory=dict)
 
     @property
     def runtime_dir(self) -> Path:
@@ -85,6 +87,7 @@ class Daemon:
         # Set either way, so a TRUNKLINE_TRACE_HOPS=1 left in the caller's environment
         # cannot turn tracing on in a daemon meant to run untraced.
         env["TRUNKLINE_TRACE_HOPS"] = "1" if self.trace_hops else "0"
+        env.update(self.env)
         argv = [sys.executable, "-m", "trunkline.cli", "serve", "--config", str(config),
                 "--runtime-dir", str(self.runtime_dir)]
         # Straight to a file: piping the log through the benchmark process would bill its
