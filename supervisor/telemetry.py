@@ -7,7 +7,10 @@ parent, and closed when the terminal event is relayed. The worker's attempts
 and retries arrive as bus events and become span events, so a retried call is
 one span that shows each attempt. Attribute and metric names follow the
 OpenTelemetry GenAI semantic conventions; what they do not name is under
-`trunkline.*`. Exporting (OTLP over HTTP) happens on the SDK's own threads.
+`trunkline.*`. The SDK samples, numbers, batches and exports (OTLP over HTTP,
+on its own threads); the span is gathered in plain fields and handed over once,
+and the histograms are kept in `otel_metrics`, because the SDK's per-call path
+cost more than the rest of a request's telemetry together (docs/ARCHITECTURE.md).
 """
 
 from __future__ import annotations
@@ -43,7 +46,6 @@ from ..protocol.messages import (
     ToolCallPart,
     ToolResultPart,
 )
-
 from .otel_metrics import GenAIHistogram, MetricsExport
 
 if TYPE_CHECKING:
@@ -57,10 +59,10 @@ log = logging.getLogger("trunkline.telemetry")
 PROVIDER_NAMES = {"anthropic": "anthropic", "openai": "openai", "gemini": "gcp.gemini"}
 #: The conventions' advisory bucket boundaries.
 TOKEN_BUCKETS = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864]
-_UNSET = Status(StatusCode.UNSET)
+SECONDS_BUCKETS = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92]
 #: Seconds one export may take (the SDK's default, 10, would hold a daemon's exit up).
 EXPORT_TIMEOUT_S = 4.0
-SECONDS_BUCKETS = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92]
+_UNSET = Status(StatusCode.UNSET)
 
 
 class _OpenSpan:
@@ -135,14 +137,18 @@ class Telemetry:
         state.otel_attrs = attrs
         if self.tracer_provider is None:
             return
-        span_attrs: dict[str, Any] = {
-            **attrs,
-            "gen_ai.request.stream": state.stream,
-            "gen_ai.output.type": "json" if request.response_format is not None
-            and request.response_format.kind != "text" else "text",
-            "trunkline.request_id": state.request_id,
-            "trunkline.provider": state.provider,
-        }
+        # Each attribute costs the OTLP exporter ~6 µs to encode (more than the rest of a
+        # span's work together), so what would only restate a default is left out:
+        # a span without `gen_ai.request.stream` was not streamed, one without
+        # `trunkline.attempts` took one attempt, and `trunkline.provider` is there
+        # only when the configured name differs from `gen_ai.provider.name`.
+        span_attrs: dict[str, Any] = {**attrs, "trunkline.request_id": state.request_id}
+        if state.stream:
+            span_attrs["gen_ai.request.stream"] = True
+        if request.response_format is not None and request.response_format.kind != "text":
+            span_attrs["gen_ai.output.type"] = "json"
+        if state.provider != attrs["gen_ai.provider.name"]:
+            span_attrs["trunkline.provider"] = state.provider
         for key, value in (("gen_ai.request.max_tokens", request.max_tokens),
                            ("gen_ai.request.temperature", request.temperature),
                            ("gen_ai.request.top_p", request.top_p),
@@ -240,7 +246,8 @@ class Telemetry:
                 span_attrs["gen_ai.output.messages"] = json.dumps(
                     [{**_message_json(response.message), "finish_reason": response.finish_reason.reason}],
                     ensure_ascii=False)
-        span_attrs["trunkline.attempts"] = max(state.attempts, 1)
+        if state.attempts > 1:
+            span_attrs["trunkline.attempts"] = state.attempts
         status = _UNSET
         if error_type is not None:
             span_attrs["error.type"] = error_type
