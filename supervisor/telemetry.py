@@ -15,7 +15,6 @@ cost more than the rest of a request's telemetry together (docs/ARCHITECTURE.md)
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -31,21 +30,8 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags, get_current_span
 
 from ..protocol import __version__
-from ..protocol.messages import (
-    AudioPart,
-    BusEvent,
-    DocumentPart,
-    ErrorEvent,
-    Finish,
-    ImagePart,
-    Message,
-    Request,
-    Response,
-    TextPart,
-    ThinkingPart,
-    ToolCallPart,
-    ToolResultPart,
-)
+from ..protocol.messages import BusEvent, ErrorEvent, Finish, Response
+from .otel_content import input_content, output_content
 from .otel_metrics import GenAIHistogram, MetricsExport
 
 if TYPE_CHECKING:
@@ -161,7 +147,7 @@ class Telemetry:
         if state.operation_id != state.request_id:
             span_attrs["trunkline.operation_id"] = state.operation_id
         if self.capture_content:
-            span_attrs.update(_input_content(request))
+            span_attrs.update(input_content(request))
         name = f"{attrs['gen_ai.operation.name']} {attrs['gen_ai.request.model']}"
         provider = self.tracer_provider
         parent_context = propagate.extract(trace_context) if trace_context else None
@@ -243,9 +229,7 @@ class Telemetry:
         if response is not None:
             span_attrs.update(_response_attributes(response))
             if self.capture_content and (response.message.content or type(terminal) is Finish):
-                span_attrs["gen_ai.output.messages"] = json.dumps(
-                    [{**_message_json(response.message), "finish_reason": response.finish_reason.reason}],
-                    ensure_ascii=False)
+                span_attrs["gen_ai.output.messages"] = output_content(response)
         if state.attempts > 1:
             span_attrs["trunkline.attempts"] = state.attempts
         status = _UNSET
@@ -314,59 +298,6 @@ def _response_attributes(response: Response) -> dict[str, Any]:
     if response.warnings:
         out["trunkline.warnings"] = [w.code for w in response.warnings]
     return out
-
-
-# -- message contents (capture_content only) ----------------------------------------------
-
-
-def _input_content(request: Request) -> dict[str, str]:
-    system = [m for m in request.messages if m.role in ("system", "developer")]
-    rest = [m for m in request.messages if m.role not in ("system", "developer")]
-    out = {"gen_ai.input.messages": json.dumps([_message_json(m) for m in rest], ensure_ascii=False)}
-    if system:
-        out["gen_ai.system_instructions"] = json.dumps(
-            [part for m in system for part in _message_json(m)["parts"]], ensure_ascii=False)
-    if request.tools:
-        out["gen_ai.tool.definitions"] = json.dumps(
-            [{"type": "function", "name": t.name, "description": t.description, "parameters": t.parameters}
-             for t in request.tools], ensure_ascii=False)
-    return out
-
-
-_MEDIA = {ImagePart: "image", AudioPart: "audio", DocumentPart: "document"}
-
-
-def _message_json(message: Message) -> dict[str, Any]:
-    """The conventions' message form: a role and typed parts. Media go by kind and
-    URL only: their bytes do not belong on a span."""
-    parts: list[dict[str, Any]] = []
-    for part in message.content:
-        kind = type(part)
-        if kind is TextPart:
-            parts.append({"type": "text", "content": part.text})  # type: ignore[union-attr]
-        elif kind is ThinkingPart:
-            parts.append({"type": "reasoning", "content": part.text})  # type: ignore[union-attr]
-        elif kind is ToolCallPart:
-            parts.append({"type": "tool_call", "id": part.id, "name": part.name,  # type: ignore[union-attr]
-                          "arguments": part.arguments})  # type: ignore[union-attr]
-        elif kind is ToolResultPart:
-            content = part.content  # type: ignore[union-attr]
-            parts.append({"type": "tool_call_response", "id": part.tool_call_id,  # type: ignore[union-attr]
-                          "response": content if isinstance(content, str)
-                          else "".join(p.text for p in content if type(p) is TextPart)})
-        elif kind in _MEDIA:
-            url = part.url  # type: ignore[union-attr]
-            media: dict[str, Any] = {"type": "uri" if url and not url.startswith("data:") else "blob",
-                                     "modality": _MEDIA[kind]}
-            if media["type"] == "uri":
-                media["uri"] = url
-            if part.media_type:  # type: ignore[union-attr]
-                media["mime_type"] = part.media_type  # type: ignore[union-attr]
-            parts.append(media)
-        # Opaque provider parts and encrypted reasoning say nothing a reader could use.
-    role = "assistant" if message.role == "assistant" else "tool" if message.role == "tool" \
-        else "system" if message.role in ("system", "developer") else "user"
-    return {"role": role, "parts": parts}
 
 
 # -- exporters ------------------------------------------------------------------------------

@@ -1,0 +1,79 @@
+"""Message contents on a span, in the GenAI conventions' form (`telemetry.capture_content` only).
+
+Prompts and answers may hold personal data, so they are off unless the operator
+asks. Media go by kind, type and URL, never their bytes: a base64 image has no
+place in a span (collectors cap attribute sizes, and traces are kept long).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..protocol.messages import (
+    AudioPart,
+    DocumentPart,
+    ImagePart,
+    Message,
+    Request,
+    Response,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolResultPart,
+)
+
+
+def input_content(request: Request) -> dict[str, str]:
+    system = [m for m in request.messages if m.role in ("system", "developer")]
+    rest = [m for m in request.messages if m.role not in ("system", "developer")]
+    out = {"gen_ai.input.messages": json.dumps([message_json(m) for m in rest], ensure_ascii=False)}
+    if system:
+        out["gen_ai.system_instructions"] = json.dumps(
+            [part for m in system for part in message_json(m)["parts"]], ensure_ascii=False)
+    if request.tools:
+        out["gen_ai.tool.definitions"] = json.dumps(
+            [{"type": "function", "name": t.name, "description": t.description, "parameters": t.parameters}
+             for t in request.tools], ensure_ascii=False)
+    return out
+
+
+def output_content(response: Response) -> str:
+    return json.dumps([{**message_json(response.message), "finish_reason": response.finish_reason.reason}],
+                      ensure_ascii=False)
+
+
+_MEDIA = {ImagePart: "image", AudioPart: "audio", DocumentPart: "document"}
+
+
+def message_json(message: Message) -> dict[str, Any]:
+    """The conventions' message form: a role and typed parts. Media go by kind and
+    URL only: their bytes do not belong on a span."""
+    parts: list[dict[str, Any]] = []
+    for part in message.content:
+        kind = type(part)
+        if kind is TextPart:
+            parts.append({"type": "text", "content": part.text})  # type: ignore[union-attr]
+        elif kind is ThinkingPart:
+            parts.append({"type": "reasoning", "content": part.text})  # type: ignore[union-attr]
+        elif kind is ToolCallPart:
+            parts.append({"type": "tool_call", "id": part.id, "name": part.name,  # type: ignore[union-attr]
+                          "arguments": part.arguments})  # type: ignore[union-attr]
+        elif kind is ToolResultPart:
+            content = part.content  # type: ignore[union-attr]
+            parts.append({"type": "tool_call_response", "id": part.tool_call_id,  # type: ignore[union-attr]
+                          "response": content if isinstance(content, str)
+                          else "".join(p.text for p in content if type(p) is TextPart)})
+        elif kind in _MEDIA:
+            url = part.url  # type: ignore[union-attr]
+            media: dict[str, Any] = {"type": "uri" if url and not url.startswith("data:") else "blob",
+                                     "modality": _MEDIA[kind]}
+            if media["type"] == "uri":
+                media["uri"] = url
+            if part.media_type:  # type: ignore[union-attr]
+                media["mime_type"] = part.media_type  # type: ignore[union-attr]
+            parts.append(media)
+        # Opaque provider parts and encrypted reasoning say nothing a reader could use.
+    role = "assistant" if message.role == "assistant" else "tool" if message.role == "tool" \
+        else "system" if message.role in ("system", "developer") else "user"
+    return {"role": role, "parts": parts}
