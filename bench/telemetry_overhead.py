@@ -8,8 +8,9 @@ daemons taking turns so that the machine's drift falls on all alike.
 
 The target (issue 22) is under 5% of added CPU per request. A scrape every second
 runs throughout, as a Prometheus server would; the OpenTelemetry daemons export their
-spans as their batch fills (the SDK's default schedule) and their metrics every 5 s,
-one tracing every call, one a tenth of them (OTEL_TRACES_SAMPLER, metrics for all).
+spans as their batch fills (the SDK's default schedule) and their metrics every 5 s:
+two tracing every call (spans as protobuf, and as JSON), one a tenth of them
+(OTEL_TRACES_SAMPLER, metrics for all).
 """
 
 from __future__ import annotations
@@ -63,14 +64,14 @@ async def measure(daemon: Daemon, requests: int, stream: bool) -> dict[str, floa
     return {"supervisor": used["supervisor"] / count, "worker": used["worker"] / count}
 
 
-def in_process_cost_apart(sink_url: str, stream: bool) -> float:
+def in_process_cost_apart(sink_url: str, stream: bool, protocol: str) -> float:
     """`in_process_cost` in a process of its own, so that the sink's reading of the
     exports (in this one) is not counted."""
     with multiprocessing.get_context("spawn").Pool(1) as pool:
-        return float(pool.apply(in_process_cost, (sink_url, stream)))
+        return float(pool.apply(in_process_cost, (sink_url, stream, protocol)))
 
 
-def in_process_cost(sink_url: str, stream: bool, calls: int = 5000) -> float:
+def in_process_cost(sink_url: str, stream: bool, protocol: str = "http/protobuf", calls: int = 5000) -> float:
     """CPU seconds per request of the OpenTelemetry work alone, in this process: the
     supervisor's calls for one request (start, its first attempt, first chunk, end)
     and the SDK's batching and the OTLP exporter's encoding and sending of its span
@@ -82,7 +83,7 @@ def in_process_cost(sink_url: str, stream: bool, calls: int = 5000) -> float:
     from trunkline.supervisor.requests import RequestState
     from trunkline.supervisor.telemetry import Telemetry
 
-    telemetry = Telemetry(TelemetryConfig(otlp_endpoint=sink_url, metric_interval_s=5),
+    telemetry = Telemetry(TelemetryConfig(otlp_endpoint=sink_url, metric_interval_s=5, otlp_protocol=protocol),
                           {OPENAI_PROVIDER: ProviderConfig(type="openai_compat", base_url="http://127.0.0.1:8000/v1")})
     telemetry.start()
     model = ModelInfo(id=f"{OPENAI_PROVIDER}:bench-c1", provider=OPENAI_PROVIDER, wire_name="bench-c1")
@@ -139,6 +140,8 @@ async def run(requests: int, rounds: int, stream: bool, logs: Path) -> None:
         "prometheus": await Daemon(port, logs / "daemon-prometheus.log",
                                    extra={"metrics": {"listen": f"127.0.0.1:{metrics_port}"}}).start(),
         "opentelemetry": await Daemon(port, logs / "daemon-otel.log", extra={"telemetry": otel}).start(),
+        "otel http/json": await Daemon(port, logs / "daemon-otel-json.log",
+                                       extra={"telemetry": {**otel, "otlp_protocol": "http/json"}}).start(),
         "otel 10% traced": await Daemon(port, logs / "daemon-otel-sampled.log", extra={"telemetry": otel}, env={
             "OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.1"}).start(),
     }
@@ -153,7 +156,8 @@ async def run(requests: int, rounds: int, stream: bool, logs: Path) -> None:
                 for name in order[r % len(order):] + order[:r % len(order)]:
                     per[name].append(await measure(arms[name], requests, stream))
             nursery.cancel_scope.cancel()
-        alone = await trio.to_thread.run_sync(in_process_cost_apart, sink_url, stream)
+        alone = {protocol: await trio.to_thread.run_sync(in_process_cost_apart, sink_url, stream, protocol)
+                 for protocol in ("http/protobuf", "http/json")}
     finally:
         for d in arms.values():
             await d.stop()
@@ -162,7 +166,8 @@ async def run(requests: int, rounds: int, stream: bool, logs: Path) -> None:
     report(per, alone, rounds, requests, stream)
 
 
-def report(per: dict[str, list[dict[str, float]]], alone: float, rounds: int, requests: int, stream: bool) -> None:
+def report(per: dict[str, list[dict[str, float]]], alone: dict[str, float], rounds: int, requests: int,
+           stream: bool) -> None:
     """Each arm against `off` round by round (the arms of one round ran back to back,
     so the machine's drift, ±15% here, falls on both), then the median of those ratios."""
     def total(m: dict[str, float]) -> float:
@@ -182,9 +187,10 @@ def report(per: dict[str, list[dict[str, float]]], alone: float, rounds: int, re
                                                                                             strict=True))
             line += f"   {(ratio - 1) * 100:+.1f}% (supervisor alone {(sup_ratio - 1) * 100:+.1f}%)"
         print(line)
-    print(f"OpenTelemetry's own work per request, measured in one process (every call traced): "
-          f"{alone * 1e6:.0f} µs = {alone * 1e3 / off_ms * 100:.1f}% of the `off` daemon's CPU per request "
-          "(target: under 5%)")
+    print("OpenTelemetry's own work per request, measured in one process (every call traced):")
+    for protocol, cost in alone.items():
+        print(f"  {protocol:<14} {cost * 1e6:.0f} µs = {cost * 1e3 / off_ms * 100:.1f}% of the `off` daemon's CPU "
+              "per request (target: under 5%)")
 
 
 def main() -> None:

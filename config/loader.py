@@ -209,6 +209,9 @@ class TelemetryConfig(_Section):
     #: The collector's base URL (`/v1/traces` and `/v1/metrics` are appended); unset: the
     #: standard OTEL_EXPORTER_OTLP_* variables, else http://localhost:4318.
     otlp_endpoint: str | None = None
+    #: Spans as protobuf (the SDK's exporter) or JSON (ours: about a sixth of the encoding
+    #: cost); unset: OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf. Metrics go as protobuf.
+    otlp_protocol: Literal["http/protobuf", "http/json"] | None = None
     #: Extra request headers for the collector. Secrets belong in OTEL_EXPORTER_OTLP_HEADERS.
     otlp_headers: dict[str, str] = msgspec.field(default_factory=dict)
     service_name: str = "trunkline"

@@ -29,6 +29,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags, get_current_span
 
+from ..config.loader import ConfigError
 from ..protocol import __version__
 from ..protocol.messages import BusEvent, ErrorEvent, Finish, Response
 from .otel_content import input_content, output_content
@@ -310,7 +311,21 @@ def _signal_url(config: TelemetryConfig, signal: str) -> str | None:
     return f"{config.otlp_endpoint.rstrip('/')}/v1/{signal}"
 
 
+def otlp_protocol(config: TelemetryConfig) -> str:
+    chosen = (config.otlp_protocol or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+              or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf")
+    if chosen not in ("http/protobuf", "http/json"):
+        raise ConfigError(f"telemetry: the OTLP protocol {chosen!r} is not supported; use http/protobuf or "
+                          "http/json (OTLP over HTTP, usually port 4318)")
+    return chosen
+
+
 def _span_exporter(config: TelemetryConfig) -> Any:
+    if otlp_protocol(config) == "http/json":
+        from .otel_json import JsonSpanExporter, env_headers, traces_url
+
+        return JsonSpanExporter(traces_url(config.otlp_endpoint), config.otlp_headers or env_headers(),
+                                EXPORT_TIMEOUT_S)
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
     return OTLPSpanExporter(endpoint=_signal_url(config, "traces"), headers=config.otlp_headers or None,

@@ -118,3 +118,23 @@ async def test_without_telemetry_config_nothing_is_exported(start_daemon, collec
             await client.complete("mock:echo", "hi")
         assert await daemon.stop() == 0
     assert collector.requests == []
+
+
+async def test_spans_go_as_otlp_json_when_asked(start_daemon, collector):
+    daemon = await start_daemon({"telemetry": {"otlp_endpoint": collector.base_url, "otlp_protocol": "http/json",
+                                               "metrics": False}})
+    with trio.fail_after(30):
+        async with Client(daemon.runtime_dir) as client:
+            with TracerProvider().get_tracer("the caller").start_as_current_span("turn") as parent:
+                await client.complete("mock:echo", "hi")
+        assert await daemon.stop() == 0
+    (post,) = collector.sent("/v1/traces")
+    assert post.headers["content-type"] == "application/json"
+    (span,) = [s for rs in post.json()["resourceSpans"] for ss in rs["scopeSpans"] for s in ss["spans"]]
+    context = parent.get_span_context()
+    assert span["name"] == "chat echo" and span["kind"] == 3  # SPAN_KIND_CLIENT
+    assert span["traceId"] == format(context.trace_id, "032x")
+    assert span["parentSpanId"] == format(context.span_id, "016x")
+    usage = {a["key"]: a["value"] for a in span["attributes"]}
+    assert usage["gen_ai.provider.name"] == {"stringValue": "mock"} and "intValue" in usage["gen_ai.usage.input_tokens"]
+    assert collector.sent("/v1/metrics") == []  # metrics: false

@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
-from trunkline.config.loader import Config, ProviderConfig, TelemetryConfig
+from trunkline.config.loader import Config, ConfigError, ProviderConfig, TelemetryConfig
 from trunkline.protocol.messages import (
     BusEvent,
     ErrorEvent,
@@ -206,6 +206,12 @@ def test_telemetry_is_off_unless_configured(monkeypatch: pytest.MonkeyPatch):
     telemetry.shutdown()  # nothing batched: nothing sent
     monkeypatch.setenv("OTEL_SDK_DISABLED", "true")
     assert _telemetry(on, {}) is None
+
+
+def test_an_otlp_protocol_the_daemon_cannot_speak_is_a_config_error(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    with pytest.raises(ConfigError, match="'grpc' is not supported; use http/protobuf or http/json"):
+        _telemetry(Config(telemetry=TelemetryConfig(enabled=True)), {})
 
 
 def test_too_much_trace_context_is_refused_and_a_usual_one_is_not():
