@@ -299,8 +299,11 @@ class Daemon:
                 raise StartupError(f"cannot serve metrics on {self.config.metrics.listen}: {exc}") from None
             log.info("metrics on http://%s/metrics", self.config.metrics.listen)
         if self.telemetry is not None:
+            from .otel_json import shown
+
             self.telemetry.start()
-            log.info("OpenTelemetry export on (%s)", self.config.telemetry.otlp_endpoint or "the OTEL_EXPORTER_OTLP_* settings")
+            endpoint = self.config.telemetry.otlp_endpoint
+            log.info("OpenTelemetry export on (%s)", shown(endpoint) if endpoint else "the OTEL_EXPORTER_OTLP_* settings")
         log.info("trunkline %s serving %s (events %s)", __version__, self.control_url, self.events_url)
         try:
             async with trio.open_nursery() as nursery:

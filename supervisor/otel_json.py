@@ -91,6 +91,13 @@ def traces_body(spans: Sequence[ReadableSpan]) -> bytes:
     return _ENCODER.encode({"resourceSpans": list(resources.values())})
 
 
+def shown(url: str) -> str:
+    """A URL for a log line: without the user, password or query it may carry."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.hostname or ""
+    return f"{parts.scheme}://{host}{f':{parts.port}' if parts.port else ''}{parts.path}"
+
+
 class JsonSpanExporter(SpanExporter):
     """Posts each batch the SDK's processor hands over; a failure drops the batch
     with a warning (never a request's concern)."""
@@ -103,11 +110,12 @@ class JsonSpanExporter(SpanExporter):
         try:
             reply = self.http.post(self.url, content=traces_body(spans))
         except httpx.HTTPError as exc:
-            log.warning("telemetry: could not send %d spans to %s: %s", len(spans), self.url, type(exc).__name__)
+            log.warning("telemetry: could not send %d spans to %s: %s", len(spans), shown(self.url),
+                        type(exc).__name__)
             return SpanExportResult.FAILURE
         if reply.status_code >= 300:
-            log.warning("telemetry: the collector at %s answered %d to %d spans", self.url, reply.status_code,
-                        len(spans))
+            log.warning("telemetry: the collector at %s answered %d to %d spans", shown(self.url),
+                        reply.status_code, len(spans))
             return SpanExportResult.FAILURE
         return SpanExportResult.SUCCESS
 

@@ -94,7 +94,7 @@ class Telemetry:
                                            SECONDS_BUCKETS)
             self.first_chunk = GenAIHistogram("gen_ai.client.operation.time_to_first_chunk", "s",
                                               "Streams: time to the first chunk of the response", SECONDS_BUCKETS)
-            interval = config.metric_interval_s or float(os.environ.get("OTEL_METRIC_EXPORT_INTERVAL") or 60000) / 1000
+            interval = config.metric_interval_s or _env_interval_s()
             self.metrics = MetricsExport([self.token_usage, self.duration, self.first_chunk],
                                          metric_exporter or _metric_exporter(config), self.resource, self.scope,
                                          interval)
@@ -213,9 +213,9 @@ class Telemetry:
             error_type = "other"  # ended without a readable terminal event
         if self.metrics is not None:
             metric_attrs = dict(attrs)
-            if response is not None and response.model:
-                metric_attrs["gen_ai.response.model"] = response.model
             if response is not None:
+                if response.model:
+                    metric_attrs["gen_ai.response.model"] = response.model
                 usage = response.usage
                 self.token_usage.record(usage.input_tokens, {**metric_attrs, "gen_ai.token.type": "input"})
                 self.token_usage.record(usage.output_tokens, {**metric_attrs, "gen_ai.token.type": "output"})
@@ -309,6 +309,19 @@ def _signal_url(config: TelemetryConfig, signal: str) -> str | None:
     if config.otlp_endpoint is None:
         return None
     return f"{config.otlp_endpoint.rstrip('/')}/v1/{signal}"
+
+
+def _env_interval_s() -> float:
+    """OTEL_METRIC_EXPORT_INTERVAL (milliseconds), else 60 s."""
+    raw = os.environ.get("OTEL_METRIC_EXPORT_INTERVAL")
+    try:
+        value = float(raw) / 1000 if raw else 60.0
+    except ValueError:
+        value = 0.0
+    if not 0 < value <= 86400:
+        raise ConfigError(f"telemetry: OTEL_METRIC_EXPORT_INTERVAL={raw!r} is not a number of milliseconds in "
+                          "(0, 86400000]")
+    return value
 
 
 def otlp_protocol(config: TelemetryConfig) -> str:

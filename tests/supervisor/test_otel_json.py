@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
-from trunkline.supervisor.otel_json import env_headers, traces_body, traces_url
+from trunkline.supervisor.otel_json import env_headers, shown, traces_body, traces_url
 
 RESOURCE = Resource.create({"service.name": "trunkline", "service.version": "0.1"})
 SCOPE = InstrumentationScope("trunkline", "0.1")
@@ -79,3 +79,7 @@ def test_the_collector_url_and_headers_come_from_config_or_the_otel_variables(mo
     assert traces_url(None) == "https://traces.example/in"
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-api-key=abc%3D%3D, X-Team = core,broken")
     assert env_headers() == {"x-api-key": "abc==", "x-team": "core"}
+
+
+def test_a_collector_url_is_logged_without_its_credentials():
+    assert shown("https://user:s3cret@otlp.example:4318/v1/traces?api_key=k") == "https://otlp.example:4318/v1/traces"

@@ -214,6 +214,12 @@ def test_an_otlp_protocol_the_daemon_cannot_speak_is_a_config_error(monkeypatch:
         _telemetry(Config(telemetry=TelemetryConfig(enabled=True)), {})
 
 
+def test_an_unreadable_metric_interval_in_the_environment_is_a_config_error(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "5s")
+    with pytest.raises(ConfigError, match="OTEL_METRIC_EXPORT_INTERVAL='5s' is not a number of milliseconds"):
+        _telemetry(Config(telemetry=TelemetryConfig(enabled=True, traces=False)), {})
+
+
 def test_too_much_trace_context_is_refused_and_a_usual_one_is_not():
     usual = {"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01", "tracestate": "vendor=abc", "baggage": "user=1"}
     assert trace_context_problem(usual) is None
