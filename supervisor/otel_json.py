@@ -26,8 +26,9 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 log = logging.getLogger("trunkline.telemetry")
 
 _ENCODER = msgspec.json.Encoder()
-#: The OTLP span kinds and status codes, by the SDK's enum values.
-_KIND = {0: 1, 1: 2, 2: 3, 3: 4, 4: 5}  # INTERNAL, SERVER, CLIENT, PRODUCER, CONSUMER -> OTLP numbers
+#: OTLP's span kind numbers, by the SDK's SpanKind values (INTERNAL, SERVER, CLIENT,
+#: PRODUCER, CONSUMER); status codes are the same numbers in both.
+_KIND = {0: 1, 1: 2, 2: 3, 3: 4, 4: 5}
 
 
 def any_value(value: Any) -> dict[str, Any]:
@@ -66,9 +67,13 @@ def span_json(span: ReadableSpan) -> dict[str, Any]:
     if span.events:
         out["events"] = [{"timeUnixNano": str(e.timestamp), "name": e.name, "attributes": key_values(e.attributes)}
                          for e in span.events]
-    status = span.status
-    out["status"] = {"code": status.status_code.value, **({"message": status.description}
-                                                         if status.description else {})} if status.status_code.value else {}
+    # Always present, empty when unset, as the SDK's encoder writes it.
+    status: dict[str, Any] = {}
+    if span.status.status_code.value:
+        status["code"] = span.status.status_code.value
+        if span.status.description:
+            status["message"] = span.status.description
+    out["status"] = status
     return out
 
 
@@ -123,11 +128,9 @@ class JsonSpanExporter(SpanExporter):
         self.http.close()
 
 
-def traces_url(endpoint: str | None) -> str:
-    """The config's collector base URL, else the OTEL_EXPORTER_OTLP_* variables, as the
-    SDK's exporters read them (a signal's own variable is the whole URL)."""
-    if endpoint is not None:
-        return f"{endpoint.rstrip('/')}/v1/traces"
+def env_traces_url() -> str:
+    """Where spans go when the config names no collector: the OTEL_EXPORTER_OTLP_*
+    variables, as the SDK's exporters read them (a signal's own variable is the whole URL)."""
     whole = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
     if whole:
         return whole

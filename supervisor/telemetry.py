@@ -45,7 +45,7 @@ log = logging.getLogger("trunkline.telemetry")
 #: go by their configured name (`groq`, `deepseek`, `ollama`...).
 PROVIDER_NAMES = {"anthropic": "anthropic", "openai": "openai", "gemini": "gcp.gemini"}
 #: The conventions' advisory bucket boundaries.
-TOKEN_BUCKETS = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864]
+TOKEN_BUCKETS: list[float] = [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864]
 SECONDS_BUCKETS = [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92]
 #: Seconds one export may take (the SDK's default, 10, would hold a daemon's exit up).
 EXPORT_TIMEOUT_S = 4.0
@@ -169,15 +169,15 @@ class Telemetry:
 
     def bus(self, event: BusEvent, state: RequestState | None) -> None:
         """A worker's attempt, retry or rate-limit wait, on the request's span."""
-        span: _OpenSpan | None = state.span if state is not None else None
-        if span is None:
+        if state is None or state.span is None:
             return
+        span: _OpenSpan = state.span
         name = event.name
         attrs: dict[str, Any]
         if name == "llm.call_started":
-            state.attempts = event.attempt or state.attempts + 1  # type: ignore[union-attr]
-            if state.attempts > 1:  # type: ignore[union-attr] # the first one starts with the span
-                span.events.append(Event("trunkline.attempt.started", {"trunkline.attempt": state.attempts}))  # type: ignore[union-attr]
+            state.attempts = event.attempt or state.attempts + 1
+            if state.attempts > 1:  # the first one starts with the span
+                span.events.append(Event("trunkline.attempt.started", {"trunkline.attempt": state.attempts}))
         elif name == "llm.call_failed":
             attrs = {"trunkline.attempt": event.attempt or 0, "error.type": event.error_class or "other"}
             if event.detail:
@@ -335,9 +335,9 @@ def otlp_protocol(config: TelemetryConfig) -> str:
 
 def _span_exporter(config: TelemetryConfig) -> Any:
     if otlp_protocol(config) == "http/json":
-        from .otel_json import JsonSpanExporter, env_headers, traces_url
+        from .otel_json import JsonSpanExporter, env_headers, env_traces_url
 
-        return JsonSpanExporter(traces_url(config.otlp_endpoint), config.otlp_headers or env_headers(),
+        return JsonSpanExporter(_signal_url(config, "traces") or env_traces_url(), config.otlp_headers or env_headers(),
                                 EXPORT_TIMEOUT_S)
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 

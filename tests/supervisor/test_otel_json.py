@@ -17,7 +17,9 @@ from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
-from trunkline.supervisor.otel_json import env_headers, shown, traces_body, traces_url
+from trunkline.config.loader import TelemetryConfig
+from trunkline.supervisor.otel_json import env_headers, env_traces_url, shown, traces_body
+from trunkline.supervisor.telemetry import _span_exporter
 
 RESOURCE = Resource.create({"service.name": "trunkline", "service.version": "0.1"})
 SCOPE = InstrumentationScope("trunkline", "0.1")
@@ -71,12 +73,14 @@ def test_any_span_is_written_as_the_official_encoder_would(attrs, parent, error,
 def test_the_collector_url_and_headers_come_from_config_or_the_otel_variables(monkeypatch):
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
-    assert traces_url("http://c:4318/") == "http://c:4318/v1/traces"
-    assert traces_url(None) == "http://localhost:4318/v1/traces"
+    exporter = _span_exporter(TelemetryConfig(otlp_endpoint="http://c:4318/", otlp_protocol="http/json"))
+    assert exporter.url == "http://c:4318/v1/traces"
+    exporter.shutdown()
+    assert env_traces_url() == "http://localhost:4318/v1/traces"
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "https://otlp.example:4318")
-    assert traces_url(None) == "https://otlp.example:4318/v1/traces"
+    assert env_traces_url() == "https://otlp.example:4318/v1/traces"
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "https://traces.example/in")
-    assert traces_url(None) == "https://traces.example/in"
+    assert env_traces_url() == "https://traces.example/in"
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-api-key=abc%3D%3D, X-Team = core,broken")
     assert env_headers() == {"x-api-key": "abc==", "x-team": "core"}
 
