@@ -59,14 +59,15 @@ _decode_control_request = _decoder(_control_requests)
 
 
 def decode_control_request(data: bytes | memoryview) -> Any:
-    """A control request, its free-form JSON nested at most `MAX_NESTING` levels deep
-    (deeper would break re-encoding it for a worker)."""
+    """A control request whose free-form JSON holds only what JSON can (see
+    `limits`), nested at most `MAX_NESTING` levels deep (deeper would break
+    re-encoding it for a worker)."""
     msg = _decode_control_request(data)
     request = getattr(msg, "request", None)
     if type(request) is Request:
         problem = request_problem(request, numbers=False)
         if problem is not None:
-            raise DecodeError(f"request.{problem} (the limit for free-form JSON)")
+            raise DecodeError(f"request.{problem}")
     return msg
 
 

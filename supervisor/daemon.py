@@ -37,6 +37,7 @@ from ..protocol.messages import (
     StopJob,
 )
 from .metrics import DaemonMetrics
+from .ratelog import RateLimitedLog
 from .requests import RequestState, RequestTable, estimate_billing
 from .slot import WorkerSlot
 
@@ -100,6 +101,7 @@ class Daemon:
         # with, and per provider the retry/timeout policies its jobs carry since.
         self.spawned_config: Config | None = None
         self.job_policies: dict[str, tuple[dict[str, Any] | None, dict[str, Any] | None]] = {}
+        self.fault_log = RateLimitedLog(log)
         from .router import Router
 
         self.router = Router(self)
@@ -155,15 +157,18 @@ class Daemon:
         now = trio.current_time()
         logging_it = log.isEnabledFor(logging.INFO)
         if logging_it or self.metrics is not None or self.telemetry is not None:
-            terminal = _terminal(state)
-            if logging_it:
-                log.info("request %s %s %s: %s in %.0f ms", state.request_id, state.model,
-                         "stream" if state.stream else "complete", _outcome(terminal),
-                         (now - state.submitted_at) * 1000)
-            if self.metrics is not None:
-                self.metrics.ended(state, terminal, now - state.submitted_at)
-            if self.telemetry is not None:
-                self.telemetry.ended(state, terminal, now - state.submitted_at)
+            try:
+                terminal = _terminal(state)
+                if logging_it:
+                    log.info("request %s %s %s: %s in %.0f ms", state.request_id, state.model,
+                             "stream" if state.stream else "complete", _outcome(terminal),
+                             (now - state.submitted_at) * 1000)
+                if self.metrics is not None:
+                    self.metrics.ended(state, terminal, now - state.submitted_at)
+                if self.telemetry is not None:
+                    self.telemetry.ended(state, terminal, now - state.submitted_at)
+            except Exception as exc:  # noqa: BLE001 - a log line or a metric must never keep a request open
+                self.fault(state.request_id, "recording its end", exc)
         self.requests.end(state, now)
         slot = self.slots.get(state.provider)
         if slot is not None:
@@ -184,13 +189,27 @@ class Daemon:
         every part the worker left open, then `terminal(partial response)`."""
         if state.ended:
             return
-        partial: Response | None = None
+        try:
+            partial = self._partial(state)
+        except Exception as exc:  # noqa: BLE001 - the terminal event goes out whatever its partial
+            self.fault(state.request_id, "gathering its partial response", exc)
+            partial = None
+        try:
+            self._publish_own(state, terminal(partial))
+        except Exception as exc:  # noqa: BLE001
+            self.fault(state.request_id, "sending its terminal event", exc)
+            if partial is not None:
+                self._publish_own(state, terminal(None))
+        self._ended(state)
+
+    def _partial(self, state: RequestState) -> Response | None:
+        """What a request the supervisor ends itself had received, with its parts closed
+        and its bill estimated."""
         if not state.stream and state.progress is not None and state.progress.content:
             # A whole-response request: what its worker last reported having gathered.
             partial = Response(model=state.progress.model, provider=state.provider,
                                message=Message(role="assistant", content=state.progress.content),
                                finish_reason=FinishReason(reason="error"))
-            estimate_billing(state, partial, trio.current_time())
         elif state.stream and state.last_seq >= 0:
             acc = state.accumulator()
             for ev in acc.closing_events():
@@ -198,9 +217,29 @@ class Daemon:
                 acc.feed(ev)
             partial = acc.response()
             partial.provider = state.provider
+        else:
+            return None
+        try:
             estimate_billing(state, partial, trio.current_time())
-        self._publish_own(state, terminal(partial))
-        self._ended(state)
+        except Exception as exc:  # noqa: BLE001 - the content is worth more than the estimate
+            self.fault(state.request_id, "estimating its bill", exc)
+        return partial
+
+    def fault(self, request_id: str | None, doing: str, exc: BaseException) -> None:
+        """The last guard's log: a bug met while handling one request, in one line (at
+        most a few a second, whatever the input), the traceback at debug level."""
+        self.fault_log.note(f"request {request_id}: internal error while {doing}: {type(exc).__name__}: "
+                            f"{str(exc)[:200]}")
+        log.debug("request %s: traceback", request_id, exc_info=exc)
+
+    def contain(self, request_id: str, doing: str, exc: BaseException) -> None:
+        """The last guard: an exception while handling one request fails that request
+        alone (class `other`), and the daemon keeps serving every other."""
+        self.fault(request_id, doing, exc)
+        state = self.requests.active.get(request_id)
+        if state is not None and not state.ended:
+            self.fail_request(state, "other", f"the daemon failed while {doing} ({type(exc).__name__}); "
+                              "other requests are unaffected")
 
     def fail_request(self, state: RequestState, error_class: ErrorClass, message: str) -> None:
         info = ErrorInfo(error_class=error_class, message=message, retryable=RETRYABLE[error_class],
@@ -223,7 +262,12 @@ class Daemon:
             self.finish_cancelled(state, "cancelled before start")
             return
         slot = self.slots[state.provider]
-        slot.send(StopJob(request_id=state.request_id))
+        try:
+            slot.send(StopJob(request_id=state.request_id))
+        except Exception as exc:  # noqa: BLE001 - its worker cannot be told (a full queue): end it here
+            self.fault(state.request_id, "asking its worker to stop", exc)
+            self.finish_cancelled(state, "cancelled; the worker could not be told")
+            return
         if state.cancel_deadline is None:
             state.cancel_deadline = trio.current_time() + self.config.supervision.cancel_grace_s
 

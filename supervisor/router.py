@@ -150,7 +150,7 @@ class Router:
         if size > self.max_bytes:
             return ProtocolError(error=_error(
                 "invalid_request", f"message of {size} bytes exceeds the limit of {self.max_bytes} bytes "
-                "(its routing header included)"))
+                "(limits.max_message_bytes; a message of exactly the limit is accepted)"))
         try:
             msg = codec.decode_control_request(data)
         except codec.DecodeError as exc:

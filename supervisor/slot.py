@@ -163,7 +163,14 @@ class WorkerSlot:
                 if state is not None and state.trace is not None:
                     state.trace["job_sent"] = trace.now_ns()  # before the send: the worker may stamp first
                 if self.link is not None:
-                    self.link.send(codec.encode(msg))
+                    try:
+                        data = codec.encode(msg)
+                    except Exception as exc:  # noqa: BLE001 - the last guard: that request fails, no other
+                        if type(msg) is not Job:
+                            raise
+                        self.daemon.contain(msg.request_id, "sending it to its worker", exc)  # type: ignore[union-attr]
+                        continue
+                    self.link.send(data)
             finally:
                 # Counted down only once sent: until then a direct send could overtake it.
                 self._queued -= 1
@@ -189,10 +196,10 @@ class WorkerSlot:
             return
         t = type(msg)
         if t is Relay:
-            daemon.relay(msg)  # type: ignore[arg-type]
+            self._relay(msg)  # type: ignore[arg-type]
         elif t is RelayBatch:
             for relay in msg.relays:  # type: ignore[union-attr]
-                daemon.relay(relay)
+                self._relay(relay)
         elif t is Heartbeat:
             self.last_heartbeat = trio.current_time()
             if msg.unreachable != self.unreachable:  # type: ignore[union-attr]
@@ -215,6 +222,12 @@ class WorkerSlot:
             self.last_heartbeat = trio.current_time()
             self._up.set()
             daemon.bus("worker.up", provider=self.name, detail=f"pid {msg.pid}")  # type: ignore[union-attr]
+
+    def _relay(self, relay: Relay) -> None:
+        try:
+            self.daemon.relay(relay)
+        except Exception as exc:  # noqa: BLE001 - the last guard: one request fails, the link reads on
+            self.daemon.contain(relay.request_id, "relaying its events", exc)
 
     # -- lifecycle ---------------------------------------------------------------
 

@@ -10,6 +10,7 @@ one (tens of thousands) outside CI.
 
 from __future__ import annotations
 
+import datetime
 import os
 from typing import Any
 
@@ -37,7 +38,10 @@ FIELDS = ["request_id", "client_id", "request", "stream", "operation_id", "token
           "provider_options", "mock", "steps", "delay", "tools", "parameters", "seed", "top_p"]
 
 scalars = (st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats()
-           | st.text(max_size=20) | st.binary(max_size=20) | st.sampled_from(TAGS + FIELDS + ["mock:echo", "user"]))
+           | st.text(max_size=20) | st.binary(max_size=20) | st.sampled_from(TAGS + FIELDS + ["mock:echo", "user"])
+           # msgpack's own types beyond JSON: extension values and timestamps.
+           | st.builds(msgspec.msgpack.Ext, st.integers(-128, 127), st.binary(max_size=17))
+           | st.datetimes(timezones=st.just(datetime.timezone.utc)))
 values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4)
                       | st.dictionaries(st.sampled_from(FIELDS) | st.text(max_size=6), inner, max_size=4),
                       max_leaves=24)

@@ -285,3 +285,52 @@ def test_a_problem_in_a_huge_value_names_the_field_and_costs_no_walk_in_python()
     small = {"a": [1, {"b": float("-inf")}]}
     assert json_problem(small, "f", numbers=True) == "f.a[1].b: -inf is not a finite number"
     assert json_problem(small, "f", numbers=False) is None
+
+
+_ANY_MSGPACK = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**63, 2**64 - 1) | st.floats(allow_nan=False) | st.text(max_size=6)
+    | st.binary(max_size=6) | st.datetimes(timezones=st.just(__import__("datetime").timezone.utc))
+    | st.builds(msgspec.msgpack.Ext, st.integers(0, 127), st.binary(max_size=9)),
+    lambda inner: st.lists(inner, max_size=3)
+    | st.dictionaries(st.text(max_size=4) | st.integers(0, 9) | st.binary(max_size=3), inner, max_size=3),
+    max_leaves=12)
+
+
+@settings(max_examples=300)
+@given(_ANY_MSGPACK, st.sampled_from(["options", "parameters", "schema", "arguments", "data"]))
+def test_a_request_decodes_only_with_free_form_values_json_can_hold(value, field: str):
+    """Whatever msgpack sits in a free-form field, the request decodes only when every
+    free-form value is JSON (so the supervisor, the worker and the provider body all
+    encode it), and is otherwise a DecodeError naming the field."""
+    request = {"model": "mock:echo", "messages": [{"role": "user", "content": [{"type": "text", "text": "x"}]}]}
+    if field == "options":
+        request["provider_options"] = {"mock": {"v": value}}
+    elif field == "parameters":
+        request["tools"] = [{"name": "t", "parameters": {"v": value}}]
+    elif field == "schema":
+        request["response_format"] = {"kind": "json_schema", "schema": {"v": value}}
+    elif field == "arguments":
+        request["messages"].append({"role": "assistant", "content": [
+            {"type": "tool_call", "id": "tu_1", "name": "t", "arguments": {"v": value}}]})
+    else:
+        request["messages"].append({"role": "assistant", "content": [
+            {"type": "provider_part", "api": "x", "kind": "y", "data": value}]})
+    data = msgspec.msgpack.encode({"type": "count_tokens", "request": request})
+    try:
+        msg = codec.decode_control_request(data)
+    except DecodeError as exc:
+        assert "request." in str(exc)
+        return
+    def plain(v) -> bool:
+        if type(v) is dict:
+            return all(type(k) is str and plain(x) for k, x in v.items())
+        if type(v) is list:
+            return all(map(plain, v))
+        return type(v) in (str, int, float, bool, type(None))
+
+    free = [*msg.request.provider_options.values(), *(t.parameters for t in msg.request.tools)]
+    if msg.request.response_format is not None:
+        free.append(msg.request.response_format.schema)
+    for message in msg.request.messages:
+        free += [getattr(p, "arguments", None) or getattr(p, "data", None) for p in message.content]
+    assert all(map(plain, free))
