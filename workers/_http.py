@@ -318,11 +318,7 @@ class HttpAdapter(Adapter):
             call.gathered_events = fed
             acc.feed(event)
 
-        try:
-            result = await self.stream(call, take, whole=True)
-        except ProviderError as err:
-            err.gathered = acc.content() or None
-            raise
+        result = await self.stream(call, take, whole=True)  # a failure's gathered content: see the runtime
         if fed:  # streamed (else the server sent one JSON body, already parsed whole)
             result.message = Message(role="assistant", content=acc.content())
             result.model = result.model or acc.model

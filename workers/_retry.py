@@ -5,7 +5,10 @@ nothing has reached the client yet (the caller decides that), and the wait
 fits: a `Retry-After` longer than the cap is not waited past, and no wait may
 run past the request's overall deadline.
 
-Two rules keep a retry from becoming a second bill. A timed-out attempt is not
+Three rules keep a retry from becoming a second bill. An attempt that received
+any output (`ProviderError.output`) is never sent again, whatever the class of
+its error: the provider bills what it generated, streamed to the client or
+gathered for a whole response alike. A timed-out attempt is not
 sent again unless `retry_timeouts` is on: a timeout usually means a slow
 generation, which another attempt repeats. And an attempt the provider may
 have billed (`ProviderError.sent`: the request reached it and it began to
@@ -58,6 +61,9 @@ def decide(
         return Decision(False, reason=f"{error.error_class} is not retryable")
     if error.hold is not None:
         return Decision(False, reason=error.hold)
+    if error.output:
+        return Decision(False, reason="not retried: the provider had already sent part of its answer, "
+                        "which a retry would bill again")
     if limit <= 0:
         return Decision(False, reason="not retried: max_retries is 0")
     if retries_done >= limit:

@@ -353,6 +353,10 @@ class JobRunner:
             emitter.rate_limit = call.rate_limit or emitter.rate_limit
             if call.answered:
                 error.sent = True  # the provider began to answer: this attempt may be billed
+            if error.gathered is None and call.gathered is not None:
+                error.gathered = call.gathered.content() or None
+            # Output already received was billed: a retry would bill it again, whatever the class.
+            error.output = emitter.started or bool(error.gathered)
             self.outbox.bus("llm.call_failed", attempt_id=call.attempt_id, attempt=call.attempt,
                             error_class=error.error_class, retry_count=retries,
                             detail=redact(error.message, adapter.secrets), **common)

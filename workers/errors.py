@@ -47,6 +47,9 @@ class ProviderError(Exception):
         self.hold: str | None = None
         #: What a whole-response request had gathered when it failed (content parts).
         self.gathered: list | None = None
+        #: The attempt had received output (text, reasoning, a tool call), which the
+        #: provider bills: it is never sent again.
+        self.output = False
 
     def to_info(self, provider: str | None = None, secrets: Iterable[str] = ()) -> ErrorInfo:
         return ErrorInfo(

@@ -19,6 +19,7 @@ from trunkline.protocol.messages import (
     Job,
     Message,
     ModelInfo,
+    RETRYABLE,
     Price,
     Request,
     TextDelta,
@@ -400,6 +401,33 @@ def test_an_attempt_the_provider_may_have_billed_is_retried_only_for_a_safe_clas
         assert decision.retry is False and "may have billed" in decision.reason
         assert decide(ProviderError(error_class, "before sending"), 0, POLICY).retry is True
     assert decide(ProviderError("rate_limit", "overloaded", sent=True), 0, POLICY).retry is True
+
+
+@pytest.mark.parametrize("error_class", sorted(RETRYABLE))
+def test_an_attempt_that_received_output_is_never_retried_whatever_its_class(error_class):
+    for sent in (False, True):
+        err = ProviderError(error_class, "after some text", sent=sent)
+        err.output = True
+        decision = decide(err, 0, RetryPolicy(**{**{f: getattr(POLICY, f) for f in POLICY.__struct_fields__},
+                                                 "retry_timeouts": True}))
+        assert decision.retry is False
+        if RETRYABLE[error_class]:
+            assert "would bill again" in decision.reason
+
+
+@pytest.mark.parametrize("error_class", ["rate_limit", "server_error", "network", "model_not_loaded"])
+async def test_a_whole_response_is_not_retried_once_output_arrived(autojump_clock, error_class):
+    """Nothing reached the client (it asked for one terminal event), but the provider
+    had produced text: that is billed, so the request ends with it as the partial."""
+    runner = make_runner()
+    await runner.run(job({"text": "paid for"}, {"error": {"error_class": error_class, "attempts": 1}},
+                         {"text": "again"}, stream=False))
+    events, bus = drain(runner)
+    assert [type(e) for e in events] == [ErrorEvent]
+    assert events[0].error.error_class == error_class and "would bill again" in events[0].error.message
+    assert events[0].partial.text == "paid for"
+    assert sum(b.name == "llm.call_started" for b in bus) == 1
+    assert trio.current_time() == 0
 
 
 def test_no_retry_says_why_without_counting_attempts_that_never_were():
