@@ -3,8 +3,8 @@
 The supervisor sees every request begin and end, and every bus event, so it keeps
 the counts: requests by provider, model and outcome, errors by class, retries,
 tokens, cost, latency and time to the first event, and, read at scrape time,
-requests in flight, worker restarts and what the replay rings hold. prometheus_client
-serves them (`GET /metrics`) from its own thread; its metrics take their own locks.
+requests in flight, worker restarts and what the replay rings hold. `metrics_http`
+serves them from threads of its own; prometheus_client's metrics take their own locks.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -75,10 +75,6 @@ class DaemonMetrics:
         self.ttft = Histogram("trunkline_time_to_first_event_seconds", "Streams: from submit to the first event",
                               labels, buckets=LATENCY_BUCKETS, registry=self.registry)
         self.registry.register(_Live(daemon))
-
-    def serve(self, listen: str) -> None:
-        host, _, port = listen.rpartition(":")
-        start_http_server(int(port), addr=host.strip("[]") or "0.0.0.0", registry=self.registry)
 
     def first_event(self, state: RequestState, seconds: float) -> None:
         self.ttft.labels(state.provider, state.model).observe(seconds)
