@@ -67,32 +67,95 @@ async def lone_daemon(nursery: trio.Nursery) -> AsyncIterator[Any]:
         d.cleanup()
 
 
-async def test_requests_errors_retries_tokens_and_latency_are_scraped(start_daemon):
+async def test_requests_errors_retries_waits_tokens_and_latency_are_scraped(start_daemon):
     port = free_port()
-    daemon = await start_daemon({"metrics": {"listen": f"127.0.0.1:{port}"}})
+    daemon = await start_daemon({"metrics": {"listen": f"127.0.0.1:{port}"},
+                                 "providers": {"lab": {"type": "openai_compat"}}})  # no base_url: not configured
     flaky = {"mock": {"steps": [{"error": {"error_class": "server_error", "attempts": 1}}, {"text": "ok"},
-                                {"usage": {"input_tokens": 7, "output_tokens": 3}}]}}
+                                {"usage": {"input_tokens": 7, "output_tokens": 3, "cache_write_tokens": 5}}]}}
+    throttled = {"mock": {"steps": [{"error": {"error_class": "rate_limit", "attempts": 1}}, {"text": "ok"}]}}
+    told_when = {"mock": {"steps": [{"error": {"error_class": "rate_limit", "retry_after": 0.05, "attempts": 1}},
+                                    {"text": "ok"}]}}
     broken = {"mock": {"steps": [{"error": {"error_class": "invalid_request", "status": 400}}]}}
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir) as client:
             await client.complete("mock:echo", "x", provider_options=flaky)
+            await client.complete("mock:echo", "x", provider_options=throttled)
+            await client.complete("mock:echo", "x", provider_options=told_when)
             async with client.stream("mock:echo", "streamed words") as s:
                 await s.response()
             with pytest.raises(TrunklineError):
                 await client.complete("mock:echo", "x", provider_options=broken)
+            with pytest.raises(TrunklineError):
+                await client.complete("mock:echo", "x", provider_options={"mock": {"steps": [{"crash": True}]}})
+            await client.complete("mock:echo", "after the restart")  # waits for the new worker
         reply = await scrape(port)
-    found = samples(reply.text)
     assert reply.status_code == 200
-    assert value(found, "trunkline_requests_total", provider="mock", model="mock:echo", outcome="stop") == 2
-    assert value(found, "trunkline_requests_total", outcome="error") == 1
+    found = samples(reply.text)
+    assert value(found, "trunkline_requests_total", provider="mock", model="mock:echo", outcome="stop") == 5
+    assert value(found, "trunkline_requests_total", outcome="error") == 2
     assert value(found, "trunkline_errors_total", error_class="invalid_request") == 1
-    assert value(found, "trunkline_retries_total", provider="mock") == 1
+    assert value(found, "trunkline_errors_total", error_class="unavailable") == 1
+    assert value(found, "trunkline_retries_total", provider="mock", error_class="server_error") == 1
+    assert value(found, "trunkline_retries_total", provider="mock", error_class="rate_limit") == 2
+    # Two waits: the policy's backoff (base_delay_s 0.01, no jitter) and the Retry-After.
+    assert value(found, "trunkline_rate_limit_waits_total", provider="mock") == 2
+    assert value(found, "trunkline_rate_limit_wait_seconds_total", provider="mock") == pytest.approx(0.06)
     assert value(found, "trunkline_tokens_total", kind="input") >= 7
-    assert value(found, "trunkline_request_duration_seconds_count", model="mock:echo") == 3
+    assert value(found, "trunkline_tokens_total", model="mock:echo", kind="cache_write") == 5
+    assert value(found, "trunkline_request_duration_seconds_count", model="mock:echo") == 7
     assert value(found, "trunkline_time_to_first_event_seconds_count", model="mock:echo") == 1
+    assert value(found, "trunkline_requests_in_flight", provider="mock") == 0
+    assert value(found, "trunkline_replay_requests") == 7
+    # Restarts are a counter; each provider's state is a label, and `up` is only for
+    # providers that have a worker to be up.
+    assert ("trunkline_worker_restarts_total", {"provider": "mock"}, 1.0) in found
     assert value(found, "trunkline_worker_up", provider="mock") == 1
-    assert ("trunkline_worker_restarts", {"provider": "mock"}, 0.0) in found
-    assert "trunkline_requests_in_flight" in reply.text and "trunkline_replay_requests" in reply.text
+    assert value(found, "trunkline_worker_state", provider="mock", state="running") == 1
+    assert value(found, "trunkline_worker_state", provider="mock") == 1
+    assert value(found, "trunkline_worker_state", provider="lab", state="not_configured") == 1
+    assert value(found, "trunkline_worker_state", provider="lab") == 1
+    assert not [s for s in found if s[0] in ("trunkline_worker_up", "trunkline_worker_restarts_total")
+                and s[1]["provider"] == "lab"]
+    types = {f.name: f.type for f in text_string_to_metric_families(reply.text)}
+    assert types["trunkline_worker_restarts"] == "counter"
+    assert types["trunkline_worker_state"] == "gauge"
+    assert not [s for s in found if s[0].endswith("_created")]
+
+
+async def test_model_names_a_client_makes_up_make_no_new_series(start_daemon):
+    port = free_port()
+    daemon = await start_daemon({"metrics": {"listen": f"127.0.0.1:{port}"},
+                                 "models": {"mock:house": {"wire_name": "echo"}}})  # a configured name
+
+    async def submit_made_up_names(client: Client, n: int) -> list[str]:
+        names = [f"mock:{secrets.token_hex(6)}" for _ in range(n)]  # passed through, then not found
+        names += [f"nowhere:{secrets.token_hex(6)}", secrets.token_hex(6)]  # refused at submit
+        for name in names:
+            with pytest.raises(TrunklineError):
+                await client.complete(name, "x")
+        return names
+
+    with trio.fail_after(60):
+        async with Client(daemon.runtime_dir) as client:
+            await client.complete("mock:echo", "x")
+            await client.complete("mock:house", "x")
+            first = await submit_made_up_names(client, 3)
+            before = samples((await scrape(port)).text)
+            later = await submit_made_up_names(client, 30)
+            with pytest.raises(TrunklineError):
+                await client.complete("mock:" + "m" * 3000, "x")
+            text = (await scrape(port)).text
+    after = samples(text)
+    assert series(after) == series(before)
+    assert {labels["model"] for _, labels, _ in after if "model" in labels} == {"mock:echo", "mock:house", "other"}
+    assert not [name for name in first + later if name.rpartition(":")[2] in text]
+    assert value(after, "trunkline_requests_total", model="other", outcome="error") == 3 + 30 + 1
+    assert value(after, "trunkline_errors_total", model="other", error_class="not_found") == 3 + 30 + 1
+    assert value(after, "trunkline_requests_total", model="mock:house", outcome="stop") == 1
+    # Refused submits are counted by class alone.
+    assert value(after, "trunkline_requests_refused_total", error_class="not_found") == 2 * 2
+    assert value(before, "trunkline_requests_refused_total") == 2
 
 
 async def test_only_metrics_is_served_in_either_format(start_daemon):
@@ -120,7 +183,8 @@ async def test_only_metrics_is_served_in_either_format(start_daemon):
     assert posted.headers["allow"] == "GET, HEAD" and "trunkline_" not in posted.text
     assert head.status_code == 200 and head.content == b""
     assert openmetrics.headers["content-type"].startswith("application/openmetrics-text")
-    assert [f.name for f in openmetrics_families(openmetrics.text)]  # raises on bad text
+    families = {f.name: f.type for f in openmetrics_families(openmetrics.text)}  # raises on bad text
+    assert families["trunkline_worker_restarts"] == "counter"
     assert gzipped.headers["content-encoding"] == "gzip" and samples(gzipped.text)
 
 
