@@ -7,6 +7,7 @@ wire), because a misspelt key in a config file is a silent bug otherwise.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 import re
@@ -198,8 +199,54 @@ class ModelEntry(_Section):
 
 
 class MetricsConfig(_Section):
-    #: `HOST:PORT` of a Prometheus scrape endpoint (`GET /metrics`); off when unset.
+    #: `HOST:PORT` of a Prometheus scrape endpoint (`GET /metrics`); off when unset. Without
+    #: a host (`:9464`) it listens on 127.0.0.1; every interface needs `0.0.0.0:9464` or
+    #: `[::]:9464`, and a bearer token.
     listen: str | None = None
+    #: A file holding the token a scrape must send as `Authorization: Bearer <token>` (the
+    #: file Prometheus' `authorization.credentials_file` can read too); read at start.
+    bearer_token_file: str | None = None
+    #: Or the name of an environment variable holding that token.
+    bearer_token_env: str | None = None
+
+    def address(self) -> tuple[str, int]:
+        """Host and port to listen on (a missing host is the loopback address)."""
+        assert self.listen is not None
+        host, _, port = self.listen.rpartition(":")
+        return host.strip("[]") or "127.0.0.1", int(port)
+
+    @property
+    def on_loopback(self) -> bool:
+        """Whether only this machine can reach the endpoint (a loopback address, or localhost)."""
+        host = self.address()[0]
+        if host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            return False  # a host name: whatever it resolves to, others may reach it
+
+    def bearer_token(self) -> str | None:
+        """The token scrapes must send, or None when none is configured. Raises
+        ConfigError when the configured file or variable holds no usable token."""
+        if self.bearer_token_file is not None:
+            where = f"`metrics.bearer_token_file` ({self.bearer_token_file})"
+            try:
+                token = Path(self.bearer_token_file).expanduser().read_text().strip()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ConfigError(f"config error at {where}: cannot read it: "
+                                  f"{getattr(exc, 'strerror', None) or type(exc).__name__}") from None
+        elif self.bearer_token_env is not None:
+            where = f"`metrics.bearer_token_env` ({self.bearer_token_env})"
+            token = os.environ.get(self.bearer_token_env, "").strip()
+        else:
+            return None
+        if not token:
+            raise ConfigError(f"config error at {where}: it holds no token")
+        if not all("!" <= c <= "~" for c in token):
+            # Said without the token itself: it must never reach a log.
+            raise ConfigError(f"config error at {where}: a token is one word of printable ASCII characters")
+        return token
 
 
 class TelemetryConfig(_Section):
@@ -430,6 +477,22 @@ def endpoint_problem(value: str) -> str | None:
     return None
 
 
+def metrics_problem(metrics: MetricsConfig) -> tuple[str, str] | None:
+    """The key and why the metrics endpoint cannot be served as configured, or None."""
+    if metrics.bearer_token_file is not None and metrics.bearer_token_env is not None:
+        return "bearer_token_env", "give bearer_token_file or bearer_token_env, not both"
+    if metrics.listen is None:
+        return None
+    if not re.fullmatch(r"(?:\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]*):\d{1,5}", metrics.listen):
+        return "listen", f"{metrics.listen!r} is not HOST:PORT (e.g. 127.0.0.1:9464)"
+    if not 0 < metrics.address()[1] < 65536:
+        return "listen", f"{metrics.listen!r}: the port must be 1-65535"
+    if not metrics.on_loopback and metrics.bearer_token_file is None and metrics.bearer_token_env is None:
+        return "listen", (f"{metrics.listen!r} can be reached from other machines: set metrics.bearer_token_file "
+                          "(or bearer_token_env) so a scrape must bring a token, or listen on 127.0.0.1")
+    return None
+
+
 def base_url_problem(value: str, example: str = "https://api.example.com/v1") -> str | None:
     """Why a provider's base_url (or another URL the daemon calls) cannot be called, or None."""
     parsed = urllib.parse.urlsplit(value)
@@ -474,10 +537,9 @@ def _check(config: Config, source: Path) -> None:
         problem = endpoint_problem(getattr(config.endpoints, which))
         if problem:
             raise ConfigError(f"config error in {source} at `endpoints.{which}`: {problem}")
-    if config.metrics.listen is not None and not re.fullmatch(r"(?:\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]*):\d{1,5}",
-                                                               config.metrics.listen):
-        raise ConfigError(f"config error in {source} at `metrics.listen`: {config.metrics.listen!r} is not "
-                          "HOST:PORT (e.g. 127.0.0.1:9464)")
+    problem = metrics_problem(config.metrics)
+    if problem:
+        raise ConfigError(f"config error in {source} at `metrics.{problem[0]}`: {problem[1]}")
     telemetry = config.telemetry
     if telemetry.otlp_endpoint is not None:
         problem = base_url_problem(telemetry.otlp_endpoint, "http://127.0.0.1:4318")

@@ -37,6 +37,7 @@ from ..protocol.messages import (
     StopJob,
 )
 from .metrics import DaemonMetrics
+from .metrics_http import MetricsApp, MetricsServer
 from .ratelog import RateLimitedLog
 from .requests import RequestState, RequestTable, estimate_billing
 from .slot import WorkerSlot
@@ -89,6 +90,8 @@ class Daemon:
                 slot.last_error = f"environment variable {provider.key_hint()} is not set"
             self.slots[name] = slot
         self.metrics = DaemonMetrics(self) if config.metrics.listen else None
+        self.metrics_token = config.metrics.bearer_token() if config.metrics.listen else None
+        self.metrics_server: MetricsServer | None = None
         self.telemetry = _telemetry(config, providers)
         self.accepting = True
         self.started_wall = time.time()
@@ -336,12 +339,8 @@ class Daemon:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self.started_at = trio.current_time()
         self._bind()
-        if self.metrics is not None and self.config.metrics.listen:
-            try:
-                self.metrics.serve(self.config.metrics.listen)
-            except OSError as exc:
-                raise StartupError(f"cannot serve metrics on {self.config.metrics.listen}: {exc}") from None
-            log.info("metrics on http://%s/metrics", self.config.metrics.listen)
+        if self.metrics is not None:
+            self._serve_metrics(self.metrics)
         if self.telemetry is not None:
             from .otel_json import shown
 
@@ -370,6 +369,8 @@ class Daemon:
                     await self.shutdown(workers)
                 nursery.cancel_scope.cancel()
         finally:
+            if self.metrics_server is not None:
+                self.metrics_server.close()
             if self.rep is not None:
                 self.rep.close()
             if self.pub is not None:
@@ -379,6 +380,18 @@ class Daemon:
                 # holds the exit up for at most this long.
                 with trio.move_on_after(TELEMETRY_FLUSH_S):
                     await trio.to_thread.run_sync(self.telemetry.shutdown, abandon_on_cancel=True)
+
+    def _serve_metrics(self, metrics: DaemonMetrics) -> None:
+        cfg = self.config.metrics
+        host, port = cfg.address()
+        try:
+            self.metrics_server = MetricsServer(host, port, MetricsApp(metrics.registry, self.metrics_token))
+        except OSError as exc:
+            raise StartupError(f"cannot serve metrics on {cfg.listen}: {exc}") from None
+        self.metrics_server.start()
+        shown = f"[{host}]" if ":" in host else host
+        log.info("metrics on http://%s:%d/metrics%s", shown, self.metrics_server.port,
+                 " (a bearer token is required)" if self.metrics_token else "")
 
     async def _reload_on_sighup(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         from .reload import reload

@@ -1,22 +1,28 @@
-"""The Prometheus scrape endpoint (`metrics.listen`, off by default).
+"""The Prometheus metrics (`metrics.listen`, off by default).
 
 The supervisor sees every request begin and end, and every bus event, so it keeps
-the counts: requests by provider, model and outcome, errors by class, retries,
-tokens, cost, latency and time to the first event, and, read at scrape time,
-requests in flight, worker restarts and what the replay rings hold. prometheus_client
-serves them (`GET /metrics`) from its own thread; its metrics take their own locks.
+the counts: requests by provider, model and outcome, errors by class, refused
+submits, retries and rate-limit waits, tokens, cost, latency and time to the first
+event, and, read at scrape time, requests in flight, each worker's state and
+restarts, and what the replay rings hold. `metrics_http` serves them from threads
+of its own; prometheus_client's metrics take their own locks.
+
+Every label value comes from the daemon, never from a client: a `model` label is
+a catalog id (the shipped catalog or the config's `models:`), any other name is
+`other`, so no client can make new series by naming models.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from ..protocol.messages import BusEvent, ErrorEvent, Finish
+from ..protocol.messages import RETRYABLE, BusEvent, ErrorEvent, ErrorInfo, Finish
+from .slot import State
 
 if TYPE_CHECKING:
     from .daemon import Daemon
@@ -24,6 +30,16 @@ if TYPE_CHECKING:
 
 #: Seconds: from a millisecond local answer to a long generation.
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+#: The `model` label of a request for a model the catalog does not list.
+OTHER_MODEL = "other"
+WORKER_STATES: tuple[State, ...] = get_args(State)
+
+
+def model_label(state: RequestState) -> str:
+    """The request's catalog id, or `other` for a name the catalog does not list (a
+    pass-through name is whatever the client wrote)."""
+    job = state.job
+    return state.model if job is not None and job.model.in_catalog else OTHER_MODEL
 
 
 class _Live(Collector):
@@ -39,17 +55,27 @@ class _Live(Collector):
         counts: dict[str, int] = {}
         for state in list(daemon.requests.active.values()):
             counts[state.provider] = counts.get(state.provider, 0) + 1
-        for provider in daemon.slots:
+        slots = list(daemon.slots.items())
+        for provider, _ in slots:
             in_flight.add_metric([provider], counts.get(provider, 0))
         yield in_flight
-        restarts = GaugeMetricFamily("trunkline_worker_restarts", "Restarts of each provider's worker",
-                                     labels=["provider"])
-        up = GaugeMetricFamily("trunkline_worker_up", "1 when the provider's worker is running", labels=["provider"])
-        for name, slot in list(daemon.slots.items()):
-            restarts.add_metric([name], slot.restarts)
-            up.add_metric([name], 1 if slot.state == "running" else 0)
-        yield restarts
+        states = GaugeMetricFamily("trunkline_worker_state", "1 for the state each provider's worker is in "
+                                   "(starting, running, restarting, unavailable, not_configured, stopped)",
+                                   labels=["provider", "state"])
+        up = GaugeMetricFamily("trunkline_worker_up", "1 when the configured provider's worker is running",
+                               labels=["provider"])
+        restarts = CounterMetricFamily("trunkline_worker_restarts", "Restarts of each configured provider's worker",
+                                       labels=["provider"])
+        for name, slot in slots:
+            current = slot.state
+            for each in WORKER_STATES:
+                states.add_metric([name, each], 1 if each == current else 0)
+            if current != "not_configured":  # no worker to be up: not an outage to alert on
+                up.add_metric([name], 1 if current == "running" else 0)
+                restarts.add_metric([name], slot.restarts)
+        yield states
         yield up
+        yield restarts
         table = daemon.requests
         yield GaugeMetricFamily("trunkline_replay_requests", "Requests whose events are kept for replay",
                                 value=len(table.active) + len(table.ended))
@@ -59,14 +85,26 @@ class _Live(Collector):
 
 class DaemonMetrics:
     def __init__(self, daemon: Daemon) -> None:
+        # `_created` samples would double the series for little use (Prometheus' own
+        # created-timestamp handling does not need them in the text format).
+        disable_created_metrics()
         self.registry = CollectorRegistry(auto_describe=True)
         labels = ["provider", "model"]
         self.requests = Counter("trunkline_requests", "Requests ended, by outcome (a finish reason, or error)",
                                 [*labels, "outcome"], registry=self.registry)
         self.errors = Counter("trunkline_errors", "Requests ended with an error, by class",
                               [*labels, "error_class"], registry=self.registry)
-        self.retries = Counter("trunkline_retries", "Attempts retried", ["provider"], registry=self.registry)
-        self.tokens = Counter("trunkline_tokens", "Tokens, by kind (input, output, cache_read, reasoning)",
+        self.refused = Counter("trunkline_requests_refused", "Submits refused before any provider call, by class",
+                               ["error_class"], registry=self.registry)
+        self.retries = Counter("trunkline_retries", "Attempts retried, by the failed attempt's error class",
+                               ["provider", "error_class"], registry=self.registry)
+        self.rate_limit_waits = Counter(
+            "trunkline_rate_limit_waits", "Waits before a retry because the provider rate-limited the attempt "
+            "or said when to come back (Retry-After)", ["provider"], registry=self.registry)
+        self.rate_limit_seconds = Counter("trunkline_rate_limit_wait_seconds", "Seconds of those waits",
+                                          ["provider"], registry=self.registry)
+        self.tokens = Counter("trunkline_tokens", "Tokens, by kind (input, output, cache_read, cache_write, "
+                              "reasoning; cache_* are part of input, reasoning part of output)",
                               [*labels, "kind"], registry=self.registry)
         self.cost = Counter("trunkline_cost_usd", "Cost in USD of the requests that ended", labels,
                             registry=self.registry)
@@ -76,15 +114,14 @@ class DaemonMetrics:
                               labels, buckets=LATENCY_BUCKETS, registry=self.registry)
         self.registry.register(_Live(daemon))
 
-    def serve(self, listen: str) -> None:
-        host, _, port = listen.rpartition(":")
-        start_http_server(int(port), addr=host.strip("[]") or "0.0.0.0", registry=self.registry)
-
     def first_event(self, state: RequestState, seconds: float) -> None:
-        self.ttft.labels(state.provider, state.model).observe(seconds)
+        self.ttft.labels(state.provider, model_label(state)).observe(seconds)
+
+    def refused_submit(self, error: ErrorInfo) -> None:
+        self.refused.labels(error.error_class).inc()
 
     def ended(self, state: RequestState, terminal: Any, seconds: float) -> None:
-        provider, model = state.provider, state.model
+        provider, model = state.provider, model_label(state)
         self.latency.labels(provider, model).observe(seconds)
         if type(terminal) is Finish:
             response = terminal.response
@@ -100,12 +137,24 @@ class DaemonMetrics:
             return
         usage = response.usage
         for kind, value in (("input", usage.input_tokens), ("output", usage.output_tokens),
-                            ("cache_read", usage.cache_read_tokens), ("reasoning", usage.reasoning_tokens)):
+                            ("cache_read", usage.cache_read_tokens), ("cache_write", usage.cache_write_tokens),
+                            ("reasoning", usage.reasoning_tokens)):
             if value:
                 self.tokens.labels(provider, model, kind).inc(value)
         if response.cost_usd:
             self.cost.labels(provider, model).inc(response.cost_usd)
 
     def bus(self, event: BusEvent) -> None:
-        if event.name == "llm.retrying" and event.provider:
-            self.retries.labels(event.provider).inc()
+        name, provider = event.name, event.provider
+        if not provider or name not in ("llm.retrying", "llm.rate_limited"):
+            return
+        error_class = event.error_class if event.error_class in RETRYABLE else "other"
+        if name == "llm.retrying":
+            self.retries.labels(provider, error_class).inc()
+        # A worker publishes `llm.rate_limited` (a Retry-After it will wait) just before
+        # the `llm.retrying` of the same wait: a rate_limit class's wait is counted at
+        # the latter, another class's Retry-After at the former, so each wait once.
+        rate_limited = error_class == "rate_limit"
+        if (name == "llm.retrying" and rate_limited) or (name == "llm.rate_limited" and not rate_limited):
+            self.rate_limit_waits.labels(provider).inc()
+            self.rate_limit_seconds.labels(provider).inc(max(event.wait_s or 0.0, 0.0))

@@ -159,7 +159,10 @@ class Router:
         if self.needs_token and t is not Hello and pipe_id not in self.authenticated:
             return ProtocolError(error=_error("authentication", "this endpoint needs a hello with a valid token first"))
         if t is Submit:
-            return self.submit(msg, pipe_id)  # type: ignore[arg-type]
+            reply = self.submit(msg, pipe_id)  # type: ignore[arg-type]
+            if type(reply) is Rejected and self.d.metrics is not None:
+                self.d.metrics.refused_submit(reply.error)
+            return reply
         if t is Cancel:
             return self.cancel(msg, pipe_id)  # type: ignore[arg-type]
         if t is Replay:

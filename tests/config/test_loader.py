@@ -133,6 +133,13 @@ def test_an_empty_list_of_key_names_is_refused(tmp_path):
     ("retry:\n  max_retries: 1\nretry:\n  max_retries: 2\n", "invalid YAML at line 3, column 1: duplicate key 'retry'"),
     ("providers:\n  a: {type: mock}\n  a: {type: mock}\n", "duplicate key 'a'"),
     ("metrics:\n  listen: 'http://x:9464/metrics'\n", "at `metrics.listen`: 'http://x:9464/metrics' is not HOST:PORT"),
+    ("metrics:\n  listen: ':99999'\n", "at `metrics.listen`: ':99999': the port must be 1-65535"),
+    ("metrics:\n  listen: '0.0.0.0:9464'\n", "at `metrics.listen`: '0.0.0.0:9464' can be reached from other "
+     "machines: set metrics.bearer_token_file"),
+    ("metrics:\n  listen: '[::]:9464'\n", "'[::]:9464' can be reached from other machines"),
+    ("metrics:\n  listen: 'box.internal:9464'\n", "'box.internal:9464' can be reached from other machines"),
+    ("metrics:\n  bearer_token_file: /t\n  bearer_token_env: T\n", "at `metrics.bearer_token_env`: give "
+     "bearer_token_file or bearer_token_env, not both"),
     ("telemetry:\n  otlp_endpoint: 'localhost:4318'\n",
      "at `telemetry.otlp_endpoint`: 'localhost:4318' is not an http(s) URL (e.g. http://127.0.0.1:4318)"),
     ("telemetry:\n  metric_interval_s: 0\n", "at `telemetry.metric_interval_s`: must be in (0, 86400]"),
@@ -158,3 +165,29 @@ async def test_a_bad_config_is_exit_2_with_the_key_not_a_traceback(tmp_path):
                                     capture_stderr=True, check=False)
     err = result.stderr.decode()
     assert result.returncode == 2 and "at `endpoints.control`" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("listen", "host", "loopback"), [
+    (":9464", "127.0.0.1", True), ("localhost:9464", "localhost", True), ("[::1]:9464", "::1", True),
+    ("127.0.0.2:9464", "127.0.0.2", True), ("0.0.0.0:9464", "0.0.0.0", False), ("[::]:9464", "::", False),
+])
+def test_the_metrics_address_is_loopback_unless_a_host_says_otherwise(tmp_path, listen, host, loopback):
+    token = tmp_path / "token"
+    token.write_text("secret\n")
+    config = load_config(write(tmp_path, f"metrics:\n  listen: '{listen}'\n  bearer_token_file: {token}\n"))
+    assert config.metrics.address() == (host, 9464)
+    assert config.metrics.on_loopback is loopback
+    assert config.metrics.bearer_token() == "secret"
+
+
+@pytest.mark.parametrize("held", ["", "  \n", "two words", "caf\u00e9"])
+def test_a_token_file_without_one_usable_token_is_refused_by_key_not_by_value(tmp_path, held):
+    token = tmp_path / "token"
+    token.write_text(held)
+    config = load_config(write(tmp_path, f"metrics:\n  listen: ':9464'\n  bearer_token_file: {token}\n"))
+    with pytest.raises(ConfigError, match=re.escape(f"`metrics.bearer_token_file` ({token})")) as caught:
+        config.metrics.bearer_token()
+    assert not held.strip() or held.strip() not in str(caught.value)
+    token.unlink()
+    with pytest.raises(ConfigError, match="cannot read it: No such file or directory"):
+        config.metrics.bearer_token()
