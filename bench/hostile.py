@@ -1,12 +1,13 @@
-"""A worker's memory under a hostile upstream, with `limits.max_response_bytes` in force.
+"""A worker's and the supervisor's memory under a hostile upstream, with
+`limits.max_response_bytes` in force.
 
     .venv/bin/python -m bench.hostile [--limit-mib 32] [--attacks 3]
 
 Starts a daemon whose `openai_compat` worker talks to an upstream on 127.0.0.1 that
 answers every request with an endless event stream (or a gzip bomb), runs the attacks
-one after another beside an innocent request, and reads the worker's resident memory
-from /proc while they run: before (idle, after one small request), the peak (VmHWM)
-and after. Reported as MiB and as ratios (peak over idle; growth over the limit), never
+one after another beside an innocent request, and reads the worker's and the
+supervisor's resident memory from /proc while they run: before (idle, after one small
+request), the peak (VmHWM) and after. Reported as MiB and as ratios (peak over idle; growth over the limit), never
 asserted: it is a measurement, not a test. The worker must also survive (no restart:
 its heartbeats must not queue behind the flood).
 """
@@ -112,7 +113,9 @@ async def run(limit_mib: int, attacks: int) -> None:
                     await client.complete("hostile:m", "warm up")
                     pid = {w.provider: w.pid for w in (await client.status()).workers}["hostile"]
                     idle = rss_mb(pid)
-                    print(f"limit {limit_mib} MiB; worker idle after one request: {idle:.1f} MiB RSS")
+                    sup_idle = rss_mb(proc.pid)
+                    print(f"limit {limit_mib} MiB; after one request: worker {idle:.1f} MiB RSS, "
+                          f"supervisor {sup_idle:.1f} MiB RSS")
                     for kind in ["endless"] * attacks + ["bomb"]:
                         samples: list[float] = []
                         started = time.monotonic()
@@ -139,6 +142,10 @@ async def run(limit_mib: int, attacks: int) -> None:
                               f"VmHWM {peak:.1f} MiB = {peak / idle:.2f}x idle, growth "
                               f"{(peak - idle) / limit_mib:.2f}x the limit; after {rss_mb(pid):.1f} MiB; "
                               f"innocent: {innocent.text!r}")
+                        sup_peak = peak_mb(proc.pid)
+                        print(f"  {'':8s}  supervisor: VmHWM {sup_peak:.1f} MiB = {sup_peak / sup_idle:.2f}x idle, "
+                              f"growth {(sup_peak - sup_idle) / limit_mib:.2f}x the limit; after "
+                              f"{rss_mb(proc.pid):.1f} MiB")
                     worker = {w.provider: w for w in (await client.status()).workers}["hostile"]
                     print(f"worker restarts: {worker.restarts} (pid {'unchanged' if worker.pid == pid else 'changed'})")
             finally:

@@ -62,6 +62,11 @@ class LimitsConfig(_Section):
     fd_reserve: int = 64
     #: Largest provider response body a worker reads, counted decompressed.
     max_response_bytes: int = 32 * 1024 * 1024
+    #: Requests one control connection may have running at once (one more is refused).
+    max_requests_per_client: int = 1024
+    #: Bytes of submits one control connection may have running at once: what the
+    #: daemon and the worker hold for them is a multiple of this.
+    max_bytes_per_client: int = 64 * 1024 * 1024
 
     @property
     def max_event_bytes(self) -> int:
@@ -99,6 +104,8 @@ class TimeoutPolicy(_Section):
 
 class ReplayConfig(_Section):
     ring_events: int = 20000
+    #: Bytes of events one request keeps for replay (its newest; always its last event).
+    max_request_bytes: int = 16 * 1024 * 1024
     keep_s: float = 300.0
     max_requests: int = 10000
     max_bytes: int = 64 * 1024 * 1024
@@ -522,11 +529,16 @@ def _check(config: Config, source: Path) -> None:
     if config.limits.max_response_bytes < 1024:
         raise ConfigError(f"config error in {source} at `limits.max_response_bytes`: must be at least 1024")
     for key, low, high in (("max_message_bytes", 1024, 2**31 - 1), ("max_connections", 1, 1_000_000),
-                           ("subscriber_queue", 1, 8192), ("fd_reserve", 0, 1_000_000)):
+                           ("subscriber_queue", 1, 8192), ("fd_reserve", 0, 1_000_000),
+                           ("max_requests_per_client", 1, 10_000_000),
+                           ("max_bytes_per_client", config.limits.max_message_bytes, 2**40)):
         value = getattr(config.limits, key)
         if not low <= value <= high:
             raise ConfigError(f"config error in {source} at `limits.{key}`: {value} is out of range "
                               f"[{low}, {high}]")
+    for key in ("ring_events", "max_request_bytes", "max_requests", "max_bytes"):
+        if getattr(config.replay, key) < 1:
+            raise ConfigError(f"config error in {source} at `replay.{key}`: must be at least 1")
     for key in ("restart_window_s", "unavailable_retry_s", "heartbeat_interval_s", "heartbeat_timeout_s",
                 "shutdown_grace_s", "cancel_grace_s"):
         value = getattr(config.supervision, key)

@@ -115,24 +115,24 @@ def batch_frames(frames: list[bytes]) -> list[bytes]:
     cut = first.index(SEPARATOR) + 1
     prefix = first[:cut]
     out: list[bytes] = []
-    chunk: list[bytes] = []
+    chunk: list[bytes] = []  # whole frames
     size = 0
 
     def close() -> None:
         n = len(chunk)
         if n == 1:
-            out.append(prefix + chunk[0])
+            out.append(chunk[0])  # as it is: a large event is never copied here
         elif n:
             head = bytes((0x90 | n,)) if n < 16 else b"\xdc" + n.to_bytes(2, "big")
-            out.append(b"".join([prefix, head, *chunk]))
+            out.append(b"".join([prefix, head, *(memoryview(f)[cut:] for f in chunk)]))
 
     for frame in frames:
-        body = frame[cut:]
-        if chunk and (len(chunk) == BATCH_EVENTS or size + len(body) > BATCH_BYTES):
+        body_size = len(frame) - cut
+        if chunk and (len(chunk) == BATCH_EVENTS or size + body_size > BATCH_BYTES):
             close()
             chunk, size = [], 0
-        chunk.append(body)
-        size += len(body)
+        chunk.append(frame)
+        size += body_size
     close()
     return out
 

@@ -62,28 +62,61 @@ def frame(payload: bytes) -> bytes:
 
 
 class FrameReader:
-    """Bytes in, whole frames out, whatever the chunking."""
+    """Bytes in, whole frames out, whatever the chunking.
 
-    __slots__ = ("_buf",)
+    A large frame (a response's closing events can be twice the response limit) is
+    gathered in a buffer of its own exact size as it arrives and handed out as that
+    buffer: never copied whole again, where slicing it out of a growing buffer cost
+    three copies of it at once."""
+
+    __slots__ = ("_buf", "_big", "_filled")
+
+    #: From this size a frame still arriving gets a buffer of its own.
+    BIG = 1 << 20
 
     def __init__(self) -> None:
         self._buf = bytearray()
+        self._big: bytearray | None = None
+        self._filled = 0
 
-    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
+    def feed(self, data: bytes | bytearray | memoryview) -> list[bytes | bytearray]:
+        out: list[bytes | bytearray] = []
+        view = memoryview(data)
+        if self._big is not None:
+            view = self._fill(view, out)
+            if self._big is not None:
+                return out
         buf = self._buf
-        buf += data
-        out: list[bytes] = []
+        buf += view
         pos = 0
         end = len(buf)
         while end - pos >= 4:
             (size,) = _HEAD.unpack_from(buf, pos)
-            if end - pos - 4 < size:
+            have = end - pos - 4
+            if have < size:
+                if size >= self.BIG:
+                    self._big = bytearray(size)
+                    self._big[:have] = memoryview(buf)[pos + 4 : end]
+                    self._filled = have
+                    pos = end
                 break
-            out.append(bytes(buf[pos + 4 : pos + 4 + size]))
+            out.append(bytes(memoryview(buf)[pos + 4 : pos + 4 + size]))
             pos += 4 + size
         if pos:
             del buf[:pos]
         return out
+
+    def _fill(self, view: memoryview, out: list[bytes | bytearray]) -> memoryview:
+        """Copy into the large frame being gathered; the rest of `view` once it is whole."""
+        big = self._big
+        assert big is not None
+        take = min(len(view), len(big) - self._filled)
+        big[self._filled : self._filled + take] = view[:take]
+        self._filled += take
+        if self._filled == len(big):
+            out.append(big)
+            self._big = None
+        return view[take:]
 
 
 class LinkConn:
@@ -177,7 +210,7 @@ class LinkConn:
 
     # -- receiving -----------------------------------------------------------------
 
-    async def receive(self) -> list[bytes]:
+    async def receive(self) -> list[bytes | bytearray]:
         """The next messages (at least one); `Closed` at the end of the stream."""
         while True:
             if self._recv_burst >= BURST:

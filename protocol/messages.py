@@ -15,11 +15,27 @@ descriptions in `schema.json`.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
 PROTOCOL_VERSION = 1
+
+# How long a request's lists may be. Checked as a message is read, from the length
+# msgpack states before the items (so a submit of five million stop sequences costs
+# nothing): each item decoded is an object that costs many times its wire size.
+#: Messages in one request.
+MAX_MESSAGES = 100_000
+#: Content parts in one message (and in one tool result).
+MAX_PARTS = 100_000
+#: Tools in one request.
+MAX_TOOLS = 1_024
+#: Stop sequences in one request (a provider takes 4 or 5; more are refused by it).
+MAX_STOP_SEQUENCES = 256
+#: Entries of `metadata`, and providers in `provider_options`.
+MAX_ENTRIES = 256
+#: Entries of a submit's `trace_context` (traceparent, tracestate, baggage, and room).
+MAX_TRACE_CONTEXT = 8
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 FinishReasonName = Literal["stop", "length", "tool_calls", "content_filter", "cancelled", "error", "other"]
@@ -143,7 +159,7 @@ class ToolResultPart(Msg, tag="tool_result", kw_only=True):
     """The result of running a tool, answering the call whose id is `tool_call_id`."""
 
     tool_call_id: str
-    content: str | list[TextPart | ImagePart] = ""
+    content: str | Annotated[list[TextPart | ImagePart], msgspec.Meta(max_length=MAX_PARTS)] = ""
     is_error: bool = False
     name: str | None = None
 
@@ -200,7 +216,7 @@ class Message(Data, kw_only=True):
     """One conversation entry. Tool results travel in `role: tool` messages."""
 
     role: Role
-    content: list[ContentPart] = msgspec.field(default_factory=list)
+    content: Annotated[list[ContentPart], msgspec.Meta(max_length=MAX_PARTS)] = msgspec.field(default_factory=list)
     name: str | None = None
     tool_call_id: str | None = None
 
@@ -289,19 +305,21 @@ class Request(Data, kw_only=True):
     options only that provider reads."""
 
     model: str
-    messages: list[Message]
+    messages: Annotated[list[Message], msgspec.Meta(max_length=MAX_MESSAGES)]
     provider: str | None = None
-    tools: list[Tool] = msgspec.field(default_factory=list)
+    tools: Annotated[list[Tool], msgspec.Meta(max_length=MAX_TOOLS)] = msgspec.field(default_factory=list)
     tool_choice: ToolChoice | None = None
     response_format: ResponseFormat | None = None
     temperature: float | None = None
     top_p: float | None = None
     max_tokens: int | None = None
-    stop_sequences: list[str] = msgspec.field(default_factory=list)
+    stop_sequences: Annotated[list[str], msgspec.Meta(max_length=MAX_STOP_SEQUENCES)] = msgspec.field(
+        default_factory=list)
     seed: int | None = None
     reasoning_effort: ReasoningEffort | None = None
-    metadata: dict[str, str] = msgspec.field(default_factory=dict)
-    provider_options: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
+    metadata: Annotated[dict[str, str], msgspec.Meta(max_length=MAX_ENTRIES)] = msgspec.field(default_factory=dict)
+    provider_options: Annotated[dict[str, dict[str, Any]], msgspec.Meta(max_length=MAX_ENTRIES)] = msgspec.field(
+        default_factory=dict)
     session_id: str | None = None
     max_retries: int | None = None
     timeouts: Timeouts | None = None
@@ -586,7 +604,8 @@ class Submit(Msg, tag="submit", kw_only=True):
     request: Request
     stream: bool = True
     operation_id: str | None = None
-    trace_context: dict[str, str] = msgspec.field(default_factory=dict)
+    trace_context: Annotated[dict[str, str], msgspec.Meta(max_length=MAX_TRACE_CONTEXT)] = msgspec.field(
+        default_factory=dict)
 
 
 class Cancel(Msg, tag="cancel", kw_only=True):

@@ -78,7 +78,7 @@ class Daemon:
                       if n not in unreachable and (not p.needs_key() or p.api_key())]
         self.catalog = Catalog.load(config.models, providers=providers, configured=configured)
         self.requests = RequestTable(config.replay.ring_events, config.replay.keep_s, config.replay.max_requests,
-                                     config.replay.max_bytes)
+                                     config.replay.max_bytes, config.replay.max_request_bytes)
         self.slots: dict[str, WorkerSlot] = {}
         for name, provider in providers.items():
             slot = WorkerSlot(self, name, provider)
@@ -140,7 +140,7 @@ class Daemon:
         if msg.terminal and state.trace is not None:
             state.trace["terminal_received"] = trace.now_ns()
         self.pub.publish_many(batch_frames(msg.frames))
-        state.ring.extend(msg.frames)
+        state.keep(msg.frames, self.requests.ring_bytes)
         state.last_seq = msg.last_seq
         if msg.terminal:
             if state.trace is not None:
@@ -184,7 +184,7 @@ class Daemon:
         event.seq = state.last_seq + 1
         frame = frame_event(state.client_id, event)
         self.publish(frame)
-        state.ring.append(frame)
+        state.keep([frame], self.requests.ring_bytes)
         state.last_seq = event.seq
 
     def _end_here(self, state: RequestState, terminal: Callable[[Response | None], Event]) -> None:

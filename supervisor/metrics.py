@@ -38,8 +38,8 @@ WORKER_STATES: tuple[State, ...] = get_args(State)
 def model_label(state: RequestState) -> str:
     """The request's catalog id, or `other` for a name the catalog does not list (a
     pass-through name is whatever the client wrote)."""
-    job = state.job
-    return state.model if job is not None and job.model.in_catalog else OTHER_MODEL
+    resolved = state.resolved
+    return state.model if resolved is not None and resolved.in_catalog else OTHER_MODEL
 
 
 class _Live(Collector):

@@ -1,15 +1,19 @@
 """Requests the supervisor knows about: who asked, who serves, what was published.
 
 Each request keeps a ring of its most recent event frames so a client that
-lost some (PUB/SUB drops for slow subscribers) can ask for them again; the
+lost some (PUB/SUB drops for slow subscribers) can ask for them again: at most
+`ring_events` of them and `ring_bytes` bytes (always its last frame, whatever
+its size), so an endless stream costs the supervisor a bounded amount; the
 ring outlives the request for `keep_s`, and outlives its worker: a crashed
 worker's requests still answer `replay`. Finished requests' rings share one
 byte budget (`max_bytes`): under heavy load the oldest are let go first, while
 the request itself is still remembered (a repeated submit is still recognised)
 for `keep_s`, up to `max_requests`. A ring let go keeps its terminal frame: the
 finish or error carries the whole response, which the provider may have billed,
-so `replay` can always answer with it (and its `first_seq` tells the client
-which deltas it must do without).
+so `replay` answers with it (and its `first_seq` tells the client which deltas
+it must do without). Those terminal frames count against the same budget: past
+it the oldest go too (the newest always stays), and `replay` of such a request
+says `unknown`.
 """
 
 from __future__ import annotations
@@ -20,8 +24,8 @@ from typing import Any
 
 from ..config.catalog import compute_cost
 from ..protocol.accumulate import StreamAccumulator
-from ..protocol.codec import decode_event, split_frame
-from ..protocol.messages import Job, Progress, Response, Usage
+from ..protocol.codec import decode_event, decode_to_worker, split_frame
+from ..protocol.messages import Job, ModelInfo, Progress, Response, Usage
 from ..protocol.tokens import estimate_content_tokens, estimate_request_tokens
 
 
@@ -29,11 +33,12 @@ class RequestState:
     __slots__ = (
         "request_id", "client_id", "provider", "model", "stream", "operation_id",
         "generation", "ring", "last_seq", "ended", "ended_at", "cancel_deadline", "submitted_at", "trace",
-        "ring_bytes", "evicted", "job", "progress", "first_event", "span", "otel_attrs", "attempts",
+        "ring_bytes", "evicted", "job", "job_bytes", "resolved", "owner", "size", "progress", "first_event",
+        "span", "otel_attrs", "attempts",
     )
 
     def __init__(self, request_id: str, client_id: str, provider: str, model: str, stream: bool,
-                 operation_id: str, ring_events: int, now: float) -> None:
+                 operation_id: str, ring_events: int, now: float, *, owner: int = 0, size: int = 0) -> None:
         self.request_id = request_id
         self.client_id = client_id
         self.provider = provider
@@ -48,8 +53,12 @@ class RequestState:
         self.cancel_deadline: float | None = None
         self.submitted_at = now
         self.trace: dict[str, int] | None = None  # TRUNKLINE_TRACE_HOPS only
-        self.ring_bytes = 0  # counted once it has ended
+        self.ring_bytes = 0  # the frames' bytes (with FRAME_OVERHEAD each once it has ended)
         self.evicted = False  # its ring was let go to keep within the budget
+        #: The control connection it came on and its submit's size, counted against
+        #: that connection's limits while it runs.
+        self.owner = owner
+        self.size = size
         #: A whole-response job's content so far, as its worker last reported it.
         self.progress: Progress | None = None
         self.first_event = False  # a worker's first frame for it has been relayed (for metrics)
@@ -58,13 +67,44 @@ class RequestState:
         self.span: Any = None
         self.otel_attrs: dict[str, Any] | None = None
         self.attempts = 0
-        #: What was sent to the worker, while it runs: a partial the supervisor must
-        #: report itself (the worker died) is estimated from its prompt and model.
+        #: What goes to the worker, until it has gone; then only its encoded bytes
+        #: are kept (a decoded request costs several times its size), read again only
+        #: to estimate the bill of a partial the supervisor reports itself (a dead worker).
         self.job: Job | None = None
+        self.job_bytes: bytes | None = None
+        #: The catalog entry it was resolved to.
+        self.resolved: ModelInfo | None = None
 
     @property
     def first_seq(self) -> int:
         return self.last_seq - len(self.ring) + 1
+
+    def sent(self, data: bytes) -> None:
+        """Its job went to the worker as `data`: keep the bytes, not the objects."""
+        self.job_bytes = data
+        self.job = None
+
+    def sent_job(self) -> Job | None:
+        """The job as the worker got it (None before it was sent)."""
+        if self.job is not None:
+            return self.job
+        if self.job_bytes is None:
+            return None
+        job = decode_to_worker(self.job_bytes)
+        return job if type(job) is Job else None
+
+    def keep(self, frames: list[bytes], max_bytes: int) -> None:
+        """Add frames to the ring, the oldest going first past its count or `max_bytes`
+        (the newest frame always stays, whatever its size)."""
+        ring = self.ring
+        size = self.ring_bytes + sum(map(len, frames))
+        overflow = len(ring) + len(frames) - ring.maxlen  # type: ignore[operator]
+        for _ in range(min(overflow, len(ring))):
+            size -= len(ring.popleft())
+        ring.extend(frames)
+        while size > max_bytes and len(ring) > 1:
+            size -= len(ring.popleft())
+        self.ring_bytes = size
 
     def frames_from(self, from_seq: int, limit: int) -> list[bytes]:
         start = max(from_seq - self.first_seq, 0)
@@ -87,7 +127,7 @@ def estimate_billing(state: RequestState, partial: Response, now: float) -> None
     worker died mid-stream), as a worker does for a stream cut short: the provider billed
     the prompt and what it generated, so both are estimated (the prompt from the request,
     the output from what was relayed) and flagged `estimated`, never left at zero."""
-    job = state.job
+    job = state.sent_job()
     prompt = estimate_request_tokens(job.request) if job is not None else 0
     output = estimate_content_tokens(partial.message.content)  # type: ignore[arg-type]
     partial.usage = Usage(input_tokens=prompt, output_tokens=output, total_tokens=prompt + output, estimated=True)
@@ -104,8 +144,10 @@ FRAME_OVERHEAD = 56
 
 
 class RequestTable:
-    def __init__(self, ring_events: int, keep_s: float, max_ended: int, max_bytes: int = 64 << 20) -> None:
+    def __init__(self, ring_events: int, keep_s: float, max_ended: int, max_bytes: int = 64 << 20,
+                 ring_bytes: int = 16 << 20) -> None:
         self.ring_events = ring_events
+        self.ring_bytes = ring_bytes
         self.keep_s = keep_s
         self.max_ended = max_ended
         self.max_bytes = max_bytes
@@ -113,31 +155,62 @@ class RequestTable:
         self.ended: OrderedDict[str, RequestState] = OrderedDict()
         self.ended_bytes = 0  # the rings of ended requests
         self._rings: deque[RequestState] = deque()  # ended requests that still hold a ring, oldest first
+        self._terminals: deque[RequestState] = deque()  # ... that hold only their terminal frame
+        #: Per control connection: [requests running, their submits' bytes].
+        self.load: dict[int, list[int]] = {}
 
     def get(self, request_id: str) -> RequestState | None:
         return self.active.get(request_id) or self.ended.get(request_id)
 
+    def load_of(self, owner: int) -> tuple[int, int]:
+        """(requests, submit bytes) the connection `owner` has running."""
+        load = self.load.get(owner)
+        return (load[0], load[1]) if load is not None else (0, 0)
+
     def add(self, state: RequestState) -> None:
         self.active[state.request_id] = state
+        load = self.load.setdefault(state.owner, [0, 0])
+        load[0] += 1
+        load[1] += state.size
+
+    def discard(self, state: RequestState) -> None:
+        """Forget a request that never ran (its submit failed after it was added)."""
+        if self.active.pop(state.request_id, None) is not None:
+            self._unload(state)
+
+    def _unload(self, state: RequestState) -> None:
+        load = self.load.get(state.owner)
+        if load is not None:
+            load[0] -= 1
+            load[1] -= state.size
+            if load[0] <= 0:
+                del self.load[state.owner]
 
     def end(self, state: RequestState, now: float) -> None:
         state.ended = True
         state.ended_at = now
-        state.job = None  # the prompt may be large: not kept for replay
-        self.active.pop(state.request_id, None)
+        state.job = state.job_bytes = None  # the prompt may be large: not kept for replay
+        if self.active.pop(state.request_id, None) is not None:
+            self._unload(state)
         self.ended[state.request_id] = state
         state.ring_bytes = sum(map(len, state.ring)) + FRAME_OVERHEAD * len(state.ring)
         self.ended_bytes += state.ring_bytes
         self._rings.append(state)
         while len(self.ended) > self.max_ended:
             self._forget(self.ended.popitem(last=False)[1])
-        rings = self._rings
+        rings, terminals = self._rings, self._terminals
         while rings and (rings[0].evicted or self.ended_bytes > self.max_bytes):
-            self._evict(rings.popleft())
+            oldest = rings.popleft()
+            if not oldest.evicted:
+                self._evict(oldest)
+                terminals.append(oldest)
+        # Terminal frames count too: past the budget the oldest go whole (the newest
+        # always stays), or a flood of large responses would be kept for `keep_s`.
+        while len(terminals) > 1 and (not terminals[0].ring or self.ended_bytes > self.max_bytes):
+            self._forget(terminals.popleft())
 
     def _evict(self, state: RequestState) -> None:
-        """Let its ring go but for the terminal frame (a state left in `_rings` is
-        skipped over when reached)."""
+        """Let its ring go but for the terminal frame."""
         if state.evicted:
             return
         state.evicted = True
@@ -168,6 +241,8 @@ class RequestTable:
             dropped += 1
         while self._rings and self._rings[0].evicted:
             self._rings.popleft()
+        while self._terminals and not self._terminals[0].ring:
+            self._terminals.popleft()
         return dropped
 
     def of_client(self, client_id: str) -> Iterator[RequestState]:

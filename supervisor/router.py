@@ -159,7 +159,7 @@ class Router:
         if self.needs_token and t is not Hello and pipe_id not in self.authenticated:
             return ProtocolError(error=_error("authentication", "this endpoint needs a hello with a valid token first"))
         if t is Submit:
-            reply = self.submit(msg, pipe_id)  # type: ignore[arg-type]
+            reply = self.submit(msg, pipe_id, size)  # type: ignore[arg-type]
             if type(reply) is Rejected and self.d.metrics is not None:
                 self.d.metrics.refused_submit(reply.error)
             return reply
@@ -253,7 +253,7 @@ class Router:
                           provider=info.provider)
         return info
 
-    def submit(self, msg: Submit, pipe_id: int) -> Any:
+    def submit(self, msg: Submit, pipe_id: int, size: int = 0) -> Any:
         d = self.d
         if self.owner.get(msg.client_id) != pipe_id:
             return Rejected(request_id=msg.request_id, error=_not_yours(msg.client_id))
@@ -285,27 +285,46 @@ class Router:
             return Rejected(request_id=msg.request_id, error=_error(
                 "unavailable", f"provider {slot.name} is unavailable ({slot.last_error}); next start in {wait:.0f}s",
                 retry_after_s=round(wait, 3), provider=slot.name))
+        over = self.over_client_limits(pipe_id, size)
+        if over is not None:
+            return Rejected(request_id=msg.request_id, error=over)
         operation_id = msg.operation_id or msg.request_id
         state = RequestState(msg.request_id, msg.client_id, slot.name, resolved.id, msg.stream, operation_id,
-                             d.requests.ring_events, trio.current_time())
+                             d.requests.ring_events, trio.current_time(), owner=pipe_id, size=size)
         if trace.ENABLED:
             state.trace = {"supervisor_received": self.received_ns}
-        d.requests.add(state)
-        slot.in_flight.add(msg.request_id)
+        state.resolved = resolved
         state.job = Job(request_id=msg.request_id, client_id=msg.client_id, request=msg.request, model=resolved,
                         stream=msg.stream, operation_id=operation_id)
         if slot.name in d.job_policies:  # a reload changed them since the worker started
             state.job.retry, state.job.timeouts = d.job_policies[slot.name]
+        if d.telemetry is not None:
+            d.telemetry.started(state, msg.trace_context)  # before the send, which lets the job go
+        d.requests.add(state)
+        slot.in_flight.add(msg.request_id)
         try:
             slot.send(state.job)
         except Exception:
             # Answered with an error: nothing of it may stay behind as `running`.
-            d.requests.active.pop(msg.request_id, None)
+            d.requests.discard(state)
             slot.in_flight.discard(msg.request_id)
             raise
-        if d.telemetry is not None:
-            d.telemetry.started(state, msg.trace_context)
         return Accepted(request_id=msg.request_id, provider=slot.name, model=resolved.id)
+
+    def over_client_limits(self, pipe_id: int, size: int) -> ErrorInfo | None:
+        """Why one more request of `size` bytes from this connection is refused (its
+        requests running, or their bytes, at the limit), or None."""
+        limits = self.d.config.limits
+        running, held = self.d.requests.load_of(pipe_id)
+        if running >= limits.max_requests_per_client:
+            return _error("rate_limit", f"this connection already has {running} requests running, the limit "
+                          f"(limits.max_requests_per_client = {limits.max_requests_per_client}); submit again "
+                          "when one has ended")
+        if held + size > limits.max_bytes_per_client:
+            return _error("rate_limit", f"this connection's running requests hold {held} bytes of submits; "
+                          f"{size} more would pass the limit (limits.max_bytes_per_client = "
+                          f"{limits.max_bytes_per_client}); submit again when one has ended")
+        return None
 
     def cancel(self, msg: Cancel, pipe_id: int) -> CancelResult:
         """Only the client that submitted a request may cancel it; another's request
@@ -391,16 +410,14 @@ def _version() -> str:
     return __version__
 
 
-#: Bounds on `Submit.trace_context` (W3C allows 32 tracestate members and 8 KiB of baggage).
-TRACE_CONTEXT_KEYS = 8
+#: Bound on each `Submit.trace_context` value (W3C allows 32 tracestate members and 8
+#: KiB of baggage); the number of entries is bounded as the submit is read.
 TRACE_CONTEXT_VALUE_CHARS = 8192
 
 
 def trace_context_problem(carrier: dict[str, str]) -> str | None:
     """Why a submit's trace context is refused (too much of it), or None. Values that
     do not parse are not refused: W3C has them ignored, and the call starts a new trace."""
-    if len(carrier) > TRACE_CONTEXT_KEYS:
-        return f"trace_context holds {len(carrier)} entries; at most {TRACE_CONTEXT_KEYS} (traceparent, tracestate, baggage)"
     for key, value in carrier.items():
         if len(key) > 64 or len(value) > TRACE_CONTEXT_VALUE_CHARS:
             return (f"trace_context.{key[:64]} is too long: keys take at most 64 characters, values at most "

@@ -103,6 +103,8 @@ class WorkerSlot:
             # Stamped before the send: the worker may stamp its receipt before send returns.
             sent_ns = trace.now_ns() if type(msg) is Job and state.trace is not None else 0
             if self.link is not None and self.link.send(data):
+                if type(msg) is Job:
+                    state.sent(data)
                 if sent_ns:
                     state.trace["job_sent"] = sent_ns
                 return
@@ -171,6 +173,8 @@ class WorkerSlot:
                         self.daemon.contain(msg.request_id, "sending it to its worker", exc)  # type: ignore[union-attr]
                         continue
                     self.link.send(data)
+                    if state is not None:
+                        state.sent(data)
             finally:
                 # Counted down only once sent: until then a direct send could overtake it.
                 self._queued -= 1

@@ -15,14 +15,16 @@ import sys
 import textwrap
 from pathlib import Path
 
+import msgspec
 import pynng
 import pytest
 import trio
 
 from helpers import DaemonProcess, steps
 from trunkline import Client
-from trunkline.errors import UnavailableError
-from trunkline.protocol.messages import Message, Request
+from trunkline.errors import RateLimitError, UnavailableError
+from trunkline.protocol import codec
+from trunkline.protocol.messages import Message, ProtocolError, Request
 
 pytestmark = pytest.mark.e2e
 
@@ -242,3 +244,66 @@ async def test_the_daemon_raises_its_descriptor_limit_to_the_hard_limit(nursery)
     finally:
         await daemon.stop()
         daemon.cleanup()
+
+
+def submit_bytes(client_id: str, request_id: str, **request: object) -> bytes:
+    body = {"model": "mock:echo", "messages": [{"role": "user", "content": [{"type": "text", "text": "x"}]}],
+            **request}
+    return msgspec.msgpack.encode({"type": "submit", "request_id": request_id, "client_id": client_id,
+                                   "request": body})
+
+
+async def test_a_list_too_long_is_refused_as_it_is_read_and_costs_nothing(daemon):
+    """Four submits of 15 MB, five million stop sequences each, once pinned 1.4 GB in the
+    supervisor and as much in the worker: each is refused by its stated length, naming
+    the limit, before one item is decoded."""
+    sock = pynng.Req0(resend_time=-1)
+    sock.dial(daemon.control, block=True)
+    try:
+        with trio.fail_after(60):
+            async with Client(daemon.runtime_dir) as innocent:
+                await innocent.complete("mock:echo", "warm")
+                before = rss_mib(daemon.proc.pid)
+                for i in range(4):
+                    await sock.asend(submit_bytes(innocent.client_id, f"big-{i}", stop_sequences=["ab"] * 5_000_000))
+                    reply = codec.decode_control_reply(await sock.arecv())
+                    assert type(reply) is ProtocolError and reply.error.error_class == "invalid_request"
+                    assert "length <= 256" in reply.error.message and "stop_sequences" in reply.error.message
+                grown = rss_mib(daemon.proc.pid) - before
+                assert (await innocent.complete("mock:echo", "served beside it")).text == "served beside it"
+    finally:
+        sock.close()
+    # Receiving 60 MB costs its copies (nng's and ours) at most; the decoded lists
+    # would be ~360 MiB a submit.
+    assert grown < 100, f"the supervisor grew {grown:.0f} MiB for refused submits"
+
+
+async def test_a_connection_s_running_requests_and_their_bytes_are_bounded(start_daemon):
+    daemon = await start_daemon({"limits": {"max_requests_per_client": 3, "max_message_bytes": 65536,
+                                            "max_bytes_per_client": 100_000}})
+
+    def slow(text: str = "x") -> Request:
+        return Request(model="mock:echo", messages=[Message.user(text)],
+                       provider_options=steps({"text": "a", "delay": 30}))
+
+    async def ended(stream) -> None:
+        await stream.cancel()
+        assert (await stream.response()).finish_reason.reason == "cancelled"
+
+    with trio.fail_after(60):
+        async with Client(daemon.runtime_dir) as busy, Client(daemon.runtime_dir) as other:
+            held = [await busy.stream(slow()).start() for _ in range(3)]
+            with pytest.raises(RateLimitError, match=r"limits.max_requests_per_client = 3"):
+                await busy.submit(slow())
+            # Another connection is untouched.
+            assert (await other.complete("mock:echo", "served")).text == "served"
+            await ended(held[0])
+            # One ended: room for one more.
+            assert (await busy.complete("mock:echo", "room again")).text == "room again"
+            for stream in held[1:]:
+                await ended(stream)
+            # Bytes: two submits of ~60 KB pass 100,000 bytes together.
+            first = await busy.stream(slow("y" * 60_000)).start()
+            with pytest.raises(RateLimitError, match=r"limits.max_bytes_per_client = 100000"):
+                await busy.submit(slow("z" * 60_000))
+            await ended(first)

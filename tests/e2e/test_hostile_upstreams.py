@@ -200,14 +200,19 @@ async def test_a_whole_response_is_streamed_so_a_long_generation_is_no_timeout(d
     assert sent.json()["stream"] is True
 
 
-async def test_a_timed_out_request_is_not_sent_again(daemon, upstream):
-    upstream.route("POST", CHAT, sse_reply([chunk("slow "), chunk("never sent")], stall_after=1))
+@pytest.mark.parametrize(("before", "why"), [
+    (0, "retry_timeouts"),  # silent from the start: timeouts are retried only when asked
+    (1, "would bill again"),  # silent after some text: never, that text was billed
+])
+async def test_a_timed_out_request_is_not_sent_again(daemon, upstream, before, why):
+    upstream.route("POST", CHAT, sse_reply([chunk("slow "), chunk("never sent")], stall_after=before))
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir) as client:
             with pytest.raises(ProviderTimeoutError) as caught:
                 await client.complete(MODEL, "take your time")
     assert len(upstream.sent(CHAT)) == 1
-    assert "retry_timeouts" in caught.value.message
+    assert why in caught.value.message
+    assert (caught.value.partial is not None and caught.value.partial.text == "slow ") == bool(before)
 
 
 async def test_a_refused_local_connection_is_answered_at_once(start_daemon):
@@ -368,3 +373,28 @@ async def test_a_finished_request_whose_events_were_let_go_still_replays_its_ter
     (terminal,) = [codec.decode_event(raw) for raw in evicted.events]
     assert type(terminal) is Finish and terminal.seq == evicted.last_seq
     assert terminal.response.text == first.text == "y" * 200 * 200
+
+
+async def test_what_the_supervisor_keeps_of_an_endless_stream_is_bounded(start_daemon, upstream):
+    """The request's replay ring holds at most `replay.max_request_bytes` of its newest
+    events (and always its last), however much the upstream sent: `replay` shows it."""
+    keep = 64 * 1024
+    daemon = await start_daemon({
+        "limits": {"max_response_bytes": LIMIT}, "replay": {"max_request_bytes": keep},
+        "providers": {"mock": {"enabled": False},
+                      "vllm": {"type": "openai_compat", "base_url": upstream.base_url, "api_key_env": "VLLM_KEY"}},
+    }, env={"VLLM_KEY": KEY})
+    upstream.route("POST", CHAT, sse_reply([chunk("start ")], repeat=chunk("x" * 1000)))
+    with trio.fail_after(30):
+        async with Client(daemon.runtime_dir) as client:
+            seen = []
+            async with client.stream(MODEL, "attack", request_id="req-endless") as stream:
+                async for ev in stream:
+                    seen.append(ev)
+            replay = await client.replay("req-endless")
+    assert type(seen[-1]) is ErrorEvent and seen[-1].error.error_class == "invalid_response"
+    assert replay.state == "ended" and replay.last_seq == seen[-1].seq
+    assert replay.first_seq > 100  # the oldest deltas were let go
+    sizes = [len(bytes(raw)) for raw in replay.events]
+    assert sum(sizes[:-1]) <= keep < sum(sizes)  # the bound, and the last event whole beyond it
+    assert codec.decode_event(replay.events[-1]).partial.text == seen[-1].partial.text

@@ -64,3 +64,57 @@ def test_a_long_run_holds_no_more_than_its_limits():
     assert len(table.ended) == 500
     assert table.ended_bytes <= 200_000
     assert len(table._rings) <= 500
+
+
+def test_terminal_frames_count_against_the_budget_and_the_oldest_go_whole():
+    """A flood of large responses must not be kept for `keep_s`: once only terminal
+    frames are left and they pass the budget, the oldest are let go entirely (replay
+    then says unknown); the newest always stays."""
+    table = RequestTable(ring_events=1000, keep_s=300, max_ended=10_000, max_bytes=10_000)
+    states = []
+    for i in range(6):
+        state = RequestState(f"r{i}", "c1", "mock", "mock:echo", True, f"r{i}", table.ring_events, 0.0)
+        table.add(state)
+        state.ring.extend([b"c1\x00delta", b"c1\x00" + b"T" * 4000])
+        state.last_seq = 1
+        table.end(state, float(i))
+        states.append(state)
+    kept = [s for s in states if s.ring]
+    assert table.ended_bytes <= table.max_bytes
+    assert states[-1].ring and not states[0].ring
+    assert all(list(s.ring) == [b"c1\x00" + b"T" * 4000] for s in kept[:-1])
+    assert table.get("r0") is states[0]  # still remembered: a repeated submit is recognised
+    huge = RequestState("huge", "c1", "mock", "mock:echo", True, "huge", table.ring_events, 0.0)
+    table.add(huge)
+    huge.ring.append(b"c1\x00" + b"H" * 50_000)  # larger than the whole budget
+    table.end(huge, 7.0)
+    assert len(huge.ring) == 1  # the newest terminal stays, whatever its size
+    assert table.ended_bytes == len(huge.ring[0]) + FRAME_OVERHEAD
+
+
+def test_a_running_request_keeps_a_bounded_ring_and_always_its_last_frame():
+    state = RequestState("r", "c1", "mock", "mock:echo", True, "r", 100, 0.0)
+    for _ in range(1000):
+        state.keep([b"c1\x00" + b"d" * 996] * 3, max_bytes=16_000)
+    assert state.ring_bytes == sum(map(len, state.ring)) <= 16_000
+    assert len(state.ring) == 16
+    state.keep([b"c1\x00" + b"x" * 100_000], max_bytes=16_000)
+    assert list(state.ring) == [b"c1\x00" + b"x" * 100_000] and state.ring_bytes == 100_003
+    for _ in range(150):  # the count bound (100) alone, every frame small
+        state.keep([b"c1\x00e"], max_bytes=16_000)
+    assert len(state.ring) == 100 and state.ring_bytes == 400
+
+
+def test_each_connection_s_running_requests_and_bytes_are_counted_until_they_end():
+    table = RequestTable(ring_events=10, keep_s=300, max_ended=100)
+    a = [RequestState(f"a{i}", "c1", "mock", "m", True, f"a{i}", 10, 0.0, owner=1, size=100) for i in range(3)]
+    b = RequestState("b", "c2", "mock", "m", True, "b", 10, 0.0, owner=2, size=7)
+    for state in (*a, b):
+        table.add(state)
+    assert table.load_of(1) == (3, 300) and table.load_of(2) == (1, 7) and table.load_of(3) == (0, 0)
+    table.end(a[0], 1.0)
+    table.discard(a[1])  # a submit that failed after it was added
+    assert table.load_of(1) == (1, 100)
+    table.end(a[2], 2.0)
+    table.end(a[2], 2.0)  # ending twice counts once
+    assert table.load_of(1) == (0, 0) and 1 not in table.load
