@@ -461,13 +461,20 @@ class Requester:
         #: Connections made so far: one more than before means nng reconnected (a
         #: restarted daemon, or a dropped network connection).
         self.connects = 0
+        #: Connections lost so far: the daemon cancels a connection's requests when it
+        #: goes, so a client fails its own at once rather than wait for their silence.
+        self.drops = 0
         self.sock.add_post_pipe_connect_cb(self._connected)
+        self.sock.add_post_pipe_remove_cb(self._dropped)
         _dial(self.sock, url, tls)
         self._receiver = Receiver(self.sock)
         self._busy = False
 
     def _connected(self, pipe: pynng.Pipe) -> None:
         self.connects += 1  # from nng's thread; an int store is atomic under the GIL
+
+    def _dropped(self, pipe: pynng.Pipe) -> None:
+        self.drops += 1  # from nng's thread, as above
 
     async def call(self, data: bytes, slow: bool = False) -> bytes:
         if self._slots is None:

@@ -398,3 +398,39 @@ async def test_a_whole_response_request_keeps_its_partial_when_the_worker_dies(d
     assert partial is not None and partial.text == "Half an answer"
     assert partial.finish_reason.reason == "error" and partial.usage.estimated and partial.usage.output_tokens > 0
     assert back.text == "back"
+
+
+async def test_a_client_learns_within_two_seconds_that_its_daemon_was_killed(start_daemon):
+    """kill -9 of the supervisor: a stream and a whole-response request in flight both
+    end with `unavailable` within 2 s (it took 11 s: the silence check, then a replay
+    that waited for an answer that could not come)."""
+    daemon = await start_daemon()
+    request = Request(model="mock:echo", messages=[Message.user("x")], provider_options=slow_text(2000, 0.05))
+    with trio.fail_after(30):
+        async with Client(daemon.runtime_dir) as client:
+            ended: dict[str, float] = {}
+            killed = trio.Event()
+
+            async def stream_it() -> None:
+                async with client.stream(request) as stream:
+                    async for ev in stream:
+                        if type(ev) is TextDelta and not killed.is_set():
+                            killed.set()
+                ended["stream"] = time.monotonic()
+                assert type(ev) is ErrorEvent and ev.error.error_class == "unavailable"
+                assert "lost the connection" in ev.error.message
+
+            async def complete_it() -> None:
+                with pytest.raises(UnavailableError, match="lost the connection"):
+                    await client.complete(request)
+                ended["complete"] = time.monotonic()
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(stream_it)
+                nursery.start_soon(complete_it)
+                await killed.wait()
+                daemon.proc.kill()
+                at = time.monotonic()
+    assert set(ended) == {"stream", "complete"}
+    for what, when in ended.items():
+        assert when - at < 2.0, f"the {what} learnt it after {when - at:.2f} s"

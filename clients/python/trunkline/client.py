@@ -524,16 +524,33 @@ class Client:
         """A request whose consumer has waited `silence_check_s` with nothing arriving may
         have lost its last events (its terminal one included), so no later event can
         reveal the gap: ask `replay`. One task for all requests, not a timeout per wait
-        (a cancel scope per event cost the client a tenth of its CPU per request)."""
-        period = max(self.silence_check_s / 4, 0.01)
+        (a cancel scope per event cost the client a tenth of its CPU per request).
+
+        The same task notices a lost control connection (a daemon killed or restarted,
+        a network cut) within `nng.RESET_POLL_S`: the daemon cancels the requests of a
+        connection that goes, so they fail here at once (their silence would take
+        `silence_check_s` to notice, and the replay after it longer)."""
+        period = min(max(self.silence_check_s / 4, 0.01), nng.RESET_POLL_S)
+        assert self._control is not None
+        drops = self._control.drops
         while True:
             await anyio.sleep(period)
+            if self._control.drops != drops:
+                drops = self._control.drops
+                self._connection_lost()
             now = time.monotonic()
             for route in list(self._routes.values()):
                 since = route.waiting_since
                 if since and now - since >= self.silence_check_s:
                     route.waiting_since = now  # then again after another silence
                     self._recover(route)
+
+    def _connection_lost(self) -> None:
+        for route in list(self._routes.values()):
+            if not route.done:
+                route.fail(ErrorInfo(error_class="unavailable", retryable=True, message=(
+                    f"lost the connection to the trunkline daemon at {self.control_endpoint} (it stopped, "
+                    "restarted or was cut off), which cancels the requests it was running; retry the request")))
 
     def _recover(self, route: _Route) -> None:
         if route.recovering or self._tg is None:
