@@ -108,6 +108,11 @@ class MockOptions(_Strict):
                              "a mock script may play")
 
 
+#: A string sent in an HTTP header: no control characters (a line break would start a
+#: header of the caller's choosing) and nothing but ASCII, which is all a header carries.
+HeaderValue = Annotated[str, msgspec.Meta(pattern=r"^[\x20-\x7e]*$")]
+
+
 # -- Anthropic Messages ----------------------------------------------------------------------
 
 
@@ -119,7 +124,7 @@ class AnthropicThinking(_Open):
 class AnthropicOptions(_Strict):
     thinking: AnthropicThinking | None = None
     auto_cache: bool = True  # cache breakpoints on the system prompt, tools and the conversation
-    beta_headers: list[str] | str | None = None  # the `anthropic-beta` header
+    beta_headers: list[HeaderValue] | HeaderValue | None = None  # the `anthropic-beta` header
     tools: list[dict[str, Any]] | None = None  # server tools (web search, code execution...), appended
     # Body fields passed through as given.
     top_k: Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKENS)] | None = None

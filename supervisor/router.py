@@ -114,8 +114,7 @@ class Router:
         try:
             reply = self.handle(data, pipe_id)
         except Exception as exc:  # noqa: BLE001 - a bug here must not stop the daemon
-            log.exception("control request failed")
-            reply = ProtocolError(error=_error("other", f"internal error: {exc!r}"))
+            reply = self._failed(exc)
         if isinstance(reply, _Deferred):
             self._nursery.start_soon(self._answer_later, header, reply)
             return None
@@ -124,10 +123,16 @@ class Router:
     async def _answer_later(self, header: bytes, deferred: _Deferred) -> None:
         try:
             reply = await deferred.run()
-        except Exception as exc:  # noqa: BLE001
-            log.exception("control request failed")
-            reply = ProtocolError(error=_error("other", f"internal error: {exc!r}"))
+        except Exception as exc:  # noqa: BLE001 - a bug here must not stop the daemon
+            reply = self._failed(exc)
         self.d.rep.reply(header, codec.encode(reply), self._nursery)
+
+    def _failed(self, exc: Exception) -> ProtocolError:
+        """A bug met while answering one request: that request's typed error, and one
+        log line (at most a few a second, whatever the input; the traceback at debug)."""
+        self.bad_input_log.note(f"control request failed ({type(exc).__name__}: {str(exc)[:200]})")
+        log.debug("control request failed", exc_info=exc)
+        return ProtocolError(error=_error("other", f"internal error: {type(exc).__name__}"))
 
     # -- dispatch --------------------------------------------------------------------
 
@@ -138,9 +143,7 @@ class Router:
         try:
             reply = self._dispatch(data, pipe_id)
         except Exception as exc:  # noqa: BLE001 - a bug here must not stop the daemon
-            self.bad_input_log.note(f"control request failed ({type(exc).__name__}: {str(exc)[:200]})")
-            log.debug("control request failed", exc_info=True)
-            return ProtocolError(error=_error("other", f"internal error: {type(exc).__name__}"))
+            return self._failed(exc)
         if type(reply) is ProtocolError:
             self.bad_input_log.note(f"unreadable control request: {reply.error.message[:200]}")
         return reply
@@ -244,6 +247,10 @@ class Router:
             info = self.d.catalog.resolve(model, provider)
         except UnknownModel as exc:
             return _error("not_found", str(exc))
+        if not info.wire_name.strip():
+            return _error("invalid_request", f"the model name is empty: {model!r} names provider {info.provider!r} "
+                          f"but no model of it (e.g. {info.provider}:<model>; `trunkline models --provider "
+                          f"{info.provider}` lists them)")
         slot = self.d.slots.get(info.provider)
         if slot is None:
             return _error("not_configured", f"provider {info.provider!r} is not configured on this daemon "

@@ -9,7 +9,9 @@ failed stream closes its connection at once.
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
+import re
 import urllib.request
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -94,7 +96,7 @@ class HttpAdapter(Adapter):
     def headers_for(self, call: Call, extra: dict[str, str] | None = None) -> dict[str, str]:
         headers = {"content-type": "application/json", **self.auth_headers()}
         if self.idempotency_header:
-            headers[self.idempotency_header] = call.operation_id
+            headers[self.idempotency_header] = idempotency_key(call.operation_id)
         if extra:
             headers.update(extra)
         return headers
@@ -338,6 +340,18 @@ class HttpAdapter(Adapter):
 
     async def aclose(self) -> None:
         await self.client.aclose()
+
+
+_HEADER_SAFE = re.compile(r"[\x21-\x7e]{1,255}")
+
+
+def idempotency_key(operation_id: str) -> str:
+    """The operation id as an idempotency key, the same for every attempt: as it is when a
+    header can carry it (printable ASCII), else a digest of it (a request id may be any
+    UTF-8 string, and a line break in a header would be a second header)."""
+    if _HEADER_SAFE.fullmatch(operation_id):
+        return operation_id
+    return "tl-" + hashlib.sha256(operation_id.encode()).hexdigest()[:40]
 
 
 def is_local_host(host: str) -> bool:

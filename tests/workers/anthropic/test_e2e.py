@@ -257,3 +257,30 @@ async def test_model_rules_through_the_daemon(daemon, upstream):
     assert response.cost_usd == pytest.approx(0.006) and response.pricing_version == "2026-11-23"
     assert sent[1]["model"] == "claude-opus-5-5" and "temperature" not in sent[1]
     assert "rule `sampling`" in opus.warnings[0].message
+
+
+async def test_what_would_break_a_header_or_name_no_model_never_reaches_the_provider(daemon, upstream):
+    """A line break in a header the caller asks for, or a model name left empty, is
+    refused before any call; a request id no header can carry still goes out, its
+    idempotency key a digest of it, the same on every attempt."""
+    reply = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+             "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
+             "usage": {"input_tokens": 1, "output_tokens": 1}}
+    upstream.route("POST", "/v1/messages",
+                   Reply(529, {"content-type": "application/json"}, [error("overloaded_error", "Overloaded")]),
+                   Reply.json(reply))
+    with trio.fail_after(20):
+        async with Client(daemon.runtime_dir) as client:
+            for betas in (["ok-2025", "x\r\nX-Injected: 1"], "é"):
+                with pytest.raises(InvalidRequestError, match="beta_headers"):
+                    await client.complete("anthropic:claude-sonnet-4-5", "hi",
+                                          provider_options={"anthropic": {"beta_headers": betas}})
+            for empty in ("anthropic:", "anthropic: "):
+                with pytest.raises(InvalidRequestError, match="model name is empty"):
+                    await client.complete(empty, "hi")
+            assert not upstream.requests
+            response = await client.complete("anthropic:claude-sonnet-4-5", "hi", request_id="req\r\nX-Injected: é")
+    assert response.text == "ok"
+    keys = [r.headers["idempotency-key"] for r in upstream.sent("/v1/messages")]
+    assert len(keys) == 2 and keys[0] == keys[1] and keys[0].startswith("tl-")
+    assert all("x-injected" not in r.headers for r in upstream.requests)
