@@ -17,7 +17,7 @@ import trustme
 
 from helpers import check_invariants, steps
 from trunkline import Client
-from trunkline.errors import AuthenticationError, DaemonNotRunning, DaemonUnavailable
+from trunkline.errors import AuthenticationError, DaemonNotRunning, DaemonUnavailable, TLSError
 from trunkline.protocol import codec
 from trunkline.protocol.messages import Message, Request, StatusQuery, TextDelta
 
@@ -139,14 +139,14 @@ async def test_tls_needs_the_token_and_a_server_the_client_can_verify(start_daem
             async with Client(**{**reach, "token": "wrong"}):
                 pass
         # A client must name the CA to trust: nothing unverified goes out.
-        with pytest.raises(DaemonNotRunning, match="give the CA"):
+        with pytest.raises(TLSError, match="give the CA"):
             async with Client(**{**reach, "tls_ca_file": None}):
                 pass
         # A client that trusts another CA refuses the daemon's certificate.
         other = tmp_path / "other"
         other.mkdir()
         stranger = tls_files(other)["ca"]
-        with pytest.raises((DaemonNotRunning, DaemonUnavailable)):
+        with pytest.raises(TLSError):
             async with Client(**{**reach, "tls_ca_file": stranger, "timeout_s": 3.0}):
                 pass
         async with Client(**reach) as client:
@@ -186,21 +186,43 @@ async def test_the_cli_manages_a_remote_daemon_over_tls(start_daemon, tmp_path):
 
 async def test_each_tls_mistake_names_its_own_cause(start_daemon, tmp_path):
     daemon, reach = await serve(start_daemon, "tls", tmp_path)
+    _, plain = await serve(start_daemon, "tcp", tmp_path)
     other_ca = tls_files(tmp_path / "other") if (tmp_path / "other").mkdir() is None else None
     assert other_ca is not None
+    not_pem = tmp_path / "not.pem"
+    not_pem.write_text("not a certificate\n")
     cases = {
-        "wrong server name": ({**reach, "tls_server_name": "not-the-daemon.example"}, "not-the-daemon.example"),
-        "another CA": ({**reach, "tls_ca_file": other_ca["ca"]}, "verify"),
+        "wrong server name": ({**reach, "tls_server_name": "not-the-daemon.example"},
+                              "the daemon's certificate is not issued for 'not-the-daemon.example'"),
+        "another CA": ({**reach, "tls_ca_file": other_ca["ca"]},
+                       f"the daemon's certificate is not signed by the CA in {other_ca['ca']}"),
         "no CA": ({k: v for k, v in reach.items() if k != "tls_ca_file"}, "give the CA"),
         "missing CA file": ({**reach, "tls_ca_file": str(tmp_path / "nope.pem")}, "nope.pem"),
+        "a CA file that is no certificate": ({**reach, "tls_ca_file": str(not_pem)}, "as a PEM certificate"),
+        "TLS to a plain tcp daemon": ({**reach, "control_endpoint": f"tls+{plain['control_endpoint']}"},
+                                      "not speak TLS"),
     }
     messages = {}
     with trio.fail_after(60):
         for name, (kwargs, words) in cases.items():
-            with pytest.raises((DaemonNotRunning, DaemonUnavailable)) as info:
+            with pytest.raises(TLSError) as info:
                 async with Client(**kwargs, timeout_s=5):
                     pass
             messages[name] = str(info.value)
     for name, (_, words) in cases.items():
         assert words in messages[name], (name, messages[name])
         assert "start one" not in messages[name], (name, messages[name])  # not "no daemon is running"
+    assert TOKEN not in "".join(messages.values())
+
+
+async def test_plain_tcp_to_a_tls_daemon_hints_at_tls(start_daemon, tmp_path):
+    """What nng does with a client that does not start TLS: it closes the connection,
+    which looked like no daemon at all."""
+    daemon, reach = await serve(start_daemon, "tls", tmp_path)
+    plain = reach["control_endpoint"].replace("tls+tcp://", "tcp://")
+    with trio.fail_after(30):
+        with pytest.raises(DaemonNotRunning) as info:
+            async with Client(control_endpoint=plain, token=TOKEN, timeout_s=5):
+                pass
+    assert f"the daemon may expect TLS (tls+{plain}" in str(info.value), str(info.value)
+    assert "start one" not in str(info.value)
