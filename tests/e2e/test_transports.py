@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pynng
 import pytest
 import trio
 import trustme
@@ -19,7 +20,7 @@ from helpers import check_invariants, steps
 from trunkline import Client
 from trunkline.errors import AuthenticationError, DaemonNotRunning, DaemonUnavailable, TLSError
 from trunkline.protocol import codec
-from trunkline.protocol.messages import Message, Request, StatusQuery, TextDelta
+from trunkline.protocol.messages import Hello, Message, Request, StatusQuery, TextDelta
 
 pytestmark = pytest.mark.e2e
 
@@ -226,3 +227,27 @@ async def test_plain_tcp_to_a_tls_daemon_hints_at_tls(start_daemon, tmp_path):
                 pass
     assert f"the daemon may expect TLS (tls+{plain}" in str(info.value), str(info.value)
     assert "start one" not in str(info.value)
+
+
+async def test_a_refused_token_is_logged_with_the_peer_address_never_the_token(start_daemon, tmp_path):
+    daemon, reach = await serve(start_daemon, "tcp", tmp_path)
+    sock = pynng.Req0(resend_time=-1, recv_timeout=10_000)
+    try:
+        with trio.fail_after(30):
+            sock.dial(reach["control_endpoint"], block=True)
+            peer = str(sock.pipes[0].local_address)  # the address the daemon sees this client at
+            started = trio.current_time()
+            for i in range(50):
+                await sock.asend(codec.encode(Hello(client_name="guesser", token=f"guess-{i}-of-the-token")))
+                reply = codec.decode_control_reply(await sock.arecv())
+                assert reply.error.error_class == "authentication"
+            elapsed = trio.current_time() - started
+            line = await daemon.wait_for_line(f"refused a client at {peer}")
+    finally:
+        sock.close()
+    assert "needs a valid token" in line
+    output = daemon.output()
+    assert "guess-" not in output and TOKEN not in output
+    # Rate-limited: at most five lines a second, whatever the client sends.
+    refused = [line for line in daemon.lines if "refused a client" in line]
+    assert len(refused) <= 5 * (int(elapsed) + 2), (elapsed, len(refused))
