@@ -4,6 +4,7 @@ server certificate (made at test time: no private key is committed)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -168,21 +169,27 @@ async def test_the_cli_manages_a_remote_daemon_over_tls(start_daemon, tmp_path):
             capture_stdout=True, capture_stderr=True, check=False, env=env)
         # The environment, as the C client reads it; `reload` too.
         remote_env = {**env, "TRUNKLINE_CONTROL": reach["control_endpoint"], "TRUNKLINE_TOKEN": TOKEN,
-                      "TRUNKLINE_TLS_CA_FILE": reach["tls_ca_file"]}
-        by_env = await trio.run_process([*base, "--tls-server-name", "localhost", "reload"],
+                      "TRUNKLINE_TLS_CA_FILE": reach["tls_ca_file"], "TRUNKLINE_TLS_SERVER_NAME": "localhost"}
+        by_env = await trio.run_process([*base, "reload"],
                                         capture_stdout=True, capture_stderr=True, check=False, env=remote_env)
-        asked = await trio.run_process([*base, "ask", "mock:echo", "over tls", "--tls-server-name", "localhost"],
+        asked = await trio.run_process([*base, "ask", "mock:echo", "over tls"],
                                        capture_stdout=True, capture_stderr=True, check=False, env=remote_env)
         wrong = await trio.run_process(
             [*base, "status", "--control-endpoint", reach["control_endpoint"], "--token", "not-the-token",
              "--tls-ca-file", reach["tls_ca_file"], "--tls-server-name", "localhost"],
             capture_stdout=True, capture_stderr=True, check=False, env=env)
+        # A TLS failure has its own exit status and says what to change, not "no daemon".
+        misnamed = await trio.run_process([*base, "status", "--json"], capture_stdout=True, capture_stderr=True,
+                                          check=False, env={**remote_env, "TRUNKLINE_TLS_SERVER_NAME": "elsewhere"})
     assert by_options.returncode == 0, by_options.stderr.decode()
     # The workers may still be starting: the status table is what shows it reached the daemon.
     assert "PROVIDER" in by_options.stdout.decode() and "\nmock " in by_options.stdout.decode()
     assert by_env.returncode == 0, by_env.stderr.decode()
     assert asked.returncode == 0 and asked.stdout.decode() == "over tls\n", asked.stderr.decode()
     assert wrong.returncode != 0 and "authentication" in wrong.stderr.decode()
+    assert misnamed.returncode == 4, misnamed.stderr.decode()
+    assert "not issued for 'elsewhere'" in misnamed.stderr.decode() and "start one" not in misnamed.stderr.decode()
+    assert json.loads(misnamed.stdout)["error"]["error_class"] == "unavailable"
 
 
 async def test_each_tls_mistake_names_its_own_cause(start_daemon, tmp_path):
