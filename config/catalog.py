@@ -7,7 +7,6 @@ day it ships.
 
 from __future__ import annotations
 
-import difflib
 
 import re
 from collections.abc import Iterable
@@ -20,6 +19,7 @@ import yaml
 
 from ..protocol.messages import ModelInfo, Price, PriceTier, Usage
 from .loader import ConfigError, ModelEntry
+from .names import nearest
 
 MODELS_PATH = Path(__file__).resolve().with_name("models.yaml")
 
@@ -120,14 +120,20 @@ class Catalog:
 
         Accepts a canonical `provider:name` id, an alias, a provider-native name
         with `provider` set, or a native name the catalog knows. Raises
-        `UnknownModel` when none applies."""
+        `UnknownModel` when none applies.
+
+        Provider names are matched ignoring case (a configured name is always
+        lowercase, so `MOCK:` can only mean `mock:`); the model's own name is
+        exact, as providers take it, but one the catalog lists in another case is
+        refused with the listed name rather than passed through."""
         if provider is None:
             head, sep, rest = model.partition(":")
-            if sep and (head in self.providers or any(m.provider == head for m in self._by_id.values())):
-                provider, model = head, rest
+            if sep and (named := self._provider_named(head)) is not None:
+                provider, model = named, rest
         if provider is not None:
-            if model.startswith(provider + ":"):
+            if model[: len(provider) + 1].lower() == provider.lower() + ":":
                 model = model[len(provider) + 1 :]
+            provider = self._provider_named(provider) or provider
             found = self._by_id.get(f"{provider}:{model}")
             if found is None:
                 alias = self._by_alias.get(model)
@@ -138,8 +144,12 @@ class Catalog:
             if found is not None:
                 return found
             if provider not in self.providers:
-                raise UnknownModel(f"unknown provider {provider!r}; the providers are: "
-                                   f"{', '.join(sorted(self.providers))}")
+                raise UnknownModel(f"unknown provider {provider!r}{self._nearest_provider(provider)}; the providers "
+                                   f"are: {', '.join(sorted(self.providers))}")
+            listed = self._listed_in_another_case(provider, model)
+            if listed is not None:
+                raise UnknownModel(f"unknown model {f'{provider}:{model}'!r}; did you mean `{listed}`? (model names "
+                                   "are case-sensitive)")
             return ModelInfo(
                 id=f"{provider}:{model}",
                 provider=provider,
@@ -167,17 +177,50 @@ class Catalog:
                 options = ", ".join(m.id for m in matches)
                 raise UnknownModel(f"model {model!r} is served by several providers ({options}); name one")
         if found is None:
-            head, sep, _ = model.partition(":")
+            head, sep, rest = model.partition(":")
             if sep:
+                # Closer than other names: `llama3.2:3b` is an Ollama model named without
+                # its provider, not a misspelt `ollama`.
+                close = nearest(head, self._provider_names(), cutoff=0.8)
+                if close:
+                    raise UnknownModel(f"unknown model {model!r}: {head!r} is not a provider; did you mean "
+                                       f"`{close[0]}:{rest}`? (the providers are: {', '.join(sorted(self.providers))})")
                 raise UnknownModel(f"unknown model {model!r}: {head!r} is not a provider (the providers are: "
                                    f"{', '.join(sorted(self.providers))}); name one, as `provider:{model}`")
-            close = difflib.get_close_matches(model, [*self._by_id, *self._by_alias, *self._by_wire], n=3, cutoff=0.6)
+            close = nearest(model, [*self._by_id, *self._by_alias, *self._by_wire], n=3)
             hint = f"; did you mean {', '.join(f'`{c}`' for c in close)}?" if close else ""
             raise UnknownModel(
-                f"unknown model {model!r}{hint} Use a catalog id such as `mock:echo`, an alias, "
-                "or `provider:name` for a model the catalog does not list"
+                f"unknown model {model!r}{hint}{' Use' if hint else '; use'} a catalog id such as `mock:echo`, an "
+                "alias, or `provider:name` for a model the catalog does not list"
             )
         return found
+
+
+    def _provider_names(self) -> set[str]:
+        return self.providers | {m.provider for m in self._by_id.values()}
+
+    def _provider_named(self, name: str) -> str | None:
+        """The provider `name` means, exactly or in lowercase; None if none."""
+        names = self._provider_names()
+        for candidate in (name, name.lower()):
+            if candidate in names:
+                return candidate
+        return None
+
+    def _nearest_provider(self, name: str) -> str:
+        close = nearest(name, self._provider_names(), cutoff=0.8)
+        return f"; did you mean `{close[0]}`?" if close else ""
+
+    def _listed_in_another_case(self, provider: str, model: str) -> str | None:
+        """The catalog id of this provider's model that `model` names in another case."""
+        folded = f"{provider}:{model}".casefold()
+        for model_id, info in self._by_id.items():
+            if info.provider == provider and model_id.casefold() == folded:
+                return model_id
+        for alias, info in self._by_alias.items():
+            if info.provider == provider and alias.casefold() == model.casefold():
+                return info.id
+        return None
 
 
 def price_on(price: Price, day: date | None = None) -> tuple[Price, str | None]:

@@ -11,6 +11,8 @@ import ipaddress
 import math
 import os
 import re
+import types
+import typing
 import urllib.parse
 from pathlib import Path
 from typing import Any, Literal
@@ -19,6 +21,7 @@ import msgspec
 import yaml
 
 from ..protocol.messages import ModelRules
+from .names import did_you_mean
 
 DEFAULTS_PATH = Path(__file__).resolve().with_name("defaults.yaml")
 USER_CONFIG_PATH = Path("~/.config/trunkline/config.yaml")
@@ -298,6 +301,9 @@ class Config(_Section):
     models: dict[str, ModelEntry] = msgspec.field(default_factory=dict)
     #: Which file each top-level value came from (for messages), not read from YAML.
     source: str = ""
+    #: Settings given on `trunkline serve`'s command line, laid over the file's (a reload
+    #: lays them over the file again); not read from YAML.
+    overrides: dict[str, Any] = msgspec.field(default_factory=dict)
 
     def provider_retry(self, name: str) -> RetryPolicy:
         return self.providers[name].retry or self.retry
@@ -396,8 +402,55 @@ def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: Config fields the loader fills in itself, never keys of a file.
+_NOT_FROM_YAML = ("source", "overrides")
 _AT = re.compile(r"^(?P<what>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.S)
 _UNKNOWN = re.compile(r"Object contains unknown field `(?P<field>[^`]*)`")
+_ENUM = re.compile(r"Invalid enum value (?P<value>'[^']*'|\S+)")
+_PART = re.compile(r"\.([^.\[\]]+)|\[([^\]]*)\]")
+
+
+def _type_at(root: Any, raw_path: str) -> Any:
+    """The declared type at a msgspec error path (`.retry.jitter`, `.rules.sampling[0]`)
+    under `root`, or None when the path leaves the declared types."""
+    t = root
+    for name, _ in _PART.findall(raw_path):
+        t = _unwrap(t)
+        if isinstance(t, type) and issubclass(t, msgspec.Struct):
+            field = next((f for f in msgspec.structs.fields(t) if f.encode_name == name), None) if name else None
+            if field is None:
+                return None
+            t = field.type
+        elif typing.get_origin(t) in (dict, list):
+            t = typing.get_args(t)[-1]
+        else:
+            return None
+    return _unwrap(t)
+
+
+def _unwrap(t: Any) -> Any:
+    """`X | None` as `X`; a union of several kinds stays as it is."""
+    if typing.get_origin(t) in (typing.Union, types.UnionType):
+        kinds = [a for a in typing.get_args(t) if a is not type(None)]
+        if len(kinds) == 1:
+            return kinds[0]
+    return t
+
+
+def _hint(what: str, root: Any, raw_path: str, unknown: str | None) -> str:
+    """"Did you mean" for an unknown key or a value outside a fixed set."""
+    if unknown is not None:
+        struct = _type_at(root, raw_path)
+        if isinstance(struct, type) and issubclass(struct, msgspec.Struct):
+            names = [f.encode_name for f in msgspec.structs.fields(struct)]
+            return did_you_mean(unknown, [n for n in names if struct is not Config or n not in _NOT_FROM_YAML])
+        return ""
+    enum = _ENUM.match(what)
+    literal = _type_at(root, raw_path)
+    if enum is None or typing.get_origin(literal) is not Literal:
+        return ""
+    values = [str(v) for v in typing.get_args(literal)]
+    return f"{did_you_mean(enum.group('value').strip(chr(39)), values)} (one of: {', '.join(values)})"
 
 
 def _key_path(raw: str) -> str:
@@ -417,25 +470,30 @@ def _has_path(data: Any, path: str) -> bool:
 
 
 def _explain(
-    exc: msgspec.ValidationError, user: dict[str, Any], user_path: Path | None, prefix: str = ""
+    exc: msgspec.ValidationError, user: dict[str, Any], user_path: Path | None, prefix: str = "",
+    root: Any = None,
 ) -> ConfigError:
     match = _AT.match(str(exc))
     what = match.group("what") if match else str(exc)
-    path = _key_path(match.group("path") or "") if match else ""
+    raw_path = (match.group("path") or "") if match else ""
+    path = _key_path(raw_path)
     if prefix:
         path = f"{prefix}.{path}" if path else prefix
     unknown = _UNKNOWN.match(what)
+    hint = _hint(what, root or Config, raw_path, unknown.group("field") if unknown else None)
     if unknown:
         path = f"{path}.{unknown.group('field')}" if path else unknown.group("field")
         what = "unknown key"
     else:
         what = what[0].lower() + what[1:] if what else what
     source = user_path if user_path is not None and _has_path(user, path) else DEFAULTS_PATH
-    return ConfigError(f"config error in {source} at `{path or '(top level)'}`: {what}")
+    return ConfigError(f"config error in {source} at `{path or '(top level)'}`: {what}{hint}")
 
 
-def load_config(path: str | Path | None = None, *, use_user_default: bool = True) -> Config:
-    """Defaults, then `path` (or the user's default file when it exists) over them."""
+def load_config(path: str | Path | None = None, *, use_user_default: bool = True,
+                overrides: dict[str, Any] | None = None) -> Config:
+    """Defaults, then `path` (or the user's default file when it exists) over them, then
+    `overrides` (settings given on the command line) over both."""
     defaults = _read_yaml(DEFAULTS_PATH)
     user_path: Path | None = None
     if path is not None:
@@ -445,9 +503,10 @@ def load_config(path: str | Path | None = None, *, use_user_default: bool = True
     elif use_user_default and USER_CONFIG_PATH.expanduser().exists():
         user_path = USER_CONFIG_PATH.expanduser()
     user = _read_yaml(user_path) if user_path is not None else {}
-    if "source" in user:
-        raise ConfigError(f"config error in {user_path} at `source`: unknown key")
-    merged = _merge(defaults, user)
+    for internal in _NOT_FROM_YAML:
+        if internal in user:
+            raise ConfigError(f"config error in {user_path} at `{internal}`: unknown key")
+    merged = _merge(_merge(defaults, user), overrides or {})
     # msgspec names a bad dict entry `[...]`; check the named sections entry by entry
     # so the message can say which provider or model is wrong.
     for section, entry_type in (("providers", ProviderConfig), ("models", ModelEntry)):
@@ -457,12 +516,13 @@ def load_config(path: str | Path | None = None, *, use_user_default: bool = True
                 try:
                     msgspec.convert(value, entry_type)
                 except msgspec.ValidationError as exc:
-                    raise _explain(exc, user, user_path, prefix=f"{section}.{key}") from None
+                    raise _explain(exc, user, user_path, prefix=f"{section}.{key}", root=entry_type) from None
     try:
         config = msgspec.convert(merged, Config)
     except msgspec.ValidationError as exc:
         raise _explain(exc, user, user_path) from None
     config.source = str(user_path or DEFAULTS_PATH)
+    config.overrides = overrides or {}
     _check(config, user_path or DEFAULTS_PATH)
     return config
 
@@ -536,15 +596,17 @@ def _check(config: Config, source: Path) -> None:
         if not low <= value <= high:
             raise ConfigError(f"config error in {source} at `limits.{key}`: {value} is out of range "
                               f"[{low}, {high}]")
+    durations = [("supervision", config.supervision), ("retry", config.retry), ("timeouts", config.timeouts),
+                 ("replay", config.replay)]
+    for name, provider in config.providers.items():
+        durations += [(f"providers.{name}.{key}", getattr(provider, key)) for key in ("retry", "timeouts")]
+    for scope, section in durations:
+        if section is not None:
+            _check_durations(scope, section, source)
     for key in ("ring_events", "max_request_bytes", "max_requests", "max_bytes"):
         if getattr(config.replay, key) < 1:
-            raise ConfigError(f"config error in {source} at `replay.{key}`: must be at least 1")
-    for key in ("restart_window_s", "unavailable_retry_s", "heartbeat_interval_s", "heartbeat_timeout_s",
-                "shutdown_grace_s", "cancel_grace_s"):
-        value = getattr(config.supervision, key)
-        if not (value > 0 and math.isfinite(value)):
-            raise ConfigError(f"config error in {source} at `supervision.{key}`: must be a positive number of "
-                              f"seconds, got {value}")
+            raise ConfigError(f"config error in {source} at `replay.{key}`: must be at least 1, got "
+                              f"{getattr(config.replay, key)}")
     for which in ("control", "events"):
         problem = endpoint_problem(getattr(config.endpoints, which))
         if problem:
@@ -578,3 +640,24 @@ def _check(config: Config, source: Path) -> None:
             raise ConfigError(
                 f"config error in {source} at `{scope}`: max_retries must be >= 0 and jitter within [0, 1]"
             )
+        if not (policy.multiplier > 0 and math.isfinite(policy.multiplier)):
+            raise ConfigError(f"config error in {source} at `{scope}.multiplier`: must be a positive number, got "
+                              f"{policy.multiplier}")
+
+
+#: Durations for which zero means "no wait" (no pause, no delay, never wait a
+#: Retry-After); every other duration must be more than zero.
+_ZERO_MEANS_NO_WAIT = ("restart_backoff_s", "base_delay_s", "max_delay_s", "retry_after_cap_s")
+
+
+def _check_durations(scope: str, section: msgspec.Struct, source: Path) -> None:
+    """Every `*_s` setting of a section: a finite number of seconds, above zero unless
+    zero means no wait. (A negative timeout or grace period would fire at once.)"""
+    for key in section.__struct_fields__:
+        value = getattr(section, key)
+        if not key.endswith("_s") or value is None:
+            continue
+        zero_ok = key in _ZERO_MEANS_NO_WAIT
+        if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+            need = "zero or a positive number" if zero_ok else "a positive number"
+            raise ConfigError(f"config error in {source} at `{scope}.{key}`: must be {need} of seconds, got {value}")

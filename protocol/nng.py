@@ -36,6 +36,7 @@ from typing import Any
 
 import anyio
 import pynng
+import pynng.sockaddr
 import trio
 from pynng import _aio
 from pynng._nng import ffi, lib
@@ -305,6 +306,17 @@ def raise_fd_limit() -> tuple[int, int]:
     return soft, hard
 
 
+def peer_address(pipe_id: int) -> str:
+    """Where a connection comes from (`203.0.113.7:51234`; the socket path over ipc),
+    by the id of its pipe; a placeholder once it has closed."""
+    pipe = ffi.new("nng_pipe *")
+    pipe[0].id = pipe_id
+    addr = ffi.new("nng_sockaddr []", 1)
+    if lib.nng_pipe_get_addr(pipe[0], b"remote-address", addr):
+        return "(a connection already closed)"
+    return str(pynng.sockaddr._nng_sockaddr(addr))
+
+
 class ControlServer:
     """The control endpoint: Rep0 in raw mode (see the module's docstring)."""
 
@@ -532,5 +544,5 @@ class Subscriber:
 __all__ = [
     "AddressInUse", "Closed", "ConnectionGate", "ConnectionRefused", "ControlServer", "EventPublisher",
     "NNGException", "Receiver", "Requester", "Subscriber", "client_tls", "check_url", "ipc_path", "is_remote",
-    "is_tls", "raise_fd_limit", "scheme", "server_tls", "try_send",
+    "is_tls", "peer_address", "raise_fd_limit", "scheme", "server_tls", "try_send",
 ]

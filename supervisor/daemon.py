@@ -439,14 +439,15 @@ class Daemon:
         log.info("stopped")
 
 
-def main_serve(config_path: str | None, runtime_dir: Path | None) -> int:
-    """`trunkline serve`: run until SIGTERM or Ctrl-C. Returns the exit status."""
+def main_serve(config_path: str | None, runtime_dir: Path | None, overrides: dict[str, Any] | None = None) -> int:
+    """`trunkline serve`: run until SIGTERM or Ctrl-C. Returns the exit status.
+    `overrides` (the command line's settings) are laid over the config file's."""
     import sys
 
     from ..config.loader import ConfigError, load_config
 
     try:
-        config = load_config(config_path)
+        config = load_config(config_path, overrides=overrides)
         daemon = Daemon(config, runtime_dir)
     except ConfigError as exc:
         print(f"trunkline: {exc}", file=sys.stderr)

@@ -11,8 +11,11 @@ supervision settings (restart limits, heartbeat timeout, grace periods), except
 the heartbeat interval, which a worker takes when it starts. The rest is bound at
 start (the sockets, limits, replay sizes, a provider's endpoint, key, headers
 and options, providers added or removed): a change there is reported in
-`restart_needed` and takes effect at the next daemon start. Running workers are
-never restarted by a reload, so no request is dropped.
+`restart_needed` and takes effect at the next daemon start. What is reported is
+measured against what the daemon started with, not the previous file, so a file
+put back as it was reports nothing. Running workers are never restarted by a
+reload, so no request is dropped. Settings given on `trunkline serve`'s command
+line stay laid over the file.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ def reload(daemon: Daemon) -> ReloadResult:
     old = daemon.config
     path = None if old.source in ("", str(DEFAULTS_PATH)) else old.source
     try:
-        config = load_config(path)
+        config = load_config(path, overrides=old.overrides)
         catalog = Catalog.load(config.models, providers=daemon.catalog.providers,
                                configured=daemon.catalog.configured)
     except ConfigError as exc:
@@ -47,13 +50,13 @@ def reload(daemon: Daemon) -> ReloadResult:
         daemon.bus("config.reload_failed", error_class="invalid_request", detail=str(exc))
         return ReloadResult(ok=False, error=ErrorInfo(error_class="invalid_request", message=str(exc)),
                             pricing_version=daemon.catalog.pricing_version, config_path=old.source)
-    restart = _restart_needed(old, config)
+    spawned = getattr(daemon, "spawned_config", None) or old
+    daemon.spawned_config = spawned  # what the daemon and its running workers were started with
+    restart = _restart_needed(spawned, config)
     for name in daemon.slots:
         if name not in config.providers:
             # A removed provider keeps running until the next start, with its settings.
-            config.providers[name] = old.providers[name]
-    spawned = getattr(daemon, "spawned_config", None) or old
-    daemon.spawned_config = spawned  # what the running workers were started with
+            config.providers[name] = spawned.providers[name]
     daemon.job_policies = {name: _policies(spawned, config, name) for name in daemon.slots}
     daemon.job_policies = {name: p for name, p in daemon.job_policies.items() if p != (None, None)}
     daemon.config = config
@@ -78,12 +81,13 @@ def _policies(spawned: Config, now: Config, name: str) -> tuple[dict[str, Any] |
             msgspec.to_builtins(timeouts) if timeouts != spawned.provider_timeouts(name) else None)
 
 
-def _restart_needed(old: Config, new: Config) -> list[str]:
-    out = [key for key in _BOUND_AT_START if getattr(old, key) != getattr(new, key)]
-    if old.supervision.heartbeat_interval_s != new.supervision.heartbeat_interval_s:
+def _restart_needed(started: Config, new: Config) -> list[str]:
+    """The settings bound at start whose new value differs from the one running."""
+    out = [key for key in _BOUND_AT_START if getattr(started, key) != getattr(new, key)]
+    if started.supervision.heartbeat_interval_s != new.supervision.heartbeat_interval_s:
         out.append("supervision.heartbeat_interval_s")  # workers take it when they start
-    for name in sorted(set(old.providers) | set(new.providers)):
-        if _bound(old.providers.get(name)) != _bound(new.providers.get(name)):
+    for name in sorted(set(started.providers) | set(new.providers)):
+        if _bound(started.providers.get(name)) != _bound(new.providers.get(name)):
             out.append(f"providers.{name}")
     return out
 

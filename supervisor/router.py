@@ -145,7 +145,7 @@ class Router:
         except Exception as exc:  # noqa: BLE001 - a bug here must not stop the daemon
             return self._failed(exc)
         if type(reply) is ProtocolError:
-            self.bad_input_log.note(f"unreadable control request: {reply.error.message[:200]}")
+            self.bad_input_log.note(_refusal(reply.error, pipe_id))
         return reply
 
     def _dispatch(self, data: bytes, pipe_id: int) -> Any:
@@ -392,6 +392,14 @@ class Router:
             if result.ok:
                 return TokenCount(input_tokens=result.input_tokens, exact=result.exact)
         return TokenCount(input_tokens=estimate_request_tokens(msg.request), exact=False)
+
+
+def _refusal(error: ErrorInfo, pipe_id: int) -> str:
+    """The log line for a refused control request: a refused token names the address
+    it came from (never the token), as an operator needs to find the client."""
+    if error.error_class == "authentication":
+        return f"refused a client at {nng.peer_address(pipe_id)}: {error.message}"
+    return f"unreadable control request: {error.message[:200]}"
 
 
 def _not_yours(client_id: str) -> ErrorInfo:

@@ -1,6 +1,7 @@
 /* tl: an example program of the C client.
  *
- *   tl chat MODEL PROMPT      stream a reply to stdout (TRUNKLINE_CONTROL, TRUNKLINE_TOKEN)
+ *   tl chat MODEL PROMPT      stream a reply to stdout (TRUNKLINE_CONTROL, TRUNKLINE_TOKEN,
+ *                             TRUNKLINE_TLS_CA_FILE, TRUNKLINE_TLS_SERVER_NAME)
  *   tl conform                the conformance suite's command interface: JSON lines on
  *                             stdin, one JSON reply line per command on stdout
  *                             (tests/conformance/README.md)
@@ -38,6 +39,8 @@ static int chat(const char *model, const char *prompt) {
     tl_options opt = tl_default_options();
     opt.control = default_control(buf, sizeof buf);
     opt.token = getenv("TRUNKLINE_TOKEN");
+    opt.tls_ca_file = getenv("TRUNKLINE_TLS_CA_FILE");
+    opt.tls_server_name = getenv("TRUNKLINE_TLS_SERVER_NAME");
     opt.client_name = "tl";
     tl_client *c;
     tl_error err;
@@ -160,10 +163,12 @@ static int terminal(const tl_event *ev) {
 }
 
 static void cmd_connect(const msgpack_object *cmd) {
-    char control[1024], token[512];
+    char control[1024], token[512], ca[1024], server_name[256];
     tl_options opt = tl_default_options();
     opt.control = tl_get_str(cmd, "control", control, sizeof control);
     opt.token = tl_get_str(cmd, "token", token, sizeof token);
+    opt.tls_ca_file = tl_get_str(cmd, "tls_ca_file", ca, sizeof ca);
+    opt.tls_server_name = tl_get_str(cmd, "tls_server_name", server_name, sizeof server_name);
     opt.client_name = "conformance-c";
     const msgpack_object *silence = tl_get(cmd, "silence_s");
     if (silence && (silence->type == MSGPACK_OBJECT_FLOAT64 || silence->type == MSGPACK_OBJECT_FLOAT32))

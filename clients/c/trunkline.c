@@ -2,6 +2,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "trunkline.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include <nng/nng.h>
 #include <nng/protocol/pubsub0/sub.h>
 #include <nng/protocol/reqrep0/req.h>
+#include <nng/supplemental/tls/tls.h>
 
 enum { ST_WAITING, ST_RUNNING, ST_DONE };
 
@@ -45,6 +47,8 @@ struct tl_client {
     char *control;
     char *token;
     char *client_name;
+    char *tls_ca_file;
+    char *tls_server_name;
     char client_id[128];
     char event_endpoint[1024];
     char topic[136];
@@ -71,6 +75,17 @@ static void set_err(tl_error *err, const char *cls, const char *fmt, const char 
     memset(err, 0, sizeof *err);
     snprintf(err->error_class, sizeof err->error_class, "%s", cls);
     snprintf(err->message, sizeof err->message, fmt, detail ? detail : "");
+}
+
+/* An `unavailable` error with a message of our own (cut to the message's size). */
+__attribute__((format(printf, 2, 3))) static void unavailable(tl_error *err, const char *fmt, ...) {
+    if (!err) return;
+    memset(err, 0, sizeof *err);
+    snprintf(err->error_class, sizeof err->error_class, "%s", TL_E_UNAVAILABLE);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof err->message, fmt, ap);
+    va_end(ap);
 }
 
 static void pack_str(msgpack_packer *pk, const char *s) {
@@ -528,19 +543,92 @@ static char *event_url(const char *announced, const char *control) {
     return strdup(announced);
 }
 
+static int is_tls(const char *url) { return strncmp(url, "tls+tcp", 7) == 0; }
+
+/* The host of a network endpoint URL (brackets of an IPv6 address removed). */
+static const char *host_of(const char *url, char *buf, size_t n) {
+    const char *host = strstr(url, "://");
+    host = host ? host + 3 : url;
+    const char *end = strrchr(host, ':');
+    size_t len = end ? (size_t)(end - host) : strlen(host);
+    if (len >= 2 && host[0] == '[' && host[len - 1] == ']') {
+        host++;
+        len -= 2;
+    }
+    snprintf(buf, n, "%.*s", (int)len, host);
+    return buf;
+}
+
+/* Dial `url` on `s`, blocking until connected. A tls+tcp:// endpoint is dialled with a
+ * TLS configuration of our own: the server verified against the CA, for the name given
+ * (nng's TLS has no system store, so without a CA nothing could be verified). */
+static int dial(tl_client *c, nng_socket s, const char *url, tl_error *err) {
+    char host[256];
+    int rv;
+    if (!is_tls(url)) {
+        if ((rv = nng_dial(s, url, NULL, 0)) == 0) return TL_OK;
+        if (rv == NNG_ECONNSHUT && strncmp(url, "tcp", 3) == 0) /* what a TLS endpoint does to plain nng */
+            unavailable(err, "%s closed the connection before a daemon answered (%s); the daemon may expect TLS "
+                        "(tls+%s, with TRUNKLINE_TLS_CA_FILE)", url, nng_strerror(rv), url);
+        else
+            unavailable(err, "no trunkline daemon answers at %s (%s)", url, nng_strerror(rv));
+        return TL_FAIL;
+    }
+    if (!c->tls_ca_file) {
+        unavailable(err, "%s is a TLS endpoint: give the CA that signed the daemon's certificate "
+                    "(tl_options.tls_ca_file, TRUNKLINE_TLS_CA_FILE)", url);
+        return TL_FAIL;
+    }
+    const char *name = c->tls_server_name ? c->tls_server_name : host_of(url, host, sizeof host);
+    nng_tls_config *cfg;
+    if ((rv = nng_tls_config_alloc(&cfg, NNG_TLS_MODE_CLIENT)) != 0) {
+        unavailable(err, "cannot set up TLS for %s (%s)", url, nng_strerror(rv));
+        return TL_FAIL;
+    }
+    nng_dialer d = NNG_DIALER_INITIALIZER;
+    if ((rv = nng_tls_config_ca_file(cfg, c->tls_ca_file)) != 0) {
+        unavailable(err, "cannot use the CA file %s for %s (%s)", c->tls_ca_file, url, nng_strerror(rv));
+    } else if ((rv = nng_tls_config_auth_mode(cfg, NNG_TLS_AUTH_MODE_REQUIRED)) != 0 ||
+               (rv = nng_tls_config_server_name(cfg, name)) != 0 || (rv = nng_dialer_create(&d, s, url)) != 0 ||
+               (rv = nng_dialer_set_ptr(d, NNG_OPT_TLS_CONFIG, cfg)) != 0) {
+        unavailable(err, "cannot set up TLS for %s (%s)", url, nng_strerror(rv));
+    } else if ((rv = nng_dialer_start(d, 0)) != 0) {
+        if (rv == NNG_ECRYPTO || rv == NNG_EPEERAUTH)
+            unavailable(err, "the TLS handshake with %s failed (%s): the daemon's certificate is not one for '%s' "
+                        "signed by the CA in %s, or the endpoint does not speak TLS; check TRUNKLINE_TLS_CA_FILE "
+                        "and TRUNKLINE_TLS_SERVER_NAME", url, nng_strerror(rv), name, c->tls_ca_file);
+        else
+            unavailable(err, "no trunkline daemon answers at %s (%s)", url, nng_strerror(rv));
+    }
+    nng_tls_config_free(cfg); /* the dialer holds its own reference */
+    if (rv != 0 && nng_dialer_id(d) > 0) nng_dialer_close(d);
+    return rv == 0 ? TL_OK : TL_FAIL;
+}
+
+static void free_client(tl_client *c) {
+    free(c->control);
+    free(c->token);
+    free(c->client_name);
+    free(c->tls_ca_file);
+    free(c->tls_server_name);
+    free(c);
+}
+
 int tl_connect(tl_client **out, const tl_options *opt, tl_error *err) {
     tl_client *c = calloc(1, sizeof *c);
     c->opt = *opt;
     c->control = strdup(opt->control);
     c->token = opt->token && opt->token[0] ? strdup(opt->token) : NULL;
     c->client_name = strdup(opt->client_name ? opt->client_name : "trunkline-c");
+    c->tls_ca_file = opt->tls_ca_file && opt->tls_ca_file[0] ? strdup(opt->tls_ca_file) : NULL;
+    c->tls_server_name = opt->tls_server_name && opt->tls_server_name[0] ? strdup(opt->tls_server_name) : NULL;
     if (c->opt.silence_s <= 0) c->opt.silence_s = TL_SILENCE_S;
     if (c->opt.call_timeout_s <= 0) c->opt.call_timeout_s = TL_CALL_TIMEOUT_S;
     if (c->opt.sub_queue <= 0) c->opt.sub_queue = TL_SUB_QUEUE;
     int rv;
     if ((rv = nng_req0_open(&c->req)) != 0 || (rv = nng_sub0_open(&c->sub)) != 0) {
         set_err(err, TL_E_OTHER, "cannot open nng sockets: %s", nng_strerror(rv));
-        free(c);
+        free_client(c);
         return TL_FAIL;
     }
     /* PROTOCOL.md §1: never resend (a resend to a restarted daemon is a second, billed call),
@@ -556,19 +644,13 @@ int tl_connect(tl_client **out, const tl_options *opt, tl_error *err) {
         nng_socket_set_ms(s, NNG_OPT_RECONNMAXT, TL_RECONNECT_MAX_MS);
     }
     nng_pipe_notify(c->req, NNG_PIPE_EV_ADD_POST, on_pipe, c);
-    if ((rv = nng_dial(c->req, c->control, NULL, 0)) != 0) {
-        set_err(err, TL_E_UNAVAILABLE, "no trunkline daemon answers at the control endpoint (%s)", nng_strerror(rv));
-        goto fail;
-    }
+    if (dial(c, c->req, c->control, err) != TL_OK) goto fail;
     if (hello(c, err) != TL_OK) goto fail;
     {
         char *url = event_url(c->event_endpoint, c->control);
-        rv = nng_dial(c->sub, url, NULL, 0);
+        rv = dial(c, c->sub, url, err);
         free(url);
-        if (rv != 0) {
-            set_err(err, TL_E_UNAVAILABLE, "cannot dial the event endpoint (%s)", nng_strerror(rv));
-            goto fail;
-        }
+        if (rv != TL_OK) goto fail;
     }
     if (probe(c, err) != TL_OK) goto fail;
     *out = c;
@@ -576,10 +658,7 @@ int tl_connect(tl_client **out, const tl_options *opt, tl_error *err) {
 fail:
     nng_close(c->req);
     nng_close(c->sub);
-    free(c->control);
-    free(c->token);
-    free(c->client_name);
-    free(c);
+    free_client(c);
     return TL_FAIL;
 }
 
@@ -830,10 +909,7 @@ void tl_close(tl_client *c) {
     }
     nng_close(c->req);
     nng_close(c->sub);
-    free(c->control);
-    free(c->token);
-    free(c->client_name);
-    free(c);
+    free_client(c);
 }
 
 static void add_drop(tl_client *c, const char *rid, int64_t seq, const char *type) {

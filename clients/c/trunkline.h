@@ -7,7 +7,9 @@
  * last_seq), a request the daemon no longer knows ends with a retryable
  * `unavailable` error, and the terminal event (finish or error) is last.
  *
- * Endpoints: ipc:// and tcp:// (no tls+tcp:// yet). A tl_client is not thread-safe:
+ * Endpoints: ipc://, tcp:// and tls+tcp:// (libnng's TLS: the daemon's certificate is
+ * always verified against tls_ca_file, for tls_server_name or the endpoint's host). A
+ * tl_client is not thread-safe:
  * use it from one thread. Events are read from the event socket only
  * while you call tl_next_event() (or tl_connect/tl_submit while probing). Call
  * it often enough, or lose events to the Sub0 queue: the library then gets
@@ -140,8 +142,10 @@ typedef struct tl_error {
 } tl_error;
 
 typedef struct tl_options {
-    const char *control;      /* the control endpoint URL (ipc://..., tcp://...) */
+    const char *control;      /* the control endpoint URL (ipc://..., tcp://..., tls+tcp://...) */
     const char *token;        /* for network endpoints; NULL: none */
+    const char *tls_ca_file;  /* tls+tcp://: the CA (PEM) that signed the daemon's certificate; required */
+    const char *tls_server_name; /* tls+tcp://: the name its certificate must carry; NULL: the endpoint's host */
     const char *client_name;
     double silence_s;         /* TL_SILENCE_S */
     double call_timeout_s;    /* TL_CALL_TIMEOUT_S */

@@ -196,3 +196,68 @@ async def test_tl_chat_streams_a_reply_from_a_real_daemon(daemon):
         done = await trio.run_process([str(C_DIR / "build" / "tl"), "chat", "no-such-model", "x"],
                                       capture_stdout=True, capture_stderr=True, env=env, check=False)
     assert done.returncode == 1 and "not_found" in done.stderr.decode()
+
+
+def sanitized_tl() -> Path:
+    build = subprocess.run(["make", "-C", str(C_DIR), "BUILD=build/sanitized",
+                            "CFLAGS=-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer"],
+                           capture_output=True, text=True)
+    assert build.returncode == 0, build.stderr[-4000:]
+    return C_DIR / "build" / "sanitized" / "tl"
+
+
+async def test_tl_chat_over_tls_with_the_environment_the_cli_reads(start_daemon, tmp_path):
+    """libnng's TLS (Debian builds it with mbedTLS): the daemon's certificate verified
+    against TRUNKLINE_TLS_CA_FILE for TRUNKLINE_TLS_SERVER_NAME, and each mistake named."""
+    import socket
+
+    import trio
+    import trustme
+
+    def free_port() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    def ca_files(where: Path) -> tuple[str, str, str]:
+        where.mkdir()
+        ca = trustme.CA()
+        cert = ca.issue_cert("localhost")
+        ca.cert_pem.write_to_path(str(where / "ca.pem"))
+        cert.private_key_pem.write_to_path(str(where / "server.key"))
+        (where / "server.pem").write_bytes(b"".join(blob.bytes() for blob in cert.cert_chain_pems))
+        return str(where / "ca.pem"), str(where / "server.pem"), str(where / "server.key")
+
+    ca, cert, key = ca_files(tmp_path / "daemon")
+    stranger, _, _ = ca_files(tmp_path / "stranger")
+    port = free_port()
+    control = f"tls+tcp://127.0.0.1:{port}"
+    await start_daemon({"endpoints": {"control": control, "events": f"tls+tcp://0.0.0.0:{free_port()}",
+                                      "tls_cert_file": cert, "tls_key_file": key}},
+                       env={"TRUNKLINE_TOKEN": "c-tls-token"})
+    tl = sanitized_tl()
+    base = {**os.environ, "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1", "UBSAN_OPTIONS": "halt_on_error=1",
+            "TRUNKLINE_CONTROL": control, "TRUNKLINE_TOKEN": "c-tls-token", "TRUNKLINE_TLS_CA_FILE": ca,
+            "TRUNKLINE_TLS_SERVER_NAME": "localhost"}
+
+    async def chat(**env: str | None) -> subprocess.CompletedProcess[bytes]:
+        merged = {k: v for k, v in {**base, **env}.items() if v is not None}
+        with trio.fail_after(30):
+            return await trio.run_process([str(tl), "chat", "echo", "hello over TLS from C"], capture_stdout=True,
+                                          capture_stderr=True, env=merged, check=False)
+
+    ok = await chat()
+    assert ok.returncode == 0, ok.stderr.decode()
+    assert ok.stdout.decode() == "hello over TLS from C\n"
+    mistakes = {
+        "another CA": ({"TRUNKLINE_TLS_CA_FILE": stranger}, f"the TLS handshake with {control} failed"),
+        "the wrong name": ({"TRUNKLINE_TLS_SERVER_NAME": "elsewhere"}, "not one for 'elsewhere'"),
+        "no CA": ({"TRUNKLINE_TLS_CA_FILE": None}, "is a TLS endpoint: give the CA"),
+        "an unreadable CA": ({"TRUNKLINE_TLS_CA_FILE": str(tmp_path / "nope.pem")}, "cannot use the CA file"),
+        "plain tcp": ({"TRUNKLINE_CONTROL": f"tcp://127.0.0.1:{port}"}, "the daemon may expect TLS"),
+    }
+    for name, (env, words) in mistakes.items():
+        failed = await chat(**env)
+        err = failed.stderr.decode()
+        assert failed.returncode == 1 and words in err, (name, failed.returncode, err)
+        assert "c-tls-token" not in err

@@ -5,12 +5,16 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import trio
+import trustme
+
+from helpers import DaemonProcess
 
 pytestmark = pytest.mark.e2e
 
@@ -185,3 +189,193 @@ async def test_tail_prints_the_bus_as_it_happens(daemon):
     assert "req-tail-1" in completed and "provider=mock" in completed and "model=mock:echo" in completed
     assert "tokens=" in completed
     assert all(" llm." in line for line in lines)  # --name llm. keeps only llm.* events
+
+
+async def test_a_prompt_that_cannot_be_read_is_one_line_and_exit_2(tmp_path):
+    """Checked before connecting: status 2 (not 3), though no daemon runs here."""
+    binary = tmp_path / "image.png"
+    binary.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
+    latin1 = tmp_path / "latin1.txt"
+    latin1.write_bytes("café".encode("latin-1"))
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    cases = {
+        "an empty prompt": (["ask", "mock:echo", ""], None, "the prompt is empty"),
+        "no prompt": (["ask", "mock:echo"], None, "the prompt is empty"),
+        "a missing file": (["ask", "mock:echo", "--file", str(tmp_path / "nope.txt")], None,
+                           f"cannot read --file {tmp_path / 'nope.txt'}: No such file or directory"),
+        "a directory": (["ask", "mock:echo", "--file", str(tmp_path)], None, f"--file {tmp_path} is a directory"),
+        "a binary file": (["ask", "mock:echo", "x", "--file", str(binary)], None, "is not text (it holds NUL bytes)"),
+        "a file that is not UTF-8": (["ask", "mock:echo", "--file", str(latin1)], None,
+                                     "is not UTF-8 text (byte 0xe9 at offset 3)"),
+        "an empty file": (["ask", "mock:echo", "summarise", "--file", str(empty)], None, f"--file {empty} is empty"),
+        "binary standard input": (["ask", "mock:echo", "-"], b"\xff\xfe\x00", "standard input is not text"),
+    }
+    for name, (args, stdin, words) in cases.items():
+        with trio.fail_after(30):
+            result = await trio.run_process(
+                [sys.executable, "-m", "trunkline.cli", *args, "--runtime-dir", str(tmp_path / "no-daemon")],
+                stdin=stdin or b"", capture_stdout=True, capture_stderr=True, check=False)
+        err = result.stderr.decode()
+        assert result.returncode == 2, (name, result.returncode, err)
+        assert err.startswith("trunkline ask: ") and words in err, (name, err)
+        assert err.count("\n") == 1 and "Traceback" not in err, (name, err)
+
+
+async def test_json_prints_a_failure_as_the_protocols_error_with_the_same_status(daemon, tmp_path):
+    for extra in ([], ["--no-stream"]):
+        result = await cli("ask", "no-such-model", "x", "--json", *extra, runtime_dir=daemon.runtime_dir)
+        assert result.returncode == 1, result.stderr
+        body = json.loads(result.stdout)
+        assert body["error"]["error_class"] == "not_found" and "unknown model 'no-such-model'" in \
+            body["error"]["message"]
+        assert body["error"]["retryable"] is False and set(body["error"]) >= {"retry_after_s", "provider"}
+        assert result.stderr.decode().startswith("trunkline: not_found: ")
+    # An error after the stream began keeps its partial response.
+    failed = await scripted_ask(daemon, [{"text": "partial"}, {"error": {"error_class": "server_error",
+                                                                         "message": "boom"}}], "--json")
+    assert failed.returncode == 1, failed.stderr
+    body = json.loads(failed.stdout)
+    assert body["error"]["error_class"] == "server_error" and body["partial"]["message"]["content"][0]["text"] == \
+        "partial"
+    assert body["request_id"]
+    gone = await cli("status", "--json", runtime_dir=tmp_path / "no-daemon")
+    assert gone.returncode == 3 and json.loads(gone.stdout)["error"]["retryable"] is True
+    unreadable = await cli("ask", "mock:echo", "--json", runtime_dir=daemon.runtime_dir)
+    assert unreadable.returncode == 2
+    assert json.loads(unreadable.stdout)["error"]["error_class"] == "invalid_request"
+
+
+async def scripted_ask(daemon, steps: list, *args: str) -> subprocess.CompletedProcess:
+    """`trunkline ask mock:echo x` with the mock scripted by `steps`."""
+    program = (
+        "import sys, trunkline.cli as c, trunkline.client as k\n"
+        "orig = k.build_request\n"
+        "def scripted(*a, **f):\n"
+        "    r = orig(*a, **f)\n"
+        f"    r.provider_options = {{'mock': {{'steps': {steps!r}}}}}\n"
+        "    return r\n"
+        "k.build_request = scripted\n"
+        "sys.exit(c.main(sys.argv[1:]))\n")
+    with trio.fail_after(30):
+        return await trio.run_process(
+            [sys.executable, "-c", program, "ask", "mock:echo", "x", *args, "--runtime-dir", str(daemon.runtime_dir)],
+            capture_stdout=True, capture_stderr=True, check=False)
+
+
+async def test_a_streamed_error_leaves_no_blank_line(daemon):
+    boom = {"error": {"error_class": "server_error", "message": "boom"}}
+    before_any_text = await scripted_ask(daemon, [boom])
+    assert before_any_text.returncode == 1
+    assert before_any_text.stdout == b""
+    assert before_any_text.stderr.decode() == "trunkline: server_error: boom (gave up after 3 attempts)\n"
+    mid_line = await scripted_ask(daemon, [{"text": "partial"}, boom])
+    assert mid_line.returncode == 1 and mid_line.stdout == b"partial\n"  # the line ended, no blank one
+    assert mid_line.stderr.decode().count("\n") == 1
+    whole_line = await scripted_ask(daemon, [{"text": "a whole line\n"}])
+    assert whole_line.returncode == 0 and whole_line.stdout == b"a whole line\n"
+
+
+async def test_models_of_an_unknown_provider_is_an_error_naming_the_providers(daemon):
+    result = await cli("models", "--provider", "antropic", runtime_dir=daemon.runtime_dir)
+    err = result.stderr.decode()
+    assert result.returncode == 1 and result.stdout == b""
+    assert "trunkline: not_found: no provider 'antropic' on this daemon; did you mean `anthropic`?" in err
+    assert "mock" in err and "anthropic" in err
+    nosuch = await cli("models", "--provider", "nosuch", "--json", runtime_dir=daemon.runtime_dir)
+    assert nosuch.returncode == 1 and json.loads(nosuch.stdout)["error"]["error_class"] == "not_found"
+
+
+async def test_a_mistyped_provider_is_resolved_or_answered_with_the_nearest_name(daemon):
+    shouted = await cli("ask", "MOCK:echo", "any case", "--no-stream", runtime_dir=daemon.runtime_dir)
+    assert shouted.returncode == 0 and shouted.stdout.decode() == "any case\n", shouted.stderr
+    misspelt = await cli("ask", "antropic:claude-x", "x", runtime_dir=daemon.runtime_dir)
+    assert misspelt.returncode == 1
+    assert "'antropic' is not a provider; did you mean `anthropic:claude-x`?" in misspelt.stderr.decode()
+    wrong_case = await cli("ask", "MOCK:ECHO", "x", runtime_dir=daemon.runtime_dir)
+    assert wrong_case.returncode == 1
+    assert "unknown model 'mock:ECHO'; did you mean `mock:echo`?" in wrong_case.stderr.decode()
+
+
+async def test_tail_says_when_the_daemon_goes_away(daemon):
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, "-m", "trunkline.cli", "tail", "--runtime-dir", str(daemon.runtime_dir)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    try:
+        with trio.fail_after(30):
+            said = b""
+            while b"watching the bus" not in said:
+                said += await proc.stderr.receive_some(4096)
+            assert await daemon.stop() == 0
+            gone_at = trio.current_time()
+            async for chunk in proc.stderr:
+                said += chunk
+            code = await proc.wait()
+            noticed_after = trio.current_time() - gone_at
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert code == 3, said.decode()
+    assert "went away" in said.decode() and "Traceback" not in said.decode()
+    assert noticed_after < 15, noticed_after  # the check runs every second, patient for 3 (slack for a busy machine)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+async def test_serve_takes_its_endpoints_token_and_certificate_from_the_command_line(nursery, tmp_path):
+    from trunkline import Client
+    from trunkline.errors import AuthenticationError
+
+    ca = trustme.CA()
+    cert = ca.issue_cert("localhost")
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    cert.private_key_pem.write_to_path(str(tmp_path / "server.key"))
+    (tmp_path / "server.pem").write_bytes(b"".join(blob.bytes() for blob in cert.cert_chain_pems))
+    control, events = f"tls+tcp://127.0.0.1:{free_port()}", f"tls+tcp://0.0.0.0:{free_port()}"
+    daemon = DaemonProcess(env={"TRUNKLINE_TOKEN": ""})  # its file names no endpoint, no certificate, no token
+    options = ["--control-endpoint", control, "--events-endpoint", events, "--token", "token-from-the-cli",
+               "--tls-cert-file", str(tmp_path / "server.pem"), "--tls-key-file", str(tmp_path / "server.key")]
+    file_only = daemon.command
+    daemon.command = lambda: [*file_only(), *options]  # type: ignore[method-assign]
+    reach = {"control_endpoint": control, "tls_ca_file": str(tmp_path / "ca.pem"), "tls_server_name": "localhost"}
+    try:
+        await daemon.start(nursery)
+        assert not daemon.exited.is_set(), daemon.output()
+        with trio.fail_after(30):
+            async with Client(**reach, token="token-from-the-cli") as client:
+                assert (await client.complete("mock:echo", "over the cli's tls")).text == "over the cli's tls"
+                reloaded = await client.reload()  # the file again, the command line still over it
+            with pytest.raises(AuthenticationError):
+                async with Client(**reach, token="not-it"):
+                    pass
+        assert reloaded.ok and reloaded.restart_needed == [], reloaded
+    finally:
+        if daemon.proc is not None and daemon.proc.returncode is None:
+            await daemon.stop()
+        daemon.cleanup()
+    assert "token-from-the-cli" not in daemon.output()
+
+
+async def test_serve_refuses_options_it_cannot_apply(tmp_path):
+    base = [sys.executable, "-m", "trunkline.cli"]
+    where = ["--runtime-dir", str(tmp_path / "rt")]
+    cases = {
+        "a client's CA": ([*base, "serve", "--tls-ca-file", "ca.pem", *where], "--tls-ca-file is a client's option"),
+        "given before the command": ([*base, "--tls-server-name", "x", "serve", *where],
+                                     "--tls-server-name is a client's option"),
+        "a bad endpoint": ([*base, "serve", "--control-endpoint", "tcp://nowhere", *where],
+                           "--control-endpoint: 'tcp://nowhere' is not an endpoint"),
+        "an empty token": ([*base, "serve", "--token", " ", *where], "--token is empty"),
+    }
+    for name, (argv, words) in cases.items():
+        with trio.fail_after(30):
+            result = await trio.run_process(argv, capture_stdout=True, capture_stderr=True, check=False)
+        err = result.stderr.decode()
+        assert result.returncode == 2 and err.startswith("trunkline serve: ") and words in err, (name, err)
+    assert not (tmp_path / "rt").exists()  # refused before anything started

@@ -210,3 +210,19 @@ def test_an_unknown_name_says_what_exists():
         cat.resolve("echoo")
     with pytest.raises(UnknownModel, match="unknown provider 'nope'; the providers are: mock, ollama"):
         cat.resolve("x", provider="nope")
+
+
+def test_a_provider_name_in_another_case_resolves_and_a_misspelt_one_is_suggested():
+    cat = Catalog.load(providers={"mock", "anthropic", "ollama"})
+    assert cat.resolve("MOCK:echo").id == "mock:echo"
+    assert cat.resolve("echo", provider="Mock").id == "mock:echo"
+    assert cat.resolve("Ollama:llama3.2:3b").id == "ollama:llama3.2:3b"  # passes through, provider lowercased
+    with pytest.raises(UnknownModel, match=r"'antropic' is not a provider; did you mean `anthropic:claude-x`\?"):
+        cat.resolve("antropic:claude-x")
+    with pytest.raises(UnknownModel, match=r"unknown provider 'olama'; did you mean `ollama`\?"):
+        cat.resolve("llama3.2", provider="olama")
+    # The model's own name is exact; one the catalog lists in another case is named, not passed through.
+    with pytest.raises(UnknownModel, match=r"unknown model 'mock:ECHO'; did you mean `mock:echo`\?"):
+        cat.resolve("MOCK:ECHO")
+    with pytest.raises(UnknownModel, match="did you mean `echo`"):
+        cat.resolve("ECHO")

@@ -58,6 +58,14 @@ def test_provider_overrides_fall_back_to_globals(tmp_path):
     ("timeouts: 5\n", "`timeouts`", "expected `object`, got `int`"),
     ("providers:\n  Bad Name:\n    type: mock\n", "`providers.Bad Name`", "provider names must match"),
     ("retry:\n  jitter: 3\n", "`retry`", "jitter within [0, 1]"),
+    ("retry:\n  max_retreis: 3\n", "`retry.max_retreis`", "unknown key; did you mean `max_retries`?"),
+    ("providers:\n  mock:\n    timeouts: {stream_idel_s: 5}\n", "`providers.mock.timeouts.stream_idel_s`",
+     "did you mean `stream_idle_s`?"),
+    ("modelz: {}\n", "`modelz`", "unknown key; did you mean `models`?"),
+    ("log_level: warn\n", "`log_level`", "did you mean `warning`? (one of: debug, info, warning, error)"),
+    ("providers:\n  x:\n    type: antropic\n", "`providers.x.type`", "did you mean `anthropic`?"),
+    ("models:\n  mock:y: {wire_name: y, rules: {sampling: [temprature]}}\n", "`models.mock:y.rules.sampling[0]`",
+     "did you mean `temperature`?"),
 ])
 def test_errors_name_file_key_and_expectation(tmp_path, text, path_words, what):
     path = write(tmp_path, text)
@@ -121,6 +129,17 @@ def test_an_empty_list_of_key_names_is_refused(tmp_path):
     ("limits:\n  max_connections: -5\n", "at `limits.max_connections`: -5 is out of range [1, 1000000]"),
     ("limits:\n  subscriber_queue: 100000\n", "at `limits.subscriber_queue`: 100000 is out of range [1, 8192]"),
     ("supervision:\n  heartbeat_timeout_s: 0\n", "at `supervision.heartbeat_timeout_s`: must be a positive number"),
+    ("timeouts:\n  stream_idle_s: -1\n", "at `timeouts.stream_idle_s`: must be a positive number of seconds, got -1"),
+    ("timeouts:\n  connect_s: 0\n", "at `timeouts.connect_s`: must be a positive number of seconds, got 0"),
+    ("timeouts:\n  request_s: .nan\n", "at `timeouts.request_s`: must be a positive number of seconds, got nan"),
+    ("providers:\n  mock:\n    timeouts: {request_s: -5}\n", "at `providers.mock.timeouts.request_s`: must be a "
+     "positive number"),
+    ("retry:\n  base_delay_s: -1\n", "at `retry.base_delay_s`: must be zero or a positive number of seconds"),
+    ("retry:\n  retry_after_cap_s: -1\n", "at `retry.retry_after_cap_s`: must be zero or a positive number"),
+    ("retry:\n  multiplier: -2\n", "at `retry.multiplier`: must be a positive number, got -2"),
+    ("supervision:\n  restart_backoff_s: -0.5\n", "at `supervision.restart_backoff_s`: must be zero or a positive"),
+    ("replay:\n  keep_s: 0\n", "at `replay.keep_s`: must be a positive number of seconds"),
+    ("replay:\n  ring_events: -1\n", "at `replay.ring_events`: must be at least 1, got -1"),
     ("endpoints:\n  control: 'tcp://localhost'\n", "at `endpoints.control`: 'tcp://localhost' is not an endpoint"),
     ("endpoints:\n  events: 'http://x:1'\n", "at `endpoints.events`: 'http://x:1' is not an endpoint"),
     ("endpoints:\n  control: 'tcp://127.0.0.1:99999'\n", "the port must be 1-65535"),
@@ -191,3 +210,19 @@ def test_a_token_file_without_one_usable_token_is_refused_by_key_not_by_value(tm
     token.unlink()
     with pytest.raises(ConfigError, match="cannot read it: No such file or directory"):
         config.metrics.bearer_token()
+
+
+def test_zero_where_it_means_no_wait_loads(tmp_path):
+    config = load_config(write(tmp_path, "retry: {base_delay_s: 0, max_delay_s: 0, retry_after_cap_s: 0}\n"
+                                         "supervision: {restart_backoff_s: 0}\n"))
+    assert config.retry.base_delay_s == 0 and config.supervision.restart_backoff_s == 0
+
+
+async def test_the_daemon_names_the_key_a_mistyped_one_meant(tmp_path):
+    path = write(tmp_path, "retry:\n  max_retreis: 4\n")
+    result = await trio.run_process([sys.executable, "-m", "trunkline.cli", "serve", "--config", str(path),
+                                     "--runtime-dir", str(tmp_path / "rt")], capture_stdout=True,
+                                    capture_stderr=True, check=False)
+    err = result.stderr.decode()
+    assert result.returncode == 2, err
+    assert f"config error in {path} at `retry.max_retreis`: unknown key; did you mean `max_retries`?" in err

@@ -170,3 +170,24 @@ async def test_a_reload_applies_the_restart_limits_live_and_lists_what_needs_a_r
                 await client.complete("mock:echo", "x", provider_options=crash)
             status = {w.provider: w for w in (await client.status()).workers}
     assert status["mock"].state == "unavailable"
+
+
+async def test_a_reload_reports_what_differs_from_what_the_daemon_runs(start_daemon):
+    """Measured against what the daemon started with, not the previous file: a file put
+    back as it was needs no restart, whatever was loaded in between."""
+    daemon = await start_daemon()
+    original = daemon.config_path.read_text()
+    with trio.fail_after(30):
+        async with Client(daemon.runtime_dir) as client:
+            rewrite(daemon, lambda config: config.update(endpoints={"events": "elsewhere.ipc"},
+                                                          limits={"max_connections": 10}))
+            changed = await client.reload()
+            assert changed.ok and changed.restart_needed == ["endpoints", "limits"], changed
+            rewrite(daemon, lambda config: config.update(endpoints={"events": "events.ipc"}))
+            half_back = await client.reload()
+            assert half_back.ok and half_back.restart_needed == ["limits"], half_back
+            daemon.config_path.write_text(original)
+            restored = await cli_reload(daemon)
+            assert (await client.complete("mock:echo", "still served")).text == "still served"
+    assert restored.returncode == 0, restored.stderr.decode()
+    assert "changed" not in restored.stdout.decode(), restored.stdout.decode()

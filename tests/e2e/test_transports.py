@@ -4,6 +4,7 @@ server certificate (made at test time: no private key is committed)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -11,15 +12,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pynng
 import pytest
 import trio
 import trustme
 
 from helpers import check_invariants, steps
 from trunkline import Client
-from trunkline.errors import AuthenticationError, DaemonNotRunning, DaemonUnavailable
+from trunkline.errors import AuthenticationError, DaemonNotRunning, DaemonUnavailable, TLSError
 from trunkline.protocol import codec
-from trunkline.protocol.messages import Message, Request, StatusQuery, TextDelta
+from trunkline.protocol.messages import Hello, Message, Request, StatusQuery, TextDelta
 
 pytestmark = pytest.mark.e2e
 
@@ -139,14 +141,14 @@ async def test_tls_needs_the_token_and_a_server_the_client_can_verify(start_daem
             async with Client(**{**reach, "token": "wrong"}):
                 pass
         # A client must name the CA to trust: nothing unverified goes out.
-        with pytest.raises(DaemonNotRunning, match="give the CA"):
+        with pytest.raises(TLSError, match="give the CA"):
             async with Client(**{**reach, "tls_ca_file": None}):
                 pass
         # A client that trusts another CA refuses the daemon's certificate.
         other = tmp_path / "other"
         other.mkdir()
         stranger = tls_files(other)["ca"]
-        with pytest.raises((DaemonNotRunning, DaemonUnavailable)):
+        with pytest.raises(TLSError):
             async with Client(**{**reach, "tls_ca_file": stranger, "timeout_s": 3.0}):
                 pass
         async with Client(**reach) as client:
@@ -167,40 +169,92 @@ async def test_the_cli_manages_a_remote_daemon_over_tls(start_daemon, tmp_path):
             capture_stdout=True, capture_stderr=True, check=False, env=env)
         # The environment, as the C client reads it; `reload` too.
         remote_env = {**env, "TRUNKLINE_CONTROL": reach["control_endpoint"], "TRUNKLINE_TOKEN": TOKEN,
-                      "TRUNKLINE_TLS_CA_FILE": reach["tls_ca_file"]}
-        by_env = await trio.run_process([*base, "--tls-server-name", "localhost", "reload"],
+                      "TRUNKLINE_TLS_CA_FILE": reach["tls_ca_file"], "TRUNKLINE_TLS_SERVER_NAME": "localhost"}
+        by_env = await trio.run_process([*base, "reload"],
                                         capture_stdout=True, capture_stderr=True, check=False, env=remote_env)
-        asked = await trio.run_process([*base, "ask", "mock:echo", "over tls", "--tls-server-name", "localhost"],
+        asked = await trio.run_process([*base, "ask", "mock:echo", "over tls"],
                                        capture_stdout=True, capture_stderr=True, check=False, env=remote_env)
         wrong = await trio.run_process(
             [*base, "status", "--control-endpoint", reach["control_endpoint"], "--token", "not-the-token",
              "--tls-ca-file", reach["tls_ca_file"], "--tls-server-name", "localhost"],
             capture_stdout=True, capture_stderr=True, check=False, env=env)
+        # A TLS failure has its own exit status and says what to change, not "no daemon".
+        misnamed = await trio.run_process([*base, "status", "--json"], capture_stdout=True, capture_stderr=True,
+                                          check=False, env={**remote_env, "TRUNKLINE_TLS_SERVER_NAME": "elsewhere"})
     assert by_options.returncode == 0, by_options.stderr.decode()
     # The workers may still be starting: the status table is what shows it reached the daemon.
     assert "PROVIDER" in by_options.stdout.decode() and "\nmock " in by_options.stdout.decode()
     assert by_env.returncode == 0, by_env.stderr.decode()
     assert asked.returncode == 0 and asked.stdout.decode() == "over tls\n", asked.stderr.decode()
     assert wrong.returncode != 0 and "authentication" in wrong.stderr.decode()
+    assert misnamed.returncode == 4, misnamed.stderr.decode()
+    assert "not issued for 'elsewhere'" in misnamed.stderr.decode() and "start one" not in misnamed.stderr.decode()
+    assert json.loads(misnamed.stdout)["error"]["error_class"] == "unavailable"
 
 
 async def test_each_tls_mistake_names_its_own_cause(start_daemon, tmp_path):
     daemon, reach = await serve(start_daemon, "tls", tmp_path)
+    _, plain = await serve(start_daemon, "tcp", tmp_path)
     other_ca = tls_files(tmp_path / "other") if (tmp_path / "other").mkdir() is None else None
     assert other_ca is not None
+    not_pem = tmp_path / "not.pem"
+    not_pem.write_text("not a certificate\n")
     cases = {
-        "wrong server name": ({**reach, "tls_server_name": "not-the-daemon.example"}, "not-the-daemon.example"),
-        "another CA": ({**reach, "tls_ca_file": other_ca["ca"]}, "verify"),
+        "wrong server name": ({**reach, "tls_server_name": "not-the-daemon.example"},
+                              "the daemon's certificate is not issued for 'not-the-daemon.example'"),
+        "another CA": ({**reach, "tls_ca_file": other_ca["ca"]},
+                       f"the daemon's certificate is not signed by the CA in {other_ca['ca']}"),
         "no CA": ({k: v for k, v in reach.items() if k != "tls_ca_file"}, "give the CA"),
         "missing CA file": ({**reach, "tls_ca_file": str(tmp_path / "nope.pem")}, "nope.pem"),
+        "a CA file that is no certificate": ({**reach, "tls_ca_file": str(not_pem)}, "as a PEM certificate"),
+        "TLS to a plain tcp daemon": ({**reach, "control_endpoint": f"tls+{plain['control_endpoint']}"},
+                                      "not speak TLS"),
     }
     messages = {}
     with trio.fail_after(60):
         for name, (kwargs, words) in cases.items():
-            with pytest.raises((DaemonNotRunning, DaemonUnavailable)) as info:
+            with pytest.raises(TLSError) as info:
                 async with Client(**kwargs, timeout_s=5):
                     pass
             messages[name] = str(info.value)
     for name, (_, words) in cases.items():
         assert words in messages[name], (name, messages[name])
         assert "start one" not in messages[name], (name, messages[name])  # not "no daemon is running"
+    assert TOKEN not in "".join(messages.values())
+
+
+async def test_plain_tcp_to_a_tls_daemon_hints_at_tls(start_daemon, tmp_path):
+    """What nng does with a client that does not start TLS: it closes the connection,
+    which looked like no daemon at all."""
+    daemon, reach = await serve(start_daemon, "tls", tmp_path)
+    plain = reach["control_endpoint"].replace("tls+tcp://", "tcp://")
+    with trio.fail_after(30):
+        with pytest.raises(DaemonNotRunning) as info:
+            async with Client(control_endpoint=plain, token=TOKEN, timeout_s=5):
+                pass
+    assert f"the daemon may expect TLS (tls+{plain}" in str(info.value), str(info.value)
+    assert "start one" not in str(info.value)
+
+
+async def test_a_refused_token_is_logged_with_the_peer_address_never_the_token(start_daemon, tmp_path):
+    daemon, reach = await serve(start_daemon, "tcp", tmp_path)
+    sock = pynng.Req0(resend_time=-1, recv_timeout=10_000)
+    try:
+        with trio.fail_after(30):
+            sock.dial(reach["control_endpoint"], block=True)
+            peer = str(sock.pipes[0].local_address)  # the address the daemon sees this client at
+            started = trio.current_time()
+            for i in range(50):
+                await sock.asend(codec.encode(Hello(client_name="guesser", token=f"guess-{i}-of-the-token")))
+                reply = codec.decode_control_reply(await sock.arecv())
+                assert reply.error.error_class == "authentication"
+            elapsed = trio.current_time() - started
+            line = await daemon.wait_for_line(f"refused a client at {peer}")
+    finally:
+        sock.close()
+    assert "needs a valid token" in line
+    output = daemon.output()
+    assert "guess-" not in output and TOKEN not in output
+    # Rate-limited: at most five lines a second, whatever the client sends.
+    refused = [line for line in daemon.lines if "refused a client" in line]
+    assert len(refused) <= 5 * (int(elapsed) + 2), (elapsed, len(refused))

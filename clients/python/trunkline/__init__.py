@@ -34,6 +34,7 @@ if TYPE_CHECKING:
         RateLimitError,
         RequestCancelledError,
         ServerError,
+        TLSError,
         TrunklineError,
         UnavailableError,
     )
@@ -155,4 +156,5 @@ __all__ = [
     "OtherError",
     "DaemonNotRunning",
     "DaemonUnavailable",
+    "TLSError",
 ]

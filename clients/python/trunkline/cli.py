@@ -1,8 +1,11 @@
 """The `trunkline` command: start the daemon, or talk to a running one.
 
 Exit status: 0 success; 1 the request failed (the error class is printed);
-2 bad usage or configuration; 3 no daemon is running; 130 interrupted (Ctrl-C
-cancels the request first).
+2 bad usage (a prompt that cannot be read, an option the command does not
+take) or configuration; 3 no daemon is running, or it went away; 4 a TLS
+endpoint that cannot be trusted (CA, server name, handshake); 130 interrupted
+(Ctrl-C cancels the request first); 141 the reader of the output went away.
+With --json a failure is printed on stdout as JSON too (`{"error": {...}}`).
 """
 
 from __future__ import annotations
@@ -21,11 +24,14 @@ import msgspec
 import trio
 
 from .client import Client
-from .errors import DaemonNotRunning, DaemonUnavailable, TrunklineError, error_from_info
+from .config.loader import endpoint_problem
+from .config.names import did_you_mean
+from .errors import DaemonNotRunning, DaemonUnavailable, TLSError, TrunklineError, error_from_info
 from .protocol import __version__
 from .protocol.messages import (
     BusEvent,
     ErrorEvent,
+    ErrorInfo,
     Finish,
     Message,
     ReasoningDelta,
@@ -35,8 +41,14 @@ from .protocol.messages import (
     ToolCallEnd,
 )
 
-EXIT_FAILED, EXIT_USAGE, EXIT_NO_DAEMON, EXIT_INTERRUPTED = 1, 2, 3, 130
+EXIT_FAILED, EXIT_USAGE, EXIT_NO_DAEMON, EXIT_TLS, EXIT_INTERRUPTED = 1, 2, 3, 4, 130
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE  # what a shell reports for a tool SIGPIPE ended
+#: `tail` asks the daemon how it is this often, and calls it gone after this long without an answer.
+TAIL_CHECK_S, TAIL_PATIENCE_S = 1.0, 3.0
+
+
+class UsageError(Exception):
+    """A command that cannot run as given (exit status 2)."""
 
 
 def _runtime_dir(args: argparse.Namespace) -> Path | None:
@@ -71,21 +83,54 @@ def summary(response: Response) -> str:
             f"{response.latency_ms:.0f} ms · {reason}")
 
 
+def _text(data: bytes, what: str) -> str:
+    """Bytes that must be a prompt: UTF-8 text without NUL bytes."""
+    if b"\0" in data:
+        raise UsageError(f"{what} is not text (it holds NUL bytes); images and documents go as file parts "
+                         "from the Python client")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{what} is not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})") from None
+
+
 def _prompt(args: argparse.Namespace) -> str:
     """The prompt: the argument, standard input for `-`, or `--file` (with the argument
     first, when both are given, as an instruction about the file)."""
-    text = sys.stdin.read() if args.prompt == "-" else (args.prompt or "")
+    text = _text(sys.stdin.buffer.read(), "standard input") if args.prompt == "-" else (args.prompt or "")
     if args.file:
         try:
-            with open(args.file, encoding="utf-8") as f:
-                body = f.read()
+            with open(args.file, "rb") as f:
+                body = _text(f.read(), f"--file {args.file}")
+        except IsADirectoryError:
+            raise UsageError(f"--file {args.file} is a directory, not a file") from None
         except OSError as exc:
-            raise SystemExit(f"trunkline ask: cannot read --file {args.file}: {exc.strerror}") from None
+            raise UsageError(f"cannot read --file {args.file}: {exc.strerror}") from None
+        if not body.strip():
+            raise UsageError(f"--file {args.file} is empty")
         text = f"{text}\n\n{body}" if text else body
     if not text.strip():
-        raise SystemExit("trunkline ask: the prompt is empty (give it as an argument, `-` for standard input, "
-                         "or --file)")
+        raise UsageError("the prompt is empty (give it as an argument, `-` for standard input, or --file)")
     return text
+
+
+class _Lines:
+    """One output stream that remembers whether its last line is unfinished, so what
+    follows starts on a line of its own without leaving a blank one."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.open = False
+
+    def write(self, text: str) -> None:
+        if text:
+            self.stream.write(text)
+            self.stream.flush()
+            self.open = not text.endswith("\n")
+
+    def end_line(self) -> None:
+        if self.open:
+            self.write("\n")
 
 
 async def _ask(args: argparse.Namespace) -> int:
@@ -96,14 +141,15 @@ async def _ask(args: argparse.Namespace) -> int:
     if args.temperature is not None:
         fields["temperature"] = args.temperature
     request = Request(model=args.model, messages=messages, **fields)
-    out = sys.stdout
+    out, err = _Lines(sys.stdout), _Lines(sys.stderr)
     async with _client(args) as client:
         if args.no_stream:
             response = await client.complete(request)
             if args.json:
                 print(_json(response))
             else:
-                print(response.text)
+                out.write(response.text)
+                out.end_line()
             print(summary(response), file=sys.stderr)
             return 0
         interrupted = False
@@ -126,25 +172,22 @@ async def _ask(args: argparse.Namespace) -> int:
                     continue
                 if isinstance(ev, TextDelta):
                     out.write(ev.text)
-                    out.flush()
                 elif isinstance(ev, ReasoningDelta) and args.reasoning:
-                    sys.stderr.write(ev.text)
-                    sys.stderr.flush()
+                    err.write(ev.text)
                 elif isinstance(ev, ToolCallEnd):
-                    print(f"\n[tool call {ev.name}({json.dumps(ev.arguments)})]", file=sys.stderr)
+                    err.write(f"\n[tool call {ev.name}({json.dumps(ev.arguments)})]\n")
                 elif isinstance(ev, (Finish, ErrorEvent)):
                     break
             nursery.cancel_scope.cancel()
+        # The answer's last line ends here; a blank line only if the answer has one.
+        out.end_line()
+        err.end_line()
         acc = stream.accumulator
         if acc.error is not None:
-            if not args.json:
-                out.write("\n")
-            raise error_from_info(acc.error, acc.partial)
+            raise error_from_info(acc.error, acc.partial, stream.request_id)
         response = acc.response()
         if args.json:
             print(_json(response))
-        else:
-            out.write("\n")
         print(summary(response), file=sys.stderr)
         return EXIT_INTERRUPTED if interrupted else 0
 
@@ -152,6 +195,14 @@ async def _ask(args: argparse.Namespace) -> int:
 async def _models(args: argparse.Namespace) -> int:
     async with _client(args) as client:
         models = await client.list_models(args.provider)
+        providers = client.welcome.providers if client.welcome is not None else []
+    if args.provider is not None and not models:
+        if args.provider not in providers:
+            raise error_from_info(ErrorInfo(error_class="not_found", message=(
+                f"no provider {args.provider!r} on this daemon{did_you_mean(args.provider, providers)} "
+                f"(its providers: {', '.join(providers) or 'none'})")))
+        print(f"trunkline: the catalog lists no models of {args.provider}; any model name passes through to it "
+              f"as `{args.provider}:NAME`", file=sys.stderr)
     if args.json:
         print(_json(models))
         return 0
@@ -206,11 +257,27 @@ async def _tail(args: argparse.Namespace) -> int:
         # on nothing the daemon publishes is missed.
         print(f"trunkline: watching the bus of {client.control_endpoint} (Ctrl-C to stop)", file=sys.stderr,
               flush=True)
-        async for ev in client.bus_events:
-            if args.name and not any(ev.name.startswith(prefix) for prefix in args.name):
-                continue
-            print(_json(ev).replace("\n", " ") if args.json else bus_line(ev), flush=True)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_until_gone, client)
+            async for ev in client.bus_events:
+                if args.name and not any(ev.name.startswith(prefix) for prefix in args.name):
+                    continue
+                print(_json(ev).replace("\n", " ") if args.json else bus_line(ev), flush=True)
     return 0
+
+
+async def _until_gone(client: Client) -> None:
+    """Raise DaemonUnavailable once the daemon stops answering: a silent bus alone
+    cannot tell a quiet daemon from a dead one. (One restarted meanwhile answers
+    again, and its bus reaches the same subscription.)"""
+    while True:
+        await trio.sleep(TAIL_CHECK_S)
+        try:
+            with trio.fail_after(TAIL_PATIENCE_S):
+                await client.status()
+        except (trio.TooSlowError, DaemonUnavailable, OSError):
+            raise DaemonUnavailable(f"the daemon at {client.control_endpoint} went away (no answer for "
+                                    f"{TAIL_PATIENCE_S:g} s); stopped watching its bus") from None
 
 
 async def _ready(args: argparse.Namespace) -> int:
@@ -248,9 +315,40 @@ def _table(rows: Sequence[Sequence[str]]) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    try:
+        overrides = _serve_overrides(args)
+    except UsageError as exc:
+        print(f"trunkline serve: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     from .supervisor.daemon import main_serve  # the daemon's code loads only for `serve`
 
-    return main_serve(args.config, _runtime_dir(args))
+    return main_serve(args.config, _runtime_dir(args), overrides)
+
+
+def _serve_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """What `serve`'s options change in the config file's settings; the token goes to the
+    daemon's environment, where it reads TRUNKLINE_TOKEN."""
+    for flag, value in (("--tls-ca-file", args.tls_ca_file), ("--tls-server-name", args.tls_server_name)):
+        if value:
+            raise UsageError(f"{flag} is a client's option (the daemon a client trusts); the daemon's own TLS is "
+                             "its certificate and key: --tls-cert-file and --tls-key-file (or endpoints.tls_cert_file "
+                             "and endpoints.tls_key_file in its config)")
+    endpoints: dict[str, str] = {}
+    for key, flag, value in (("control", "--control-endpoint", args.control_endpoint),
+                             ("events", "--events-endpoint", args.events_endpoint)):
+        if value is not None:
+            problem = endpoint_problem(value)
+            if problem:
+                raise UsageError(f"{flag}: {problem}")
+            endpoints[key] = value
+    for key, value in (("tls_cert_file", args.tls_cert_file), ("tls_key_file", args.tls_key_file)):
+        if value is not None:
+            endpoints[key] = value
+    if args.token is not None:
+        if not args.token.strip():
+            raise UsageError("--token is empty")
+        os.environ["TRUNKLINE_TOKEN"] = args.token
+    return {"endpoints": endpoints} if endpoints else {}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -268,15 +366,28 @@ def parser() -> argparse.ArgumentParser:
         sp.add_argument("--token", help="the daemon's client token (default: $TRUNKLINE_TOKEN)", **keep)
         sp.add_argument("--tls-ca-file", help="the CA that signed the daemon's certificate, for tls+tcp:// "
                         "(default: $TRUNKLINE_TLS_CA_FILE)", **keep)
-        sp.add_argument("--tls-server-name", help="the name the daemon's certificate must carry (default: the "
-                        "endpoint's host)", **keep)
+        sp.add_argument("--tls-server-name", help="the name the daemon's certificate must carry (default: "
+                        "$TRUNKLINE_TLS_SERVER_NAME, else the endpoint's host)", **keep)
 
     common(p, top=True)
     sub = p.add_subparsers(dest="command", required=True)
 
     sp = sub.add_parser("serve", help="run the daemon in the foreground")
     sp.add_argument("--config", help="YAML file merged over the defaults (default: ~/.config/trunkline/config.yaml)")
-    common(sp)
+    # The daemon's own side of the settings clients name: where it listens, the token it
+    # asks for, its certificate. Each wins over the config file, a reload included.
+    sp.add_argument("--runtime-dir", help="where the sockets live (default: the config's runtime_dir, else "
+                    "$TRUNKLINE_RUNTIME_DIR, $XDG_RUNTIME_DIR/trunkline or /tmp/trunkline-$UID)",
+                    default=argparse.SUPPRESS)
+    sp.add_argument("--control-endpoint", help="listen for control requests here (endpoints.control), e.g. "
+                    "tls+tcp://0.0.0.0:7300", default=argparse.SUPPRESS)
+    sp.add_argument("--events-endpoint", help="publish events here (endpoints.events), e.g. tls+tcp://0.0.0.0:7301")
+    sp.add_argument("--token", help="the token clients of a network endpoint must give (default: $TRUNKLINE_TOKEN, "
+                    "which other users cannot read in `ps` as they can a command line)", default=argparse.SUPPRESS)
+    sp.add_argument("--tls-cert-file", help="the daemon's certificate chain, PEM (endpoints.tls_cert_file)")
+    sp.add_argument("--tls-key-file", help="the certificate's private key, PEM (endpoints.tls_key_file)")
+    for client_only in ("--tls-ca-file", "--tls-server-name"):  # read only to say why they do not apply
+        sp.add_argument(client_only, help=argparse.SUPPRESS, default=argparse.SUPPRESS)
 
     sp = sub.add_parser("ask", help="ask a model; the answer streams to stdout")
     sp.add_argument("model", help="a catalog id such as mock:echo, an alias, or provider:name")
@@ -297,7 +408,7 @@ def parser() -> argparse.ArgumentParser:
     common(sp)
 
     sp = sub.add_parser("models", help="list the model catalog")
-    sp.add_argument("--provider")
+    sp.add_argument("--provider", help="only this provider's models")
     sp.add_argument("--json", action="store_true")
     common(sp)
 
@@ -328,18 +439,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # here, not at exit, so a closed pipe is handled below
         return status
     except BaseException as exc:  # noqa: BLE001 - every ending gets its exit status
-        return _exit_status(exc)
+        try:
+            return _exit_status(exc, args)
+        except BrokenPipeError:
+            return _exit_status(BrokenPipeError(), args)
 
 
-def _exit_status(exc: BaseException) -> int:
+def _exit_status(exc: BaseException, args: argparse.Namespace) -> int:
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]  # a task group wrapped the one failure
-    if isinstance(exc, (DaemonNotRunning, DaemonUnavailable)):
-        print(f"trunkline: {exc}", file=sys.stderr)
-        return EXIT_NO_DAEMON
-    if isinstance(exc, TrunklineError):
-        print(f"trunkline: {exc.info.error_class}: {exc.message}", file=sys.stderr)
-        return EXIT_FAILED
     if isinstance(exc, KeyboardInterrupt):
         return EXIT_INTERRUPTED
     if isinstance(exc, BrokenPipeError):
@@ -348,9 +456,39 @@ def _exit_status(exc: BaseException) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
-    if isinstance(exc, SystemExit):
+    if isinstance(exc, SystemExit) and not isinstance(exc.code, str):
         return int(exc.code or 0)
-    raise exc
+    failure = _failure(exc, args.command)
+    if failure is None:
+        raise exc
+    status, line, info = failure
+    print(line, file=sys.stderr)
+    if getattr(args, "json", False):
+        # The protocol's ErrorInfo with every field, as an error event carries it.
+        body: dict[str, Any] = {"error": {name: getattr(info, name) for name in info.__struct_fields__}}
+        if isinstance(exc, TrunklineError):
+            if exc.partial is not None:
+                body["partial"] = exc.partial
+            if exc.request_id:
+                body["request_id"] = exc.request_id
+        print(_json(body), flush=True)
+    return status
+
+
+def _failure(exc: BaseException, command: str) -> tuple[int, str, ErrorInfo] | None:
+    """How a failure ends the command: its exit status, its line on stderr, and the
+    error as the protocol classifies it (for --json)."""
+    if isinstance(exc, TLSError):
+        return EXIT_TLS, f"trunkline: {exc}", ErrorInfo(error_class="unavailable", message=str(exc))
+    if isinstance(exc, (DaemonNotRunning, DaemonUnavailable)):
+        return EXIT_NO_DAEMON, f"trunkline: {exc}", ErrorInfo(error_class="unavailable", message=str(exc),
+                                                                 retryable=True)
+    if isinstance(exc, TrunklineError):
+        return EXIT_FAILED, f"trunkline: {exc.info.error_class}: {exc.message}", exc.info
+    if isinstance(exc, (UsageError, SystemExit)):
+        message = str(exc if isinstance(exc, UsageError) else exc.code)
+        return EXIT_USAGE, f"trunkline {command}: {message}", ErrorInfo(error_class="invalid_request", message=message)
+    return None
 
 
 if __name__ == "__main__":

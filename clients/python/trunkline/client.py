@@ -29,9 +29,10 @@ import msgspec
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from .config.loader import default_runtime_dir
-from .errors import DaemonNotRunning, DaemonUnavailable, error_from_info
+from .errors import DaemonNotRunning, DaemonUnavailable, TLSError, TrunklineError, error_from_info
 from .files import inline_local_files, max_file_bytes
 from .middleware import chain_complete, chain_stream, has_stream_hooks
+from .tls_check import handshake_problem
 from .tracing import current_trace_context
 from .protocol import codec, nng
 from .protocol.accumulate import StreamAccumulator
@@ -91,6 +92,21 @@ def _tls_refused(exc: BaseException) -> bool:
     """A failed TLS handshake (as opposed to nothing listening)."""
     text = f"{type(exc).__name__} {exc}".lower()
     return any(word in text for word in ("crypto", "auth", "certificate", "peer"))
+
+
+def _closed_early(exc: BaseException) -> bool:
+    """The peer closed a plain connection during nng's own handshake: what a TLS
+    endpoint does with a client that does not start TLS."""
+    text = f"{type(exc).__name__} {exc}".lower()
+    return "shutdown" in text or "closed" in text or "reset" in text
+
+
+def _tls_hint(url: str) -> str:
+    """For a plain tcp endpoint: the daemon may be listening with TLS there."""
+    head, _, rest = url.partition("://")
+    if head not in ("tcp", "tcp4", "tcp6"):
+        return ""
+    return f"; the daemon may expect TLS (tls+{head}://{rest}, with the CA that signed its certificate)"
 
 
 def find_model(models: Sequence[ModelInfo], model: str) -> ModelInfo | None:
@@ -313,7 +329,8 @@ class Client:
         self.tls_ca_file = tls_ca_file or os.environ.get("TRUNKLINE_TLS_CA_FILE")
         self.tls_cert_file = tls_cert_file
         self.tls_key_file = tls_key_file
-        self.tls_server_name = tls_server_name
+        #: The name the daemon's certificate must carry; the endpoint's host when unset.
+        self.tls_server_name = tls_server_name or os.environ.get("TRUNKLINE_TLS_SERVER_NAME")
         #: Wraps every `complete` and `stream` (see `trunkline.middleware`): the request
         #: phase in this order, the response phase in reverse.
         self.middleware = list(middleware)
@@ -358,17 +375,18 @@ class Client:
             if nng.is_tls(self.control_endpoint) and _tls_refused(exc):
                 # Something answered and the handshake failed: a daemon runs, and this
                 # client does not trust it (or it is not the one named).
-                name = self.tls_server_name or host_of(self.control_endpoint)
-                raise DaemonNotRunning(
-                    f"the TLS handshake with {self.control_endpoint} failed ({exc}): this client could not verify "
-                    f"the daemon's certificate as one for {name!r} signed by the CA in {self.tls_ca_file}; check "
-                    "tls_ca_file (--tls-ca-file, TRUNKLINE_TLS_CA_FILE) and tls_server_name "
-                    "(--tls-server-name)") from None
+                raise await self._handshake_failed(self.control_endpoint, exc) from None
+            if _closed_early(exc) and _tls_hint(self.control_endpoint):
+                raise DaemonNotRunning(f"{self.control_endpoint} closed the connection before a daemon answered "
+                                       f"({exc}){_tls_hint(self.control_endpoint)}") from None
             raise DaemonNotRunning(f"no trunkline daemon answers at {self.control_endpoint} ({exc}); start one "
                                    "with `trunkline serve`") from None
         try:
             self._hello_at = self._control.connects
-            welcome = await self._call(Hello(client_name=self.client_name, token=self.token), timeout_s=10.0)
+            try:
+                welcome = await self._call(Hello(client_name=self.client_name, token=self.token), timeout_s=10.0)
+            except DaemonUnavailable as exc:
+                raise DaemonUnavailable(f"{exc}{_tls_hint(self.control_endpoint)}") from None
             assert type(welcome) is Welcome
             self.welcome = welcome
             self.client_id = welcome.client_id
@@ -379,6 +397,8 @@ class Client:
             try:
                 self._sub = await anyio.to_thread.run_sync(nng.Subscriber, url, topics, self._tls(url))
             except (OSError, nng.NNGException) as exc:
+                if nng.is_tls(url) and _tls_refused(exc):
+                    raise await self._handshake_failed(url, exc) from None
                 raise DaemonUnavailable(f"cannot subscribe to {url}: {exc}") from None
             self._probe_seen = anyio.Event()
             self._tg = anyio.create_task_group()
@@ -389,6 +409,13 @@ class Client:
         except BaseException:
             await self._teardown()
             raise
+
+    def _not_open(self) -> RuntimeError:
+        if self._closed:
+            return RuntimeError("this Client is closed (its `async with` block has ended); open another with "
+                                "`async with Client() as client:`")
+        return RuntimeError("this Client is not connected: use it as `async with Client() as client:` (the block "
+                            "connects to the daemon and closes the connection at its end)")
 
     async def _hello_again(self, force: bool = False) -> None:
         """Our control connection was made anew since our hello: the daemon restarted
@@ -412,16 +439,28 @@ class Client:
             return None
         if not self.tls_ca_file:
             # nng's TLS has no system store: without a CA nothing would be verified.
-            raise DaemonNotRunning(f"{url} is a TLS endpoint: give the CA that signed the daemon's certificate "
-                                   "(Client(tls_ca_file=...) or TRUNKLINE_TLS_CA_FILE)")
+            raise TLSError(f"{url} is a TLS endpoint: give the CA that signed the daemon's certificate "
+                           "(Client(tls_ca_file=...), --tls-ca-file or TRUNKLINE_TLS_CA_FILE)")
         try:
             return nng.client_tls(self.tls_ca_file, self.tls_cert_file, self.tls_key_file,
                                   self.tls_server_name or host_of(url))
         except OSError as exc:
-            raise DaemonNotRunning(f"cannot read the TLS files for {url} ({exc.filename or self.tls_ca_file}: "
-                                   f"{exc.strerror or exc})") from None
+            raise TLSError(f"cannot read the TLS files for {url} ({exc.filename or self.tls_ca_file}: "
+                           f"{exc.strerror or exc})") from None
         except (ValueError, nng.NNGException) as exc:
-            raise DaemonNotRunning(f"cannot set up TLS for {url} with the CA in {self.tls_ca_file}: {exc}") from None
+            raise TLSError(f"cannot set up TLS for {url}: the CA file {self.tls_ca_file} (or the client's certificate "
+                           f"and key) holds nothing nng can read as a PEM certificate ({exc})") from None
+
+    async def _handshake_failed(self, url: str, exc: BaseException) -> TLSError:
+        """The error for a failed handshake, naming its cause when `ssl` can tell it."""
+        name = self.tls_server_name or host_of(url)
+        assert self.tls_ca_file is not None
+        why = await anyio.to_thread.run_sync(handshake_problem, host_of(url), port_of(url), self.tls_ca_file, name)
+        if why is None:
+            why = (f"this client could not verify the daemon's certificate as one for {name!r} signed by the CA in "
+                   f"{self.tls_ca_file}; check tls_ca_file (--tls-ca-file, TRUNKLINE_TLS_CA_FILE) and tls_server_name "
+                   "(--tls-server-name, TRUNKLINE_TLS_SERVER_NAME)")
+        return TLSError(f"the TLS handshake with {url} failed ({exc}): {why}")
 
     async def _probe(self) -> None:
         """Publish-subscribe loses what is sent before the subscription is live; ask the
@@ -436,13 +475,15 @@ class Client:
     async def aclose(self) -> None:
         if self._closed:
             return
-        self._closed = True
-        if self._control is not None and self.client_id and any(not r.done for r in self._routes.values()):
-            try:
-                await self._call(Goodbye(client_id=self.client_id), timeout_s=2.0)
-            except (DaemonUnavailable, OSError):
-                pass
-        await self._teardown()
+        try:
+            if self._control is not None and self.client_id and any(not r.done for r in self._routes.values()):
+                try:
+                    await self._call(Goodbye(client_id=self.client_id), timeout_s=2.0)
+                except (DaemonUnavailable, OSError, TrunklineError):
+                    pass  # closing the connection cancels them as well
+        finally:
+            self._closed = True  # from here on, a call says the client is closed
+            await self._teardown()
 
     async def _teardown(self) -> None:
         if self._tg is not None:
@@ -459,7 +500,8 @@ class Client:
     async def _call(self, msg: Any, timeout_s: float | None = None, slow: bool = False) -> Any:
         """One control round trip. Any number may be in flight; a slow one (`ready`,
         `count_tokens`) never holds up the others."""
-        assert self._control is not None
+        if self._control is None or self._closed:
+            raise self._not_open()
         data = codec.encode(msg)
         limits = self.welcome.limits if self.welcome is not None else None
         if limits is not None and len(data) > limits.max_message_bytes:
@@ -587,7 +629,8 @@ class Client:
     async def submit(self, request: Request, *, stream: bool = True, request_id: str | None = None,
                      operation_id: str | None = None) -> tuple[Accepted, _Route]:
         """Start a request; its events arrive on the returned route."""
-        assert self._control is not None
+        if self._control is None or self._closed:
+            raise self._not_open()
         if self._control.connects != self._hello_at:
             await self._hello_again()
         rid = request_id or new_request_id()
@@ -839,6 +882,12 @@ def host_of(url: str) -> str:
     if rest.startswith("["):
         return rest[1:rest.index("]")]
     return rest.rpartition(":")[0] if ":" in rest else rest
+
+
+def port_of(url: str) -> int:
+    """The port of a network endpoint URL (0 when it has none)."""
+    port = url.partition("://")[2].rpartition(":")[2]
+    return int(port) if port.isdigit() else 0
 
 
 def event_url(announced: str, control: str) -> str:

@@ -8,6 +8,7 @@
       UnavailableError, OtherError            -- each named for its `error_class`
     DaemonNotRunning        no daemon listens where the client looked
     DaemonUnavailable       the daemon stopped answering
+    TLSError                a tls+tcp:// endpoint that cannot be trusted or reached over TLS
 """
 
 from __future__ import annotations
@@ -132,3 +133,10 @@ class DaemonNotRunning(ConnectionError):
 
 class DaemonUnavailable(ConnectionError):
     """The daemon did not answer in time (it stopped, or it is overloaded)."""
+
+
+class TLSError(ConnectionError):
+    """A `tls+tcp://` endpoint could not be used: no CA given, a CA or certificate file
+    that cannot be read, or a handshake that failed (a certificate not signed by the
+    CA, issued for another name, or an endpoint that does not speak TLS). Something
+    answers there: unlike `DaemonNotRunning`, starting a daemon would not help."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -9,6 +10,7 @@ from types import TracebackType
 from typing import Any
 
 import msgspec
+import trio
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 
 from .client import Client
@@ -26,6 +28,38 @@ from .protocol.messages import (
 )
 from .results import GenerateResult, ObjectResult
 from .structured import generate_object, stream_object
+
+
+def _running_loop() -> str | None:
+    """The event loop running in this thread, if any."""
+    try:
+        trio.lowlevel.current_trio_token()
+        return "trio"
+    except RuntimeError:
+        pass
+    try:
+        asyncio.get_running_loop()
+        return "asyncio"
+    except RuntimeError:
+        return None
+
+
+def _refuse_inside_a_loop() -> None:
+    """A blocking call made from an event loop's own thread would stop that loop until
+    it returns (anyio refuses it, and its portal then never closes): say so at once."""
+    loop = _running_loop()
+    if loop is not None:
+        to_thread = "trio.to_thread.run_sync" if loop == "trio" else "asyncio.to_thread"
+        article = "a" if loop == "trio" else "an"
+        raise RuntimeError(
+            f"SyncClient blocks the thread it is called from, and this thread runs {article} {loop} event loop: in "
+            "async code use `async with Client() as client:` and `await client.complete(...)` (or run the blocking "
+            f"code in a worker thread with `{to_thread}`)")
+
+
+def _not_connected() -> RuntimeError:
+    return RuntimeError("this SyncClient is not connected: use it as `with SyncClient() as client:` (the block "
+                        "connects to the daemon and closes the connection at its end)")
 
 
 class SyncStream:
@@ -91,6 +125,7 @@ class SyncClient:
         self._client_cm: AbstractContextManager[Client] | None = None
 
     def __enter__(self) -> SyncClient:
+        _refuse_inside_a_loop()
         self._portal_cm = start_blocking_portal(backend="trio")
         self._portal = self._portal_cm.__enter__()
         client = Client(self._runtime_dir, **self._options)
@@ -116,22 +151,30 @@ class SyncClient:
             self._portal_cm.__exit__(None, None, None)
         self._portal = self._portal_cm = self._client = None
 
-    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    @property
+    def _open(self) -> Client:
+        """The async client underneath, once the `with` block has connected it."""
         if self._portal is None or self._client is None:
-            raise RuntimeError("use SyncClient in a `with` block")
-        return self._portal.call(lambda: fn(*args, **kwargs))
+            raise _not_connected()
+        return self._client
+
+    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        portal = self._portal
+        if portal is None or self._client is None:
+            raise _not_connected()
+        _refuse_inside_a_loop()
+        return portal.call(lambda: fn(*args, **kwargs))
 
     def complete(self, model: str | Request, messages: str | Message | Sequence[Message] | None = None,
                  **fields: Any) -> Response:
-        assert self._client is not None
-        return self._call(self._client.complete, model, messages, **fields)  # type: ignore[no-any-return]
+        return self._call(self._open.complete, model, messages, **fields)  # type: ignore[no-any-return]
 
     def stream(self, model: str | Request, prompt: str | Message | Sequence[Message] | None = None,
                **options: Any) -> SyncStream:
         """`trunkline.stream`, blocking: iterate it for the events of every step (breaking
         out early cancels the request and any running tools); `.text_stream`, `.result()`.
         A `Request` is sent as it is (its messages, tools and fields)."""
-        assert self._client is not None
+        client = self._open
         if isinstance(model, Request):
             base = {k: v for k, v in msgspec.structs.asdict(model).items() if k not in ("model", "messages")}
             options = {**base, **options}
@@ -140,57 +183,49 @@ class SyncClient:
             model = model.model
         if prompt is not None and not isinstance(prompt, (str, Message)):
             options["messages"], prompt = list(prompt), None
-        generating = stream(model, prompt, client=self._client, **options)
+        generating = stream(model, prompt, client=client, **options)
         return SyncStream(self, generating, generating, generating.result)
 
     def generate(self, model: str, prompt: str | Message | None = None, **options: Any) -> GenerateResult:
         """`trunkline.generate`, blocking; the same arguments."""
-        return self._call(generate, model, prompt, client=self._client, **options)  # type: ignore[no-any-return]
+        return self._call(generate, model, prompt, client=self._open, **options)  # type: ignore[no-any-return]
 
     def generate_object(self, model: str, prompt: str | Message | None = None, *, schema: Any,
                         **options: Any) -> ObjectResult:
         """`trunkline.generate_object`, blocking; the same arguments."""
         return self._call(generate_object, model, prompt, schema=schema,  # type: ignore[no-any-return]
-                          client=self._client, **options)
+                          client=self._open, **options)
 
     def stream_object(self, model: str, prompt: str | Message | None = None, *, schema: Any,
                       **options: Any) -> SyncStream:
         """`trunkline.stream_object`, blocking: iterate it for partial objects; `.result()`
         for the validated one."""
-        objects = stream_object(model, prompt, schema=schema, client=self._client, **options)
+        objects = stream_object(model, prompt, schema=schema, client=self._open, **options)
         return SyncStream(self, aiter(objects), objects.events, objects.result)
 
     def cancel(self, request_id: str) -> bool:
-        assert self._client is not None
-        return self._call(self._client.cancel, request_id)  # type: ignore[no-any-return]
+        return self._call(self._open.cancel, request_id)  # type: ignore[no-any-return]
 
     def list_models(self, provider: str | None = None) -> list[ModelInfo]:
-        assert self._client is not None
-        return self._call(self._client.list_models, provider)  # type: ignore[no-any-return]
+        return self._call(self._open.list_models, provider)  # type: ignore[no-any-return]
 
     def get_model_info(self, model: str) -> ModelInfo | None:
         """As `Client.get_model_info`."""
-        assert self._client is not None
-        return self._call(self._client.get_model_info, model)  # type: ignore[no-any-return]
+        return self._call(self._open.get_model_info, model)  # type: ignore[no-any-return]
 
     def latest_model(self, provider: str, capability: str | None = None) -> ModelInfo | None:
         """As `Client.latest_model`."""
-        assert self._client is not None
-        return self._call(self._client.latest_model, provider, capability)  # type: ignore[no-any-return]
+        return self._call(self._open.latest_model, provider, capability)  # type: ignore[no-any-return]
 
     def status(self) -> StatusReport:
-        assert self._client is not None
-        return self._call(self._client.status)  # type: ignore[no-any-return]
+        return self._call(self._open.status)  # type: ignore[no-any-return]
 
     def reload(self) -> ReloadResult:
-        assert self._client is not None
-        return self._call(self._client.reload)  # type: ignore[no-any-return]
+        return self._call(self._open.reload)  # type: ignore[no-any-return]
 
     def ready(self, model: str) -> ReadyResult:
-        assert self._client is not None
-        return self._call(self._client.ready, model)  # type: ignore[no-any-return]
+        return self._call(self._open.ready, model)  # type: ignore[no-any-return]
 
     def count_tokens(self, model: str | Request, messages: str | Message | Sequence[Message] | None = None,
                      **fields: Any) -> TokenCount:
-        assert self._client is not None
-        return self._call(self._client.count_tokens, model, messages, **fields)  # type: ignore[no-any-return]
+        return self._call(self._open.count_tokens, model, messages, **fields)  # type: ignore[no-any-return]
