@@ -29,7 +29,7 @@ class RequestState:
     __slots__ = (
         "request_id", "client_id", "provider", "model", "stream", "operation_id",
         "generation", "ring", "last_seq", "ended", "ended_at", "cancel_deadline", "submitted_at", "trace",
-        "ring_bytes", "evicted", "job", "progress", "first_event", "span", "otel_attrs", "attempts",
+        "ring_bytes", "evicted", "job", "progress", "first_event", "span", "otel_attrs", "attempts", "otel_chunks",
     )
 
     def __init__(self, request_id: str, client_id: str, provider: str, model: str, stream: bool,
@@ -54,10 +54,12 @@ class RequestState:
         self.progress: Progress | None = None
         self.first_event = False  # a worker's first frame for it has been relayed (for metrics)
         # OpenTelemetry (supervisor/telemetry.py), while it is on: the open span, the
-        # attributes every metric of the request carries, the attempts seen.
+        # attributes every metric of the request carries, the attempts seen, a
+        # stream's chunk times (StreamTimes) while its metrics are on.
         self.span: Any = None
         self.otel_attrs: dict[str, Any] | None = None
         self.attempts = 0
+        self.otel_chunks: Any = None
         #: What was sent to the worker, while it runs: a partial the supervisor must
         #: report itself (the worker died) is estimated from its prompt and model.
         self.job: Job | None = None

@@ -7,7 +7,8 @@ parent, and closed when the terminal event is relayed. The worker's attempts
 and retries arrive as bus events and become span events, so a retried call is
 one span that shows each attempt. Attribute and metric names follow the
 OpenTelemetry GenAI semantic conventions; what they do not name is under
-`trunkline.*`. The SDK samples, numbers, batches and exports (OTLP over HTTP,
+`trunkline.*`; the instrumentation scope names the conventions' version
+(`SCHEMA_URL`). The SDK samples, numbers, batches and exports (OTLP over HTTP,
 on its own threads); the span is gathered in plain fields and handed over once,
 and the histograms are kept in `otel_metrics`, because the SDK's per-call path
 cost more than the rest of a request's telemetry together (docs/ARCHITECTURE.md).
@@ -32,8 +33,8 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, Trace
 from ..config.loader import ConfigError
 from ..protocol import __version__
 from ..protocol.messages import BusEvent, ErrorEvent, Finish, Response
-from .otel_content import input_content, output_content
-from .otel_metrics import GenAIHistogram, MetricsExport
+from .otel_content import finish_reason, input_content, output_content
+from .otel_metrics import Counts, GenAIHistogram, MetricsExport
 
 if TYPE_CHECKING:
     from ..config.loader import ProviderConfig, TelemetryConfig
@@ -41,6 +42,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("trunkline.telemetry")
 
+#: The semantic conventions release whose GenAI attributes and metrics these are: the
+#: last before the GenAI conventions moved to a repository of their own, which has
+#: published no schema yet.
+SCHEMA_URL = "https://opentelemetry.io/schemas/1.41.0"
 #: Provider types whose `gen_ai.provider.name` the conventions fix; other providers
 #: go by their configured name (`groq`, `deepseek`, `ollama`...).
 PROVIDER_NAMES = {"anthropic": "anthropic", "openai": "openai", "gemini": "gcp.gemini"}
@@ -67,6 +72,26 @@ class _OpenSpan:
         self.events: list[Event] = []
 
 
+class StreamTimes:
+    """A stream's time to its first chunk and the times between its chunks, kept until
+    its end: the metrics carry `gen_ai.response.model`, known only then. A chunk is
+    what the worker relays at once: each of the provider's chunks as it arrives, or
+    those it read together."""
+
+    __slots__ = ("first_s", "last_at", "gaps", "bounds")
+
+    def __init__(self, first_s: float, at: float, bounds: list[float]) -> None:
+        self.first_s = first_s
+        self.last_at = at
+        self.gaps = Counts(len(bounds) + 1)
+        self.bounds = bounds
+
+    def arrived(self, now: float) -> None:
+        """A chunk after the first, relayed at `now` (trio's clock)."""
+        self.gaps.add(now - self.last_at, self.bounds)
+        self.last_at = now
+
+
 class Telemetry:
     """Spans and metrics for the daemon's model calls. Tests hand in their own span
     processor (the SDK's in-memory exporter behind it) and metric exporter; the daemon
@@ -77,7 +102,7 @@ class Telemetry:
         self.capture_content = config.capture_content
         self.providers = {name: _provider_attributes(name, provider) for name, provider in providers.items()}
         self.resource = Resource.create({"service.name": config.service_name, "service.version": __version__})
-        self.scope = InstrumentationScope("trunkline", __version__)
+        self.scope = InstrumentationScope("trunkline", __version__, schema_url=SCHEMA_URL)
         # The TracerProvider brings the sampler and id generator the OTEL_TRACES_SAMPLER
         # and OTEL_PYTHON_ID_GENERATOR variables choose, and shuts the processor down.
         self.tracer_provider: TracerProvider | None = None
@@ -94,8 +119,11 @@ class Telemetry:
                                            SECONDS_BUCKETS)
             self.first_chunk = GenAIHistogram("gen_ai.client.operation.time_to_first_chunk", "s",
                                               "Streams: time to the first chunk of the response", SECONDS_BUCKETS)
+            self.per_chunk = GenAIHistogram("gen_ai.client.operation.time_per_output_chunk", "s",
+                                            "Streams: time from each chunk of the response to the next",
+                                            SECONDS_BUCKETS)
             interval = config.metric_interval_s or _env_interval_s()
-            self.metrics = MetricsExport([self.token_usage, self.duration, self.first_chunk],
+            self.metrics = MetricsExport([self.token_usage, self.duration, self.first_chunk, self.per_chunk],
                                          metric_exporter or _metric_exporter(config), self.resource, self.scope,
                                          interval)
 
@@ -193,10 +221,12 @@ class Telemetry:
             span.events.append(Event("trunkline.retry" if name == "llm.retrying" else "trunkline.rate_limited", attrs))
 
     def first_event(self, state: RequestState, seconds: float) -> None:
+        """A stream's first chunk, `seconds` after its submit; the daemon then calls
+        `state.otel_chunks.arrived` for each later one, while metrics are on."""
         if state.span is not None:
             state.span.attributes["gen_ai.response.time_to_first_chunk"] = seconds
         if self.metrics is not None and state.otel_attrs is not None:
-            self.first_chunk.record(seconds, state.otel_attrs)
+            state.otel_chunks = StreamTimes(seconds, state.submitted_at + seconds, self.per_chunk.bounds)
 
     def ended(self, state: RequestState, terminal: Any, seconds: float) -> None:
         attrs = state.otel_attrs
@@ -219,6 +249,12 @@ class Telemetry:
                 usage = response.usage
                 self.token_usage.record(usage.input_tokens, {**metric_attrs, "gen_ai.token.type": "input"})
                 self.token_usage.record(usage.output_tokens, {**metric_attrs, "gen_ai.token.type": "output"})
+            chunks: StreamTimes | None = state.otel_chunks
+            if chunks is not None:
+                state.otel_chunks = None
+                self.first_chunk.record(chunks.first_s, metric_attrs)
+                if chunks.gaps.count:
+                    self.per_chunk.merge(chunks.gaps, metric_attrs)
             if error_type:
                 metric_attrs["error.type"] = error_type
             self.duration.record(seconds, metric_attrs)
@@ -279,10 +315,15 @@ def _default_base_url(kind: str) -> str:
 def _response_attributes(response: Response) -> dict[str, Any]:
     usage = response.usage
     out: dict[str, Any] = {
-        "gen_ai.response.finish_reasons": [response.finish_reason.reason],
         "gen_ai.usage.input_tokens": usage.input_tokens,
         "gen_ai.usage.output_tokens": usage.output_tokens,
     }
+    reason = response.finish_reason.reason
+    conventional = finish_reason(reason)
+    if conventional is not None:
+        out["gen_ai.response.finish_reasons"] = [conventional]
+    else:  # the conventions have no word for it: ours, under our own name
+        out["trunkline.finish_reason"] = reason
     if response.id:
         out["gen_ai.response.id"] = response.id
     if response.model:

@@ -1,5 +1,6 @@
 """OpenTelemetry through the real daemon: a caller's trace continues into the daemon's
-GenAI span, which a collector on 127.0.0.1 receives over OTLP/HTTP with the retry on it."""
+GenAI span, which a collector on 127.0.0.1 receives over OTLP/HTTP with the retry on it,
+with the GenAI metrics and the conventions' schema URL."""
 
 from __future__ import annotations
 
@@ -26,6 +27,12 @@ OVERLOADED = Reply(529, {"content-type": "application/json"},
                    [b'{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}'])
 CI_TRACE, CI_SPAN = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
 ACCEPTED = Reply(200, {"content-type": "application/x-protobuf"}, [])
+SCHEMA_URL = "https://opentelemetry.io/schemas/1.41.0"
+#: A stream whose chunks come apart (the mock waits between them) and that ends for a tool call.
+TOOL_STREAM = {"mock": {"steps": [
+    {"text": "Looking"}, {"delay": 0.1, "text": " it up."},
+    {"delay": 0.1, "tool_call": {"id": "c1", "name": "lookup", "arguments": {"q": "x"}}},
+    {"finish": "tool_calls"}]}}
 
 
 def value(any_value: Any) -> Any:
@@ -58,7 +65,7 @@ async def test_a_callers_trace_continues_through_the_daemon_to_the_collector(sta
         async with Client(daemon.runtime_dir) as client:
             with tracer.start_as_current_span("agent turn") as parent:
                 answer = await client.complete("anthropic:claude-sonnet-4-5", "2+2?", max_tokens=64)
-            async with client.stream("mock:echo", "no caller trace") as stream:
+            async with client.stream("mock:echo", "no caller trace", provider_options=TOOL_STREAM) as stream:
                 await stream.response()
         # A command run inside a trace (TRACEPARENT in its environment) continues it.
         asked = await trio.run_process(
@@ -69,6 +76,10 @@ async def test_a_callers_trace_continues_through_the_daemon_to_the_collector(sta
         # The daemon's exit sends what its batch still holds.
         assert await daemon.stop() == 0
     assert answer.text == "4"
+    assert all(post.headers["content-type"] == "application/x-protobuf" for post in collector.sent("/v1/traces"))
+    assert [ss.schema_url for post in collector.sent("/v1/traces")
+            for rs in ExportTraceServiceRequest.FromString(post.body).resource_spans
+            for ss in rs.scope_spans] == [SCHEMA_URL] * len(collector.sent("/v1/traces"))
     spans = [span for post in collector.sent("/v1/traces")
              for rs in ExportTraceServiceRequest.FromString(post.body).resource_spans
              for ss in rs.scope_spans for span in ss.spans]
@@ -100,15 +111,29 @@ async def test_a_callers_trace_continues_through_the_daemon_to_the_collector(sta
     alone = by_name["chat echo"]
     assert alone.trace_id != called.trace_id and not alone.parent_span_id  # a trace of its own
     assert attributes(alone.attributes)["gen_ai.response.time_to_first_chunk"] > 0
+    # Ours is `tool_calls`; the conventions' word is `tool_call`.
+    assert attributes(alone.attributes)["gen_ai.response.finish_reasons"] == ["tool_call"]
 
-    metrics = {m.name: m for post in collector.sent("/v1/metrics")
-               for rm in ExportMetricsServiceRequest.FromString(post.body).resource_metrics
-               for sm in rm.scope_metrics for m in sm.metrics}
+    scopes = [sm for post in collector.sent("/v1/metrics")
+              for rm in ExportMetricsServiceRequest.FromString(post.body).resource_metrics for sm in rm.scope_metrics]
+    assert scopes and all(sm.schema_url == SCHEMA_URL for sm in scopes)
+    metrics = {m.name: m for sm in scopes for m in sm.metrics}
     assert {"gen_ai.client.token.usage", "gen_ai.client.operation.duration",
-            "gen_ai.client.operation.time_to_first_chunk"} <= set(metrics)
+            "gen_ai.client.operation.time_to_first_chunk", "gen_ai.client.operation.time_per_output_chunk"} \
+        <= set(metrics)
     tokens = {(attributes(p.attributes)["gen_ai.request.model"], attributes(p.attributes)["gen_ai.token.type"]): p.sum
               for p in metrics["gen_ai.client.token.usage"].histogram.data_points}
     assert tokens[("claude-sonnet-4-5", "input")] == 17 and tokens[("claude-sonnet-4-5", "output")] == 2
+    # The streams' chunk metrics carry the model that answered, as the others do.
+    (first,) = [p for p in metrics["gen_ai.client.operation.time_to_first_chunk"].histogram.data_points
+                if attributes(p.attributes)["gen_ai.request.model"] == "echo"]
+    assert first.count >= 1 and attributes(first.attributes)["gen_ai.response.model"] == "echo"
+    (per_chunk,) = metrics["gen_ai.client.operation.time_per_output_chunk"].histogram.data_points
+    assert metrics["gen_ai.client.operation.time_per_output_chunk"].unit == "s"
+    assert attributes(per_chunk.attributes)["gen_ai.response.model"] == "echo"
+    # The mock's two pauses of 0.1 s fall between chunks, however the worker groups them.
+    assert per_chunk.count >= 1 and per_chunk.sum >= 0.2
+    assert "HTTP Request" not in daemon.output()  # no line per export in the daemon's log
 
 
 async def test_without_telemetry_config_nothing_is_exported(start_daemon, collector):
