@@ -301,7 +301,7 @@ class Daemon:
                 raise StartupError(f"cannot serve metrics on {self.config.metrics.listen}: {exc}") from None
             log.info("metrics on http://%s/metrics", self.config.metrics.listen)
         if self.telemetry is not None:
-            from .otel_json import shown
+            from .otel_http import shown
 
             self.telemetry.start()
             endpoint = self.config.telemetry.otlp_endpoint

@@ -8,10 +8,11 @@ and retries arrive as bus events and become span events, so a retried call is
 one span that shows each attempt. Attribute and metric names follow the
 OpenTelemetry GenAI semantic conventions; what they do not name is under
 `trunkline.*`; the instrumentation scope names the conventions' version
-(`SCHEMA_URL`). The SDK samples, numbers, batches and exports (OTLP over HTTP,
-on its own threads); the span is gathered in plain fields and handed over once,
-and the histograms are kept in `otel_metrics`, because the SDK's per-call path
-cost more than the rest of a request's telemetry together (docs/ARCHITECTURE.md).
+(`SCHEMA_URL`). The SDK samples, numbers and batches the spans, on its own
+thread; they are encoded and posted by `otel_http`, the metrics by the SDK's OTLP
+exporter. The span is gathered in plain fields and handed over once, and the
+histograms are kept in `otel_metrics`, because the SDK's per-call path cost more
+than the rest of a request's telemetry together (docs/ARCHITECTURE.md).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from ..config.loader import ConfigError
 from ..protocol import __version__
 from ..protocol.messages import BusEvent, ErrorEvent, Finish, Response
 from .otel_content import finish_reason, input_content, output_content
+from .otel_http import OtlpSpanExporter, env_headers, env_tls, env_traces_url, traces_variable
 from .otel_metrics import Counts, GenAIHistogram, MetricsExport
 
 if TYPE_CHECKING:
@@ -152,8 +154,8 @@ class Telemetry:
         state.otel_attrs = attrs
         if self.tracer_provider is None:
             return
-        # Each attribute costs the OTLP exporter ~6 µs to encode (more than the rest of a
-        # span's work together), so what would only restate a default is left out:
+        # Each attribute costs its encoding (~1 µs) and its bytes on the wire for every
+        # call, so what would only restate a default is left out:
         # a span without `gen_ai.request.stream` was not streamed, one without
         # `trunkline.attempts` took one attempt, and `trunkline.provider` is there
         # only when the configured name differs from `gen_ai.provider.name`.
@@ -366,28 +368,39 @@ def _env_interval_s() -> float:
 
 
 def otlp_protocol(config: TelemetryConfig) -> str:
-    chosen = (config.otlp_protocol or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-              or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf")
+    chosen = config.otlp_protocol or traces_variable("PROTOCOL") or "http/protobuf"
     if chosen not in ("http/protobuf", "http/json"):
         raise ConfigError(f"telemetry: the OTLP protocol {chosen!r} is not supported; use http/protobuf or "
                           "http/json (OTLP over HTTP, usually port 4318)")
     return chosen
 
 
-def _span_exporter(config: TelemetryConfig) -> Any:
-    if otlp_protocol(config) == "http/json":
-        from .otel_json import JsonSpanExporter, env_headers, env_traces_url
+def otlp_compression(config: TelemetryConfig, signal: str) -> str:
+    """gzip or none: the config's, else the signal's OTEL_EXPORTER_OTLP_*_COMPRESSION, else
+    OTEL_EXPORTER_OTLP_COMPRESSION."""
+    chosen = (config.otlp_compression or os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_COMPRESSION")
+              or os.environ.get("OTEL_EXPORTER_OTLP_COMPRESSION") or "none").strip().lower()
+    if chosen not in ("gzip", "none"):
+        raise ConfigError(f"telemetry: the OTLP compression {chosen!r} is not supported; use gzip or none")
+    return chosen
 
-        return JsonSpanExporter(_signal_url(config, "traces") or env_traces_url(), config.otlp_headers or env_headers(),
-                                EXPORT_TIMEOUT_S)
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-    return OTLPSpanExporter(endpoint=_signal_url(config, "traces"), headers=config.otlp_headers or None,
-                            timeout=EXPORT_TIMEOUT_S)
+def _span_exporter(config: TelemetryConfig) -> OtlpSpanExporter:
+    try:
+        tls = env_tls()
+    except OSError as exc:  # ssl.SSLError is one too
+        raise ConfigError(f"telemetry: cannot load the certificate an OTEL_EXPORTER_OTLP_*CERTIFICATE or "
+                          f"*CLIENT_KEY variable names: {exc}") from None
+    return OtlpSpanExporter(_signal_url(config, "traces") or env_traces_url(), config.otlp_headers or env_headers(),
+                            EXPORT_TIMEOUT_S, protocol=otlp_protocol(config),
+                            compression=otlp_compression(config, "traces"), tls=tls)
 
 
 def _metric_exporter(config: TelemetryConfig) -> Any:
+    from opentelemetry.exporter.otlp.proto.http import Compression
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 
+    gzip = otlp_compression(config, "metrics") == "gzip"
     return OTLPMetricExporter(endpoint=_signal_url(config, "metrics"), headers=config.otlp_headers or None,
-                              timeout=EXPORT_TIMEOUT_S)
+                              timeout=EXPORT_TIMEOUT_S,
+                              compression=Compression.Gzip if gzip else Compression.NoCompression)

@@ -1,9 +1,12 @@
 """OpenTelemetry through the real daemon: a caller's trace continues into the daemon's
 GenAI span, which a collector on 127.0.0.1 receives over OTLP/HTTP with the retry on it,
-with the GenAI metrics and the conventions' schema URL."""
+with the GenAI metrics and the conventions' schema URL; a collector's transient failure
+is sent again; the daemon's log has no line per export."""
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import sys
 from typing import Any
@@ -145,17 +148,25 @@ async def test_without_telemetry_config_nothing_is_exported(start_daemon, collec
     assert collector.requests == []
 
 
-async def test_spans_go_as_otlp_json_when_asked(start_daemon, collector):
+async def test_spans_go_as_gzipped_otlp_json_when_asked_and_again_when_the_collector_is_busy(start_daemon,
+                                                                                              collector):
+    # A collector shedding load: 503, then 429 (each "try again now"), then it takes the batch.
+    collector.route("POST", "/v1/traces", Reply(503, {"retry-after": "0"}, []), Reply(429, {"retry-after": "0"}, []),
+                    ACCEPTED)
     daemon = await start_daemon({"telemetry": {"otlp_endpoint": collector.base_url, "otlp_protocol": "http/json",
-                                               "metrics": False}})
+                                               "otlp_compression": "gzip", "metrics": False}})
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir) as client:
             with TracerProvider().get_tracer("the caller").start_as_current_span("turn") as parent:
                 await client.complete("mock:echo", "hi")
         assert await daemon.stop() == 0
-    (post,) = collector.sent("/v1/traces")
-    assert post.headers["content-type"] == "application/json"
-    (span,) = [s for rs in post.json()["resourceSpans"] for ss in rs["scopeSpans"] for s in ss["spans"]]
+    posts = collector.sent("/v1/traces")
+    assert len(posts) == 3 and len({post.body for post in posts}) == 1  # the same batch, sent again
+    post = posts[-1]
+    assert post.headers["content-type"] == "application/json" and post.headers["content-encoding"] == "gzip"
+    body = json.loads(gzip.decompress(post.body))
+    assert [ss["schemaUrl"] for rs in body["resourceSpans"] for ss in rs["scopeSpans"]] == [SCHEMA_URL]
+    (span,) = [s for rs in body["resourceSpans"] for ss in rs["scopeSpans"] for s in ss["spans"]]
     context = parent.get_span_context()
     assert span["name"] == "chat echo" and span["kind"] == 3  # SPAN_KIND_CLIENT
     assert span["traceId"] == format(context.trace_id, "032x")
@@ -163,3 +174,4 @@ async def test_spans_go_as_otlp_json_when_asked(start_daemon, collector):
     usage = {a["key"]: a["value"] for a in span["attributes"]}
     assert usage["gen_ai.provider.name"] == {"stringValue": "mock"} and "intValue" in usage["gen_ai.usage.input_tokens"]
     assert collector.sent("/v1/metrics") == []  # metrics: false
+    assert "HTTP Request" not in daemon.output() and "dropped" not in daemon.output()
