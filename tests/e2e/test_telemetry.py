@@ -18,6 +18,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace import TracerProvider
 
 from fakes.upstream import FakeUpstream, Reply
+from helpers import REPO
 from trunkline import Client
 
 pytestmark = pytest.mark.e2e
@@ -31,11 +32,9 @@ OVERLOADED = Reply(529, {"content-type": "application/json"},
 CI_TRACE, CI_SPAN = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
 ACCEPTED = Reply(200, {"content-type": "application/x-protobuf"}, [])
 SCHEMA_URL = "https://opentelemetry.io/schemas/1.41.0"
-#: A stream whose chunks come apart (the mock waits between them) and that ends for a tool call.
-TOOL_STREAM = {"mock": {"steps": [
-    {"text": "Looking"}, {"delay": 0.1, "text": " it up."},
-    {"delay": 0.1, "tool_call": {"id": "c1", "name": "lookup", "arguments": {"q": "x"}}},
-    {"finish": "tool_calls"}]}}
+#: Anthropic streaming two tool calls, as recorded, cut after its first text delta.
+TOOLS_SSE = [e + b"\n\n" for e in (REPO / "cassettes" / "anthropic" / "tools-parallel.sse").read_bytes()
+             .strip().split(b"\n\n")]
 
 
 def value(any_value: Any) -> Any:
@@ -59,7 +58,11 @@ async def collector(nursery) -> FakeUpstream:
 
 async def test_a_callers_trace_continues_through_the_daemon_to_the_collector(start_daemon, nursery, collector):
     upstream = await FakeUpstream().start(nursery)
-    upstream.route("POST", "/v1/messages", OVERLOADED, Reply.json(ANSWER))
+    # The stream's reply waits after its first text delta until the client has that
+    # chunk: the rest comes apart from it, however fast or slow the machine.
+    release = trio.Event()
+    held = Reply(200, {"content-type": "text/event-stream"}, TOOLS_SSE, hold_after=3, release=release)
+    upstream.route("POST", "/v1/messages", OVERLOADED, Reply.json(ANSWER), held)
     daemon = await start_daemon({"providers": {"anthropic": {"base_url": upstream.base_url}},
                                  "telemetry": {"otlp_endpoint": collector.base_url}},
                                 env={"ANTHROPIC_API_KEY": KEY})
@@ -68,8 +71,10 @@ async def test_a_callers_trace_continues_through_the_daemon_to_the_collector(sta
         async with Client(daemon.runtime_dir) as client:
             with tracer.start_as_current_span("agent turn") as parent:
                 answer = await client.complete("anthropic:claude-sonnet-4-5", "2+2?", max_tokens=64)
-            async with client.stream("mock:echo", "no caller trace", provider_options=TOOL_STREAM) as stream:
-                await stream.response()
+            async with client.stream("anthropic:claude-sonnet-4-5", "weather in Paris and Rome?") as stream:
+                await stream.__anext__()
+                release.set()
+                streamed = await stream.response()
         # A command run inside a trace (TRACEPARENT in its environment) continues it.
         asked = await trio.run_process(
             [sys.executable, "-m", "trunkline.cli", "ask", "mock:echo", "from a traced job", "--runtime-dir",
@@ -86,14 +91,12 @@ async def test_a_callers_trace_continues_through_the_daemon_to_the_collector(sta
     spans = [span for post in collector.sent("/v1/traces")
              for rs in ExportTraceServiceRequest.FromString(post.body).resource_spans
              for ss in rs.scope_spans for span in ss.spans]
-    by_name = {span.name: span for span in spans}
-    assert sorted(span.name for span in spans) == ["chat claude-sonnet-4-5", "chat echo", "chat echo"]
+    assert sorted(span.name for span in spans) == ["chat claude-sonnet-4-5", "chat claude-sonnet-4-5", "chat echo"]
     from_job = next(span for span in spans if span.trace_id.hex() == CI_TRACE)
     assert from_job.parent_span_id.hex() == CI_SPAN and from_job.name == "chat echo"
-    by_name = {span.name: span for span in spans if span is not from_job}
 
-    called = by_name["chat claude-sonnet-4-5"]
     context = parent.get_span_context()
+    (called,) = [span for span in spans if span.trace_id.hex() == format(context.trace_id, "032x")]
     assert called.trace_id.hex() == format(context.trace_id, "032x")
     assert called.parent_span_id.hex() == format(context.span_id, "016x")
     assert called.kind == called.SPAN_KIND_CLIENT
@@ -111,11 +114,12 @@ async def test_a_callers_trace_continues_through_the_daemon_to_the_collector(sta
     assert events[0][1]["error.type"] in ("overloaded", "rate_limit", "server_error")
     assert KEY not in str(spans)
 
-    alone = by_name["chat echo"]
+    (alone,) = [span for span in spans if span is not called and span is not from_job]
     assert alone.trace_id != called.trace_id and not alone.parent_span_id  # a trace of its own
-    assert attributes(alone.attributes)["gen_ai.response.time_to_first_chunk"] > 0
-    # Ours is `tool_calls`; the conventions' word is `tool_call`.
-    assert attributes(alone.attributes)["gen_ai.response.finish_reasons"] == ["tool_call"]
+    a = attributes(alone.attributes)
+    assert a["gen_ai.request.stream"] is True and a["gen_ai.response.time_to_first_chunk"] > 0
+    # Anthropic's `tool_use` is our `tool_calls`, and the conventions' `tool_call`.
+    assert streamed.finish_reason.reason == "tool_calls" and a["gen_ai.response.finish_reasons"] == ["tool_call"]
 
     scopes = [sm for post in collector.sent("/v1/metrics")
               for rm in ExportMetricsServiceRequest.FromString(post.body).resource_metrics for sm in rm.scope_metrics]
@@ -126,16 +130,23 @@ async def test_a_callers_trace_continues_through_the_daemon_to_the_collector(sta
         <= set(metrics)
     tokens = {(attributes(p.attributes)["gen_ai.request.model"], attributes(p.attributes)["gen_ai.token.type"]): p.sum
               for p in metrics["gen_ai.client.token.usage"].histogram.data_points}
-    assert tokens[("claude-sonnet-4-5", "input")] == 17 and tokens[("claude-sonnet-4-5", "output")] == 2
-    # The streams' chunk metrics carry the model that answered, as the others do.
-    (first,) = [p for p in metrics["gen_ai.client.operation.time_to_first_chunk"].histogram.data_points
-                if attributes(p.attributes)["gen_ai.request.model"] == "echo"]
-    assert first.count >= 1 and attributes(first.attributes)["gen_ai.response.model"] == "echo"
-    (per_chunk,) = metrics["gen_ai.client.operation.time_per_output_chunk"].histogram.data_points
-    assert metrics["gen_ai.client.operation.time_per_output_chunk"].unit == "s"
-    assert attributes(per_chunk.attributes)["gen_ai.response.model"] == "echo"
-    # The mock's two pauses of 0.1 s fall between chunks, however the worker groups them.
-    assert per_chunk.count >= 1 and per_chunk.sum >= 0.2
+    usage = streamed.usage
+    assert tokens[("claude-sonnet-4-5", "input")] == 17 + usage.input_tokens
+    assert tokens[("claude-sonnet-4-5", "output")] == 2 + usage.output_tokens
+
+    def claude(metric: str) -> Any:
+        (point,) = [p for p in metrics[metric].histogram.data_points
+                    if attributes(p.attributes)["gen_ai.request.model"] == "claude-sonnet-4-5"]
+        return point
+
+    # The stream's chunk metrics carry the model that answered, as the others do.
+    first, per_chunk = (claude("gen_ai.client.operation.time_to_first_chunk"),
+                        claude("gen_ai.client.operation.time_per_output_chunk"))
+    for point in (first, per_chunk):
+        assert attributes(point.attributes)["gen_ai.response.model"] == "claude-sonnet-4-5-20250929"
+    assert first.count == 1 and metrics["gen_ai.client.operation.time_per_output_chunk"].unit == "s"
+    # The rest of the reply came after the client had the first chunk: at least one more chunk.
+    assert per_chunk.count >= 1 and per_chunk.sum > 0
     assert "HTTP Request" not in daemon.output()  # no line per export in the daemon's log
 
 
