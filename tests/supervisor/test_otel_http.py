@@ -132,7 +132,8 @@ def test_retries_stop_at_the_export_timeout_and_the_drop_is_one_warning(caplog: 
     assert [r.extensions["timeout"]["read"] for _, r in collector.posts] == [4.0, 3.0, 1.0]
     (record,) = [r for r in caplog.records if r.name.startswith(("trunkline", "httpx"))]
     assert record.levelno == logging.WARNING
-    assert record.getMessage() == f"telemetry: 1 spans dropped: the collector at {SHOWN} answered 503 3 times within 4 s"
+    assert record.getMessage() == \
+        f"telemetry: 1 spans dropped: the collector at {SHOWN} answered 503 3 times within 4 s"
     assert "s3cret" not in caplog.text and "pa55word" not in caplog.text and "t0ken" not in caplog.text
 
 

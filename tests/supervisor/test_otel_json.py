@@ -46,7 +46,8 @@ def span(attrs: dict[str, Any], *, parent: str | None = None, status: Status = S
         name="chat claude", context=context, resource=resource, instrumentation_scope=scope,
         parent=SpanContext(context.trace_id, 0x1122334455667788, is_remote=parent == "remote") if parent else None,
         attributes=attrs, kind=kind, start_time=1_764_000_000_123_456_789, end_time=1_764_000_001_000_000_000,
-        events=tuple(Event("trunkline.retry", e, timestamp=1_764_000_000_500_000_000 + i) for i, e in enumerate(events)),
+        events=tuple(Event("trunkline.retry", e, timestamp=1_764_000_000_500_000_000 + i)
+                     for i, e in enumerate(events)),
         status=status)
 
 
