@@ -10,7 +10,10 @@ The target (issue 22) is under 5% of added CPU per request. A scrape every secon
 runs throughout, as a Prometheus server would; the OpenTelemetry daemons export their
 spans as their batch fills (the SDK's default schedule) and their metrics every 5 s:
 two tracing every call (spans as protobuf, and as JSON), one a tenth of them
-(OTEL_TRACES_SAMPLER, metrics for all).
+(OTEL_TRACES_SAMPLER, metrics for all). After each round, OpenTelemetry's own work
+is timed in a process of its own for each span encoding (ours as protobuf and as
+JSON, and the SDK's protobuf exporter for reference), as a ratio to that round's
+`off` daemon.
 """
 
 from __future__ import annotations
@@ -71,11 +74,18 @@ def in_process_cost_apart(sink_url: str, stream: bool, protocol: str) -> float:
         return float(pool.apply(in_process_cost, (sink_url, stream, protocol)))
 
 
+#: The span exporters timed in one process: ours by OTLP protocol, and the SDK's own.
+IN_PROCESS = ("http/protobuf", "http/json", "SDK's exporter")
+
+
 def in_process_cost(sink_url: str, stream: bool, protocol: str = "http/protobuf", calls: int = 5000) -> float:
     """CPU seconds per request of the OpenTelemetry work alone, in this process: the
-    supervisor's calls for one request (start, its first attempt, first chunk, end)
-    and the SDK's batching and the OTLP exporter's encoding and sending of its span
-    (all threads count). Precise where the daemons' figures are noisy."""
+    supervisor's calls for one request (start, its first attempt, first chunk and
+    each later one, end) and the SDK's batching and the exporter's encoding and
+    sending of its span (all threads count). Precise where the daemons' figures are
+    noisy."""
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
     from trunkline.config.loader import ProviderConfig, TelemetryConfig
     from trunkline.protocol.messages import (
         BusEvent, Finish, FinishReason, Job, Message, ModelInfo, Request, Response, Usage,
@@ -83,8 +93,15 @@ def in_process_cost(sink_url: str, stream: bool, protocol: str = "http/protobuf"
     from trunkline.supervisor.requests import RequestState
     from trunkline.supervisor.telemetry import Telemetry
 
+    processor = None
+    if protocol not in ("http/protobuf", "http/json"):  # the SDK's encoder and exporter, as before ours
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        processor = BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{sink_url}/v1/traces", timeout=4))
+        protocol = "http/protobuf"
     telemetry = Telemetry(TelemetryConfig(otlp_endpoint=sink_url, metric_interval_s=5, otlp_protocol=protocol),
-                          {OPENAI_PROVIDER: ProviderConfig(type="openai_compat", base_url="http://127.0.0.1:8000/v1")})
+                          {OPENAI_PROVIDER: ProviderConfig(type="openai_compat", base_url="http://127.0.0.1:8000/v1")},
+                          span_processor=processor)
     telemetry.start()
     model = ModelInfo(id=f"{OPENAI_PROVIDER}:bench-c1", provider=OPENAI_PROVIDER, wire_name="bench-c1")
     request = Request(model=model.id, messages=[Message.user("Say something.")])
@@ -100,6 +117,8 @@ def in_process_cost(sink_url: str, stream: bool, protocol: str = "http/protobuf"
         telemetry.bus(BusEvent(name="llm.call_started", request_id=state.request_id, attempt=1), state)
         if stream:
             telemetry.first_event(state, 0.01)
+            for chunk in range(49):  # each later chunk in a relay of its own: the most relays a stream makes
+                state.otel_chunks.arrived(0.01 + chunk * 0.001)
         telemetry.ended(state, finish, 0.02)
         if i % 1000 == 999:  # as the daemon's pace would: the batch queue never overflows
             telemetry.spans.force_flush()  # type: ignore[union-attr]
@@ -146,6 +165,7 @@ async def run(requests: int, rounds: int, stream: bool, logs: Path) -> None:
             "OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.1"}).start(),
     }
     per: dict[str, list[dict[str, float]]] = {name: [] for name in arms}
+    alone: dict[str, list[float]] = {protocol: [] for protocol in IN_PROCESS}
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(scrape, f"http://127.0.0.1:{metrics_port}/metrics")
@@ -155,9 +175,10 @@ async def run(requests: int, rounds: int, stream: bool, logs: Path) -> None:
                 # (the load generator's own warm-up, say) falls on every arm alike.
                 for name in order[r % len(order):] + order[:r % len(order)]:
                     per[name].append(await measure(arms[name], requests, stream))
+                for protocol in IN_PROCESS[r % 3:] + IN_PROCESS[:r % 3]:
+                    alone[protocol].append(await trio.to_thread.run_sync(in_process_cost_apart, sink_url, stream,
+                                                                         protocol))
             nursery.cancel_scope.cancel()
-        alone = {protocol: await trio.to_thread.run_sync(in_process_cost_apart, sink_url, stream, protocol)
-                 for protocol in ("http/protobuf", "http/json")}
     finally:
         for d in arms.values():
             await d.stop()
@@ -166,31 +187,43 @@ async def run(requests: int, rounds: int, stream: bool, logs: Path) -> None:
     report(per, alone, rounds, requests, stream)
 
 
-def report(per: dict[str, list[dict[str, float]]], alone: dict[str, float], rounds: int, requests: int,
+def report(per: dict[str, list[dict[str, float]]], alone: dict[str, list[float]], rounds: int, requests: int,
            stream: bool) -> None:
     """Each arm against `off` round by round (the arms of one round ran back to back,
-    so the machine's drift, ±15% here, falls on both), then the median of those ratios."""
+    so the machine's drift, ±15% here, falls on both), then the median of those ratios
+    and their range, which says how noisy the run was."""
     def total(m: dict[str, float]) -> float:
         return m["supervisor"] + m["worker"]
 
+    def spread(ratios: list[float]) -> str:
+        return f"{(statistics.median(ratios) - 1) * 100:+.1f}% [{(min(ratios) - 1) * 100:+.1f} to " \
+               f"{(max(ratios) - 1) * 100:+.1f}]"
+
     kind = "50-chunk streams" if stream else "one-chunk requests"
     print(f"daemon CPU per request ({kind}, {rounds} rounds of {requests}; median, and the median of the")
-    print("per-round ratios to `off`):")
+    print("per-round ratios to `off` [their range]):")
     off_ms = statistics.median(total(m) for m in per["off"]) * 1e3
     for name, values in per.items():
         ms = statistics.median(total(m) for m in values) * 1e3
         sup = statistics.median(m["supervisor"] for m in values) * 1e3
         line = f"  {name:<16} {ms:.3f} ms (supervisor {sup:.3f})"
         if name != "off":
-            ratio = statistics.median(total(m) / total(o) for m, o in zip(values, per["off"], strict=True))
-            sup_ratio = statistics.median(m["supervisor"] / o["supervisor"] for m, o in zip(values, per["off"],
-                                                                                            strict=True))
-            line += f"   {(ratio - 1) * 100:+.1f}% (supervisor alone {(sup_ratio - 1) * 100:+.1f}%)"
+            ratios = [total(m) / total(o) for m, o in zip(values, per["off"], strict=True)]
+            sup_ratios = [m["supervisor"] / o["supervisor"] for m, o in zip(values, per["off"], strict=True)]
+            line += f"   {spread(ratios)} (supervisor alone {spread(sup_ratios)})"
         print(line)
-    print("OpenTelemetry's own work per request, measured in one process (every call traced):")
-    for protocol, cost in alone.items():
-        print(f"  {protocol:<14} {cost * 1e6:.0f} µs = {cost * 1e3 / off_ms * 100:.1f}% of the `off` daemon's CPU "
-              "per request (target: under 5%)")
+    print("OpenTelemetry's own work per request, measured in one process (every call traced), and its ratio")
+    print(f"to the `off` daemon's CPU per request of the same round (target: under 5%; off: {off_ms:.3f} ms):")
+    reference = alone[IN_PROCESS[-1]]
+    for protocol, costs in alone.items():
+        shares = [cost / total(o) * 100 for cost, o in zip(costs, per["off"], strict=True)]
+        line = (f"  {protocol:<15} {statistics.median(costs) * 1e6:.0f} µs [{min(costs) * 1e6:.0f} to "
+                f"{max(costs) * 1e6:.0f}] = {statistics.median(shares):.1f}% [{min(shares):.1f} to {max(shares):.1f}]")
+        if costs is not reference:
+            to_sdk = [cost / ref for cost, ref in zip(costs, reference, strict=True)]
+            line += (f", {statistics.median(to_sdk):.2f}x the SDK's exporter's [{min(to_sdk):.2f} to "
+                     f"{max(to_sdk):.2f}]")
+        print(line)
 
 
 def main() -> None:

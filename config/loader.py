@@ -266,11 +266,15 @@ class TelemetryConfig(_Section):
     #: The collector's base URL (`/v1/traces` and `/v1/metrics` are appended); unset: the
     #: standard OTEL_EXPORTER_OTLP_* variables, else http://localhost:4318.
     otlp_endpoint: str | None = None
-    #: Spans as protobuf (the SDK's exporter) or JSON (ours: about a sixth of the encoding
-    #: cost); unset: OTEL_EXPORTER_OTLP_PROTOCOL, else http/protobuf. Metrics go as protobuf.
+    #: Spans as protobuf or JSON (both encoded by trunkline, at about the same cost);
+    #: unset: OTEL_EXPORTER_OTLP_TRACES_PROTOCOL or OTEL_EXPORTER_OTLP_PROTOCOL, else
+    #: http/protobuf. Metrics go as protobuf.
     otlp_protocol: Literal["http/protobuf", "http/json"] | None = None
     #: Extra request headers for the collector. Secrets belong in OTEL_EXPORTER_OTLP_HEADERS.
     otlp_headers: dict[str, str] = msgspec.field(default_factory=dict)
+    #: Export bodies gzipped, spans and metrics; unset: OTEL_EXPORTER_OTLP_TRACES_COMPRESSION
+    #: (METRICS_ for metrics) or OTEL_EXPORTER_OTLP_COMPRESSION, else none.
+    otlp_compression: Literal["gzip", "none"] | None = None
     service_name: str = "trunkline"
     traces: bool = True
     metrics: bool = True

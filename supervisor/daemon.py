@@ -129,6 +129,8 @@ class Daemon:
         state = self.requests.active.get(msg.request_id)
         if state is None:
             return
+        if state.otel_chunks is not None:  # a stream's later chunk, for OpenTelemetry's metrics
+            state.otel_chunks.arrived(trio.current_time())
         if not state.first_event and (self.metrics is not None or self.telemetry is not None):
             state.first_event = True
             if state.stream:
@@ -342,7 +344,7 @@ class Daemon:
         if self.metrics is not None:
             self._serve_metrics(self.metrics)
         if self.telemetry is not None:
-            from .otel_json import shown
+            from .otel_http import shown
 
             self.telemetry.start()
             endpoint = self.config.telemetry.otlp_endpoint

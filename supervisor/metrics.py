@@ -22,6 +22,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ..protocol.messages import RETRYABLE, BusEvent, ErrorEvent, ErrorInfo, Finish
+from .requests import OTHER_MODEL
 from .slot import State
 
 if TYPE_CHECKING:
@@ -30,8 +31,6 @@ if TYPE_CHECKING:
 
 #: Seconds: from a millisecond local answer to a long generation.
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
-#: The `model` label of a request for a model the catalog does not list.
-OTHER_MODEL = "other"
 WORKER_STATES: tuple[State, ...] = get_args(State)
 
 

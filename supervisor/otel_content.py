@@ -38,8 +38,21 @@ def input_content(request: Request) -> dict[str, str]:
     return out
 
 
+#: Our finish reasons in the conventions' words (their list: stop, length, content_filter,
+#: tool_call, error). `cancelled` and `other` have none.
+FINISH_REASONS = {"stop": "stop", "length": "length", "content_filter": "content_filter", "tool_calls": "tool_call",
+                  "error": "error"}
+
+
+def finish_reason(reason: str) -> str | None:
+    return FINISH_REASONS.get(reason)
+
+
 def output_content(response: Response) -> str:
-    return json.dumps([{**message_json(response.message), "finish_reason": response.finish_reason.reason}],
+    # An output message must say why it ended; where the conventions have no word,
+    # their schema takes any string: ours.
+    reason = response.finish_reason.reason
+    return json.dumps([{**message_json(response.message), "finish_reason": finish_reason(reason) or reason}],
                       ensure_ascii=False)
 
 

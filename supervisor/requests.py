@@ -34,7 +34,7 @@ class RequestState:
         "request_id", "client_id", "provider", "model", "stream", "operation_id",
         "generation", "ring", "last_seq", "ended", "ended_at", "cancel_deadline", "submitted_at", "trace",
         "ring_bytes", "evicted", "job", "job_bytes", "resolved", "owner", "size", "progress", "first_event",
-        "span", "otel_attrs", "attempts",
+        "span", "otel_attrs", "attempts", "otel_chunks",
     )
 
     def __init__(self, request_id: str, client_id: str, provider: str, model: str, stream: bool,
@@ -63,10 +63,12 @@ class RequestState:
         self.progress: Progress | None = None
         self.first_event = False  # a worker's first frame for it has been relayed (for metrics)
         # OpenTelemetry (supervisor/telemetry.py), while it is on: the open span, the
-        # attributes every metric of the request carries, the attempts seen.
+        # attributes every metric of the request carries, the attempts seen, a
+        # stream's chunk times (StreamTimes) while its metrics are on.
         self.span: Any = None
         self.otel_attrs: dict[str, Any] | None = None
         self.attempts = 0
+        self.otel_chunks: Any = None
         #: What goes to the worker, until it has gone; then only its encoded bytes
         #: are kept (a decoded request costs several times its size), read again only
         #: to estimate the bill of a partial the supervisor reports itself (a dead worker).
@@ -138,6 +140,10 @@ def estimate_billing(state: RequestState, partial: Response, now: float) -> None
     partial.id = partial.id or state.request_id
     partial.latency_ms = round((now - state.submitted_at) * 1000.0, 3)
 
+
+#: The model of a request, in metrics, when the catalog does not list it: the name is
+#: whatever the client wrote, and each would make series of its own.
+OTHER_MODEL = "other"
 
 #: What Python spends on each kept frame beyond its bytes (object header, ring slot).
 FRAME_OVERHEAD = 56

@@ -7,10 +7,12 @@ parent, and closed when the terminal event is relayed. The worker's attempts
 and retries arrive as bus events and become span events, so a retried call is
 one span that shows each attempt. Attribute and metric names follow the
 OpenTelemetry GenAI semantic conventions; what they do not name is under
-`trunkline.*`. The SDK samples, numbers, batches and exports (OTLP over HTTP,
-on its own threads); the span is gathered in plain fields and handed over once,
-and the histograms are kept in `otel_metrics`, because the SDK's per-call path
-cost more than the rest of a request's telemetry together (docs/ARCHITECTURE.md).
+`trunkline.*`; the instrumentation scope names the conventions' version
+(`SCHEMA_URL`). The SDK samples, numbers and batches the spans, on its own
+thread; they are encoded and posted by `otel_http`, the metrics by the SDK's OTLP
+exporter. The span is gathered in plain fields and handed over once, and the
+histograms are kept in `otel_metrics`, because the SDK's per-call path cost more
+than the rest of a request's telemetry together (docs/ARCHITECTURE.md).
 """
 
 from __future__ import annotations
@@ -32,8 +34,10 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, Trace
 from ..config.loader import ConfigError
 from ..protocol import __version__
 from ..protocol.messages import BusEvent, ErrorEvent, Finish, Response
-from .otel_content import input_content, output_content
-from .otel_metrics import GenAIHistogram, MetricsExport
+from .otel_content import finish_reason, input_content, output_content
+from .otel_http import OtlpSpanExporter, env_headers, env_tls, env_traces_url, traces_variable
+from .otel_metrics import Counts, GenAIHistogram, MetricsExport
+from .requests import OTHER_MODEL
 
 if TYPE_CHECKING:
     from ..config.loader import ProviderConfig, TelemetryConfig
@@ -41,6 +45,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("trunkline.telemetry")
 
+#: The semantic conventions release whose GenAI attributes and metrics these are: the
+#: last before the GenAI conventions moved to a repository of their own, which has
+#: published no schema yet.
+SCHEMA_URL = "https://opentelemetry.io/schemas/1.41.0"
 #: Provider types whose `gen_ai.provider.name` the conventions fix; other providers
 #: go by their configured name (`groq`, `deepseek`, `ollama`...).
 PROVIDER_NAMES = {"anthropic": "anthropic", "openai": "openai", "gemini": "gcp.gemini"}
@@ -67,6 +75,26 @@ class _OpenSpan:
         self.events: list[Event] = []
 
 
+class StreamTimes:
+    """A stream's time to its first chunk and the times between its chunks, kept until
+    its end: the metrics carry `gen_ai.response.model`, known only then. A chunk is
+    what the worker relays at once: each of the provider's chunks as it arrives, or
+    those it read together."""
+
+    __slots__ = ("first_s", "last_at", "gaps", "bounds")
+
+    def __init__(self, first_s: float, at: float, bounds: list[float]) -> None:
+        self.first_s = first_s
+        self.last_at = at
+        self.gaps = Counts(len(bounds) + 1)
+        self.bounds = bounds
+
+    def arrived(self, now: float) -> None:
+        """A chunk after the first, relayed at `now` (trio's clock)."""
+        self.gaps.add(now - self.last_at, self.bounds)
+        self.last_at = now
+
+
 class Telemetry:
     """Spans and metrics for the daemon's model calls. Tests hand in their own span
     processor (the SDK's in-memory exporter behind it) and metric exporter; the daemon
@@ -77,7 +105,7 @@ class Telemetry:
         self.capture_content = config.capture_content
         self.providers = {name: _provider_attributes(name, provider) for name, provider in providers.items()}
         self.resource = Resource.create({"service.name": config.service_name, "service.version": __version__})
-        self.scope = InstrumentationScope("trunkline", __version__)
+        self.scope = InstrumentationScope("trunkline", __version__, schema_url=SCHEMA_URL)
         # The TracerProvider brings the sampler and id generator the OTEL_TRACES_SAMPLER
         # and OTEL_PYTHON_ID_GENERATOR variables choose, and shuts the processor down.
         self.tracer_provider: TracerProvider | None = None
@@ -94,8 +122,11 @@ class Telemetry:
                                            SECONDS_BUCKETS)
             self.first_chunk = GenAIHistogram("gen_ai.client.operation.time_to_first_chunk", "s",
                                               "Streams: time to the first chunk of the response", SECONDS_BUCKETS)
+            self.per_chunk = GenAIHistogram("gen_ai.client.operation.time_per_output_chunk", "s",
+                                            "Streams: time from each chunk of the response to the next",
+                                            SECONDS_BUCKETS)
             interval = config.metric_interval_s or _env_interval_s()
-            self.metrics = MetricsExport([self.token_usage, self.duration, self.first_chunk],
+            self.metrics = MetricsExport([self.token_usage, self.duration, self.first_chunk, self.per_chunk],
                                          metric_exporter or _metric_exporter(config), self.resource, self.scope,
                                          interval)
 
@@ -121,11 +152,14 @@ class Telemetry:
             return
         request = job.request
         attrs = self._common(state)
-        state.otel_attrs = attrs
+        # Metrics are aggregated by their attributes: a model name the catalog does not
+        # list is whatever the client wrote, so it is one value there (each name would
+        # be a series of its own); the span, which is not aggregated, keeps the name.
+        state.otel_attrs = attrs if job.model.in_catalog else {**attrs, "gen_ai.request.model": OTHER_MODEL}
         if self.tracer_provider is None:
             return
-        # Each attribute costs the OTLP exporter ~6 µs to encode (more than the rest of a
-        # span's work together), so what would only restate a default is left out:
+        # Each attribute costs its encoding (~1 µs) and its bytes on the wire for every
+        # call, so what would only restate a default is left out:
         # a span without `gen_ai.request.stream` was not streamed, one without
         # `trunkline.attempts` took one attempt, and `trunkline.provider` is there
         # only when the configured name differs from `gen_ai.provider.name`.
@@ -193,10 +227,12 @@ class Telemetry:
             span.events.append(Event("trunkline.retry" if name == "llm.retrying" else "trunkline.rate_limited", attrs))
 
     def first_event(self, state: RequestState, seconds: float) -> None:
+        """A stream's first chunk, `seconds` after its submit; the daemon then calls
+        `state.otel_chunks.arrived` for each later one, while metrics are on."""
         if state.span is not None:
             state.span.attributes["gen_ai.response.time_to_first_chunk"] = seconds
         if self.metrics is not None and state.otel_attrs is not None:
-            self.first_chunk.record(seconds, state.otel_attrs)
+            state.otel_chunks = StreamTimes(seconds, state.submitted_at + seconds, self.per_chunk.bounds)
 
     def ended(self, state: RequestState, terminal: Any, seconds: float) -> None:
         attrs = state.otel_attrs
@@ -219,6 +255,12 @@ class Telemetry:
                 usage = response.usage
                 self.token_usage.record(usage.input_tokens, {**metric_attrs, "gen_ai.token.type": "input"})
                 self.token_usage.record(usage.output_tokens, {**metric_attrs, "gen_ai.token.type": "output"})
+            chunks: StreamTimes | None = state.otel_chunks
+            if chunks is not None:
+                state.otel_chunks = None
+                self.first_chunk.record(chunks.first_s, metric_attrs)
+                if chunks.gaps.count:
+                    self.per_chunk.merge(chunks.gaps, metric_attrs)
             if error_type:
                 metric_attrs["error.type"] = error_type
             self.duration.record(seconds, metric_attrs)
@@ -279,10 +321,15 @@ def _default_base_url(kind: str) -> str:
 def _response_attributes(response: Response) -> dict[str, Any]:
     usage = response.usage
     out: dict[str, Any] = {
-        "gen_ai.response.finish_reasons": [response.finish_reason.reason],
         "gen_ai.usage.input_tokens": usage.input_tokens,
         "gen_ai.usage.output_tokens": usage.output_tokens,
     }
+    reason = response.finish_reason.reason
+    conventional = finish_reason(reason)
+    if conventional is not None:
+        out["gen_ai.response.finish_reasons"] = [conventional]
+    else:  # the conventions have no word for it: ours, under our own name
+        out["trunkline.finish_reason"] = reason
     if response.id:
         out["gen_ai.response.id"] = response.id
     if response.model:
@@ -325,28 +372,39 @@ def _env_interval_s() -> float:
 
 
 def otlp_protocol(config: TelemetryConfig) -> str:
-    chosen = (config.otlp_protocol or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-              or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf")
+    chosen = config.otlp_protocol or traces_variable("PROTOCOL") or "http/protobuf"
     if chosen not in ("http/protobuf", "http/json"):
         raise ConfigError(f"telemetry: the OTLP protocol {chosen!r} is not supported; use http/protobuf or "
                           "http/json (OTLP over HTTP, usually port 4318)")
     return chosen
 
 
-def _span_exporter(config: TelemetryConfig) -> Any:
-    if otlp_protocol(config) == "http/json":
-        from .otel_json import JsonSpanExporter, env_headers, env_traces_url
+def otlp_compression(config: TelemetryConfig, signal: str) -> str:
+    """gzip or none: the config's, else the signal's OTEL_EXPORTER_OTLP_*_COMPRESSION, else
+    OTEL_EXPORTER_OTLP_COMPRESSION."""
+    chosen = (config.otlp_compression or os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_COMPRESSION")
+              or os.environ.get("OTEL_EXPORTER_OTLP_COMPRESSION") or "none").strip().lower()
+    if chosen not in ("gzip", "none"):
+        raise ConfigError(f"telemetry: the OTLP compression {chosen!r} is not supported; use gzip or none")
+    return chosen
 
-        return JsonSpanExporter(_signal_url(config, "traces") or env_traces_url(), config.otlp_headers or env_headers(),
-                                EXPORT_TIMEOUT_S)
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-    return OTLPSpanExporter(endpoint=_signal_url(config, "traces"), headers=config.otlp_headers or None,
-                            timeout=EXPORT_TIMEOUT_S)
+def _span_exporter(config: TelemetryConfig) -> OtlpSpanExporter:
+    try:
+        tls = env_tls()
+    except OSError as exc:  # ssl.SSLError is one too
+        raise ConfigError(f"telemetry: cannot load the certificate an OTEL_EXPORTER_OTLP_*CERTIFICATE or "
+                          f"*CLIENT_KEY variable names: {exc}") from None
+    return OtlpSpanExporter(_signal_url(config, "traces") or env_traces_url(), config.otlp_headers or env_headers(),
+                            EXPORT_TIMEOUT_S, protocol=otlp_protocol(config),
+                            compression=otlp_compression(config, "traces"), tls=tls)
 
 
 def _metric_exporter(config: TelemetryConfig) -> Any:
+    from opentelemetry.exporter.otlp.proto.http import Compression
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 
+    gzip = otlp_compression(config, "metrics") == "gzip"
     return OTLPMetricExporter(endpoint=_signal_url(config, "metrics"), headers=config.otlp_headers or None,
-                              timeout=EXPORT_TIMEOUT_S)
+                              timeout=EXPORT_TIMEOUT_S,
+                              compression=Compression.Gzip if gzip else Compression.NoCompression)

@@ -1,8 +1,12 @@
 """OpenTelemetry through the real daemon: a caller's trace continues into the daemon's
-GenAI span, which a collector on 127.0.0.1 receives over OTLP/HTTP with the retry on it."""
+GenAI span, which a collector on 127.0.0.1 receives over OTLP/HTTP with the retry on it,
+with the GenAI metrics and the conventions' schema URL; a collector's transient failure
+is sent again; the daemon's log has no line per export."""
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import sys
 from typing import Any
@@ -14,6 +18,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.sdk.trace import TracerProvider
 
 from fakes.upstream import FakeUpstream, Reply
+from helpers import REPO
 from trunkline import Client
 
 pytestmark = pytest.mark.e2e
@@ -26,6 +31,10 @@ OVERLOADED = Reply(529, {"content-type": "application/json"},
                    [b'{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}'])
 CI_TRACE, CI_SPAN = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
 ACCEPTED = Reply(200, {"content-type": "application/x-protobuf"}, [])
+SCHEMA_URL = "https://opentelemetry.io/schemas/1.41.0"
+#: Anthropic streaming two tool calls, as recorded, cut after its first text delta.
+TOOLS_SSE = [e + b"\n\n" for e in (REPO / "cassettes" / "anthropic" / "tools-parallel.sse").read_bytes()
+             .strip().split(b"\n\n")]
 
 
 def value(any_value: Any) -> Any:
@@ -49,7 +58,11 @@ async def collector(nursery) -> FakeUpstream:
 
 async def test_a_callers_trace_continues_through_the_daemon_to_the_collector(start_daemon, nursery, collector):
     upstream = await FakeUpstream().start(nursery)
-    upstream.route("POST", "/v1/messages", OVERLOADED, Reply.json(ANSWER))
+    # The stream's reply waits after its first text delta until the client has that
+    # chunk: the rest comes apart from it, however fast or slow the machine.
+    release = trio.Event()
+    held = Reply(200, {"content-type": "text/event-stream"}, TOOLS_SSE, hold_after=3, release=release)
+    upstream.route("POST", "/v1/messages", OVERLOADED, Reply.json(ANSWER), held)
     daemon = await start_daemon({"providers": {"anthropic": {"base_url": upstream.base_url}},
                                  "telemetry": {"otlp_endpoint": collector.base_url}},
                                 env={"ANTHROPIC_API_KEY": KEY})
@@ -58,8 +71,10 @@ async def test_a_callers_trace_continues_through_the_daemon_to_the_collector(sta
         async with Client(daemon.runtime_dir) as client:
             with tracer.start_as_current_span("agent turn") as parent:
                 answer = await client.complete("anthropic:claude-sonnet-4-5", "2+2?", max_tokens=64)
-            async with client.stream("mock:echo", "no caller trace") as stream:
-                await stream.response()
+            async with client.stream("anthropic:claude-sonnet-4-5", "weather in Paris and Rome?") as stream:
+                await stream.__anext__()
+                release.set()
+                streamed = await stream.response()
         # A command run inside a trace (TRACEPARENT in its environment) continues it.
         asked = await trio.run_process(
             [sys.executable, "-m", "trunkline.cli", "ask", "mock:echo", "from a traced job", "--runtime-dir",
@@ -69,17 +84,19 @@ async def test_a_callers_trace_continues_through_the_daemon_to_the_collector(sta
         # The daemon's exit sends what its batch still holds.
         assert await daemon.stop() == 0
     assert answer.text == "4"
+    assert all(post.headers["content-type"] == "application/x-protobuf" for post in collector.sent("/v1/traces"))
+    assert [ss.schema_url for post in collector.sent("/v1/traces")
+            for rs in ExportTraceServiceRequest.FromString(post.body).resource_spans
+            for ss in rs.scope_spans] == [SCHEMA_URL] * len(collector.sent("/v1/traces"))
     spans = [span for post in collector.sent("/v1/traces")
              for rs in ExportTraceServiceRequest.FromString(post.body).resource_spans
              for ss in rs.scope_spans for span in ss.spans]
-    by_name = {span.name: span for span in spans}
-    assert sorted(span.name for span in spans) == ["chat claude-sonnet-4-5", "chat echo", "chat echo"]
+    assert sorted(span.name for span in spans) == ["chat claude-sonnet-4-5", "chat claude-sonnet-4-5", "chat echo"]
     from_job = next(span for span in spans if span.trace_id.hex() == CI_TRACE)
     assert from_job.parent_span_id.hex() == CI_SPAN and from_job.name == "chat echo"
-    by_name = {span.name: span for span in spans if span is not from_job}
 
-    called = by_name["chat claude-sonnet-4-5"]
     context = parent.get_span_context()
+    (called,) = [span for span in spans if span.trace_id.hex() == format(context.trace_id, "032x")]
     assert called.trace_id.hex() == format(context.trace_id, "032x")
     assert called.parent_span_id.hex() == format(context.span_id, "016x")
     assert called.kind == called.SPAN_KIND_CLIENT
@@ -97,18 +114,40 @@ async def test_a_callers_trace_continues_through_the_daemon_to_the_collector(sta
     assert events[0][1]["error.type"] in ("overloaded", "rate_limit", "server_error")
     assert KEY not in str(spans)
 
-    alone = by_name["chat echo"]
+    (alone,) = [span for span in spans if span is not called and span is not from_job]
     assert alone.trace_id != called.trace_id and not alone.parent_span_id  # a trace of its own
-    assert attributes(alone.attributes)["gen_ai.response.time_to_first_chunk"] > 0
+    a = attributes(alone.attributes)
+    assert a["gen_ai.request.stream"] is True and a["gen_ai.response.time_to_first_chunk"] > 0
+    # Anthropic's `tool_use` is our `tool_calls`, and the conventions' `tool_call`.
+    assert streamed.finish_reason.reason == "tool_calls" and a["gen_ai.response.finish_reasons"] == ["tool_call"]
 
-    metrics = {m.name: m for post in collector.sent("/v1/metrics")
-               for rm in ExportMetricsServiceRequest.FromString(post.body).resource_metrics
-               for sm in rm.scope_metrics for m in sm.metrics}
+    scopes = [sm for post in collector.sent("/v1/metrics")
+              for rm in ExportMetricsServiceRequest.FromString(post.body).resource_metrics for sm in rm.scope_metrics]
+    assert scopes and all(sm.schema_url == SCHEMA_URL for sm in scopes)
+    metrics = {m.name: m for sm in scopes for m in sm.metrics}
     assert {"gen_ai.client.token.usage", "gen_ai.client.operation.duration",
-            "gen_ai.client.operation.time_to_first_chunk"} <= set(metrics)
+            "gen_ai.client.operation.time_to_first_chunk", "gen_ai.client.operation.time_per_output_chunk"} \
+        <= set(metrics)
     tokens = {(attributes(p.attributes)["gen_ai.request.model"], attributes(p.attributes)["gen_ai.token.type"]): p.sum
               for p in metrics["gen_ai.client.token.usage"].histogram.data_points}
-    assert tokens[("claude-sonnet-4-5", "input")] == 17 and tokens[("claude-sonnet-4-5", "output")] == 2
+    usage = streamed.usage
+    assert tokens[("claude-sonnet-4-5", "input")] == 17 + usage.input_tokens
+    assert tokens[("claude-sonnet-4-5", "output")] == 2 + usage.output_tokens
+
+    def claude(metric: str) -> Any:
+        (point,) = [p for p in metrics[metric].histogram.data_points
+                    if attributes(p.attributes)["gen_ai.request.model"] == "claude-sonnet-4-5"]
+        return point
+
+    # The stream's chunk metrics carry the model that answered, as the others do.
+    first, per_chunk = (claude("gen_ai.client.operation.time_to_first_chunk"),
+                        claude("gen_ai.client.operation.time_per_output_chunk"))
+    for point in (first, per_chunk):
+        assert attributes(point.attributes)["gen_ai.response.model"] == "claude-sonnet-4-5-20250929"
+    assert first.count == 1 and metrics["gen_ai.client.operation.time_per_output_chunk"].unit == "s"
+    # The rest of the reply came after the client had the first chunk: at least one more chunk.
+    assert per_chunk.count >= 1 and per_chunk.sum > 0
+    assert "HTTP Request" not in daemon.output()  # no line per export in the daemon's log
 
 
 async def test_without_telemetry_config_nothing_is_exported(start_daemon, collector):
@@ -120,17 +159,25 @@ async def test_without_telemetry_config_nothing_is_exported(start_daemon, collec
     assert collector.requests == []
 
 
-async def test_spans_go_as_otlp_json_when_asked(start_daemon, collector):
+async def test_spans_go_as_gzipped_otlp_json_when_asked_and_again_when_the_collector_is_busy(start_daemon,
+                                                                                              collector):
+    # A collector shedding load: 503, then 429 (each "try again now"), then it takes the batch.
+    collector.route("POST", "/v1/traces", Reply(503, {"retry-after": "0"}, []), Reply(429, {"retry-after": "0"}, []),
+                    ACCEPTED)
     daemon = await start_daemon({"telemetry": {"otlp_endpoint": collector.base_url, "otlp_protocol": "http/json",
-                                               "metrics": False}})
+                                               "otlp_compression": "gzip", "metrics": False}})
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir) as client:
             with TracerProvider().get_tracer("the caller").start_as_current_span("turn") as parent:
                 await client.complete("mock:echo", "hi")
         assert await daemon.stop() == 0
-    (post,) = collector.sent("/v1/traces")
-    assert post.headers["content-type"] == "application/json"
-    (span,) = [s for rs in post.json()["resourceSpans"] for ss in rs["scopeSpans"] for s in ss["spans"]]
+    posts = collector.sent("/v1/traces")
+    assert len(posts) == 3 and len({post.body for post in posts}) == 1  # the same batch, sent again
+    post = posts[-1]
+    assert post.headers["content-type"] == "application/json" and post.headers["content-encoding"] == "gzip"
+    body = json.loads(gzip.decompress(post.body))
+    assert [ss["schemaUrl"] for rs in body["resourceSpans"] for ss in rs["scopeSpans"]] == [SCHEMA_URL]
+    (span,) = [s for rs in body["resourceSpans"] for ss in rs["scopeSpans"] for s in ss["spans"]]
     context = parent.get_span_context()
     assert span["name"] == "chat echo" and span["kind"] == 3  # SPAN_KIND_CLIENT
     assert span["traceId"] == format(context.trace_id, "032x")
@@ -138,3 +185,4 @@ async def test_spans_go_as_otlp_json_when_asked(start_daemon, collector):
     usage = {a["key"]: a["value"] for a in span["attributes"]}
     assert usage["gen_ai.provider.name"] == {"stringValue": "mock"} and "intValue" in usage["gen_ai.usage.input_tokens"]
     assert collector.sent("/v1/metrics") == []  # metrics: false
+    assert "HTTP Request" not in daemon.output() and "dropped" not in daemon.output()

@@ -1,5 +1,6 @@
-"""OTLP/JSON spans (`otlp_protocol: http/json`): the body says what the SDK's own protobuf
-encoder says for the same spans, for any attributes (property-tested)."""
+"""OTLP span bodies: ours, as protobuf (`otel_proto`, the default) and as JSON (`otel_json`),
+say what the SDK's own protobuf encoder says for the same spans, for any attributes
+(property-tested)."""
 
 from __future__ import annotations
 
@@ -18,31 +19,39 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 
 from trunkline.config.loader import TelemetryConfig
-from trunkline.supervisor.otel_json import env_headers, env_traces_url, shown, traces_body
-from trunkline.supervisor.telemetry import _span_exporter
+from trunkline.supervisor import otel_json, otel_proto
+from trunkline.supervisor.otel_http import env_headers, env_traces_url, shown
+from trunkline.supervisor.telemetry import SCHEMA_URL, _span_exporter
 
 RESOURCE = Resource.create({"service.name": "trunkline", "service.version": "0.1"})
-SCOPE = InstrumentationScope("trunkline", "0.1")
+SCOPE = InstrumentationScope("trunkline", "0.1", schema_url=SCHEMA_URL)
+OTHER_RESOURCE = Resource({"service.name": "other"}, schema_url="https://opentelemetry.io/schemas/1.40.0")
+OTHER_SCOPE = InstrumentationScope("other")
 
-scalars = (st.text(max_size=20) | st.booleans() | st.integers(-(2**63), 2**63 - 1)
-           | st.floats(allow_nan=False, allow_infinity=False))
-values = scalars | st.lists(st.text(max_size=8), max_size=4) | st.lists(st.integers(-(2**63), 2**63 - 1), max_size=4)
+int64 = st.integers(-(2**63), 2**63 - 1)
+doubles = st.floats(allow_nan=False, allow_infinity=False)
+scalars = st.text(max_size=20) | st.booleans() | int64 | doubles
+values = (scalars | st.lists(st.text(max_size=8), max_size=4) | st.lists(int64, max_size=4)
+          | st.lists(doubles, max_size=3) | st.lists(st.booleans(), max_size=3))
 attributes = st.dictionaries(st.text(min_size=1, max_size=30), values, max_size=12)
 
 
-def span(attrs: dict[str, Any], *, parent: bool, error: bool, events: int) -> ReadableSpan:
+def span(attrs: dict[str, Any], *, parent: str | None = None, status: Status = Status(StatusCode.UNSET),
+         events: list[dict[str, Any]] = (), kind: SpanKind = SpanKind.CLIENT, trace_state: bool = True,
+         resource: Resource = RESOURCE, scope: InstrumentationScope = SCOPE) -> ReadableSpan:
     context = SpanContext(0x4BF92F3577B34DA6A3CE929D0E0E4736, 0x00F067AA0BA902B7, is_remote=False,
-                          trace_flags=TraceFlags(TraceFlags.SAMPLED), trace_state=TraceState([("vendor", "x1")]))
+                          trace_flags=TraceFlags(TraceFlags.SAMPLED),
+                          trace_state=TraceState([("vendor", "x1")]) if trace_state else None)
     return ReadableSpan(
-        name="chat claude", context=context, resource=RESOURCE, instrumentation_scope=SCOPE,
-        parent=SpanContext(context.trace_id, 0x1122334455667788, is_remote=True) if parent else None,
-        attributes=attrs, kind=SpanKind.CLIENT, start_time=1_764_000_000_123_456_789, end_time=1_764_000_001_000_000_000,
-        events=tuple(Event("trunkline.retry", {"trunkline.next_attempt": i + 2, "trunkline.wait_s": 0.5},
-                           timestamp=1_764_000_000_500_000_000 + i) for i in range(events)),
-        status=Status(StatusCode.ERROR, "overloaded") if error else Status(StatusCode.UNSET))
+        name="chat claude", context=context, resource=resource, instrumentation_scope=scope,
+        parent=SpanContext(context.trace_id, 0x1122334455667788, is_remote=parent == "remote") if parent else None,
+        attributes=attrs, kind=kind, start_time=1_764_000_000_123_456_789, end_time=1_764_000_001_000_000_000,
+        events=tuple(Event("trunkline.retry", e, timestamp=1_764_000_000_500_000_000 + i)
+                     for i, e in enumerate(events)),
+        status=status)
 
 
-def as_message(body: bytes) -> ExportTraceServiceRequest:
+def from_json(body: bytes) -> ExportTraceServiceRequest:
     """OTLP/JSON writes ids in hex; the protobuf JSON parser wants base64 for bytes."""
     data = json.loads(body)
     for rs in data["resourceSpans"]:
@@ -54,25 +63,38 @@ def as_message(body: bytes) -> ExportTraceServiceRequest:
     return json_format.ParseDict(data, ExportTraceServiceRequest())
 
 
-def official(spans: list[ReadableSpan]) -> ExportTraceServiceRequest:
-    message = encode_spans(spans)
-    for rs in message.resource_spans:
-        for ss in rs.scope_spans:
-            for s in ss.spans:
-                s.ClearField("flags")  # the SDK's W3C flag bits; OTLP/JSON receivers take spans without them
-    return message
+def check(spans: list[ReadableSpan]) -> None:
+    official = encode_spans(spans)
+    assert ExportTraceServiceRequest.FromString(otel_proto.traces_body(spans)) == official
+    assert from_json(otel_json.traces_body(spans)) == official
+
+
+statuses = st.sampled_from([Status(StatusCode.UNSET), Status(StatusCode.OK), Status(StatusCode.ERROR),
+                            Status(StatusCode.ERROR, "overloaded")])
 
 
 @settings(max_examples=200, deadline=None)
-@given(attributes, st.booleans(), st.booleans(), st.integers(0, 3))
-def test_any_span_is_written_as_the_official_encoder_would(attrs, parent, error, events):
-    spans = [span(attrs, parent=parent, error=error, events=events), span({}, parent=False, error=False, events=0)]
-    assert as_message(traces_body(spans)) == official(spans)
+@given(attributes, st.sampled_from([None, "local", "remote"]), statuses, st.lists(attributes, max_size=3),
+       st.sampled_from(list(SpanKind)), st.booleans())
+def test_any_span_is_written_as_the_official_encoder_would(attrs, parent, status, events, kind, trace_state):
+    check([span(attrs, parent=parent, status=status, events=events, kind=kind, trace_state=trace_state),
+           span({}), span({"gen_ai.request.model": "m"}, resource=OTHER_RESOURCE),
+           span({}, scope=OTHER_SCOPE)])
+
+
+def test_the_scope_carries_the_conventions_schema_url_in_both_encodings():
+    spans = [span({"gen_ai.operation.name": "chat"})]
+    for message in (ExportTraceServiceRequest.FromString(otel_proto.traces_body(spans)),
+                    from_json(otel_json.traces_body(spans))):
+        (scope_spans,) = message.resource_spans[0].scope_spans
+        assert scope_spans.schema_url == SCHEMA_URL == "https://opentelemetry.io/schemas/1.41.0"
+        assert (scope_spans.scope.name, scope_spans.scope.version) == ("trunkline", "0.1")
 
 
 def test_the_collector_url_and_headers_come_from_config_or_the_otel_variables(monkeypatch):
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", raising=False)
     monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS", raising=False)
     exporter = _span_exporter(TelemetryConfig(otlp_endpoint="http://c:4318/", otlp_protocol="http/json"))
     assert exporter.url == "http://c:4318/v1/traces"
     exporter.shutdown()
@@ -83,6 +105,8 @@ def test_the_collector_url_and_headers_come_from_config_or_the_otel_variables(mo
     assert env_traces_url() == "https://traces.example/in"
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-api-key=abc%3D%3D, X-Team = core,broken")
     assert env_headers() == {"x-api-key": "abc==", "x-team": "core"}
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "x-traces=1")
+    assert env_headers() == {"x-traces": "1"}  # a signal's own variable wins, whole
 
 
 def test_a_collector_url_is_logged_without_its_credentials():

@@ -4,9 +4,10 @@ in-memory exporter and reader."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, get_args
 
 import pytest
+from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
 from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -21,6 +22,7 @@ from trunkline.protocol.messages import (
     ErrorInfo,
     Finish,
     FinishReason,
+    FinishReasonName,
     ImagePart,
     Job,
     Message,
@@ -35,10 +37,12 @@ from trunkline.protocol.messages import (
 from trunkline.supervisor.daemon import _telemetry
 from trunkline.supervisor.requests import RequestState
 from trunkline.supervisor.router import trace_context_problem
-from trunkline.supervisor.telemetry import Telemetry
+from trunkline.supervisor.telemetry import SCHEMA_URL, SECONDS_BUCKETS, Telemetry
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"
+#: The GenAI conventions' FinishReason values (gen-ai-output-messages.json, semconv 1.41.0).
+CONVENTIONS_FINISH_REASONS = {"stop", "length", "content_filter", "tool_call", "error"}
 PROVIDERS = {
     "anthropic": ProviderConfig(type="anthropic"),
     "local": ProviderConfig(type="openai_compat", base_url="http://10.0.0.5:8000/v1"),
@@ -52,8 +56,8 @@ class Harness:
                                    span_processor=SimpleSpanProcessor(self.spans), metric_exporter=ConsoleMetricExporter())
 
     def start(self, request: Request, *, provider: str = "anthropic", wire_name: str = "claude-sonnet-4-5",
-              stream: bool = True, trace_context: dict[str, str] | None = None) -> RequestState:
-        model = ModelInfo(id=f"{provider}:{wire_name}", provider=provider, wire_name=wire_name)
+              stream: bool = True, trace_context: dict[str, str] | None = None, listed: bool = True) -> RequestState:
+        model = ModelInfo(id=f"{provider}:{wire_name}", provider=provider, wire_name=wire_name, in_catalog=listed)
         state = RequestState("req-1", "c1", provider, model.id, stream, "op-1", 100, 0.0)
         state.job = Job(request_id="req-1", client_id="c1", request=request, model=model, operation_id="op-1",
                         stream=stream)
@@ -149,6 +153,76 @@ def test_the_genai_metrics_carry_tokens_duration_and_time_to_first_chunk():
     assert (first.count, first.sum) == (1, 0.3)
 
 
+def test_a_streams_chunks_are_timed_one_from_the_next_with_the_response_model():
+    h = Harness()
+    state = h.start(Request(model="anthropic:claude-sonnet-4-5", messages=[Message.user("hi")]))
+    state.submitted_at = 100.0  # trio's clock at submit
+    h.telemetry.first_event(state, 0.5)
+    for at in (100.55, 100.65, 100.65, 103.0):  # as the daemon relays each later chunk
+        state.otel_chunks.arrived(at)
+    h.telemetry.ended(state, answer(input_tokens=4, output_tokens=9), 3.0)
+    m = h.metrics()
+    (per_chunk,) = m["gen_ai.client.operation.time_per_output_chunk"]
+    assert per_chunk.count == 4 and per_chunk.sum == pytest.approx(2.5)
+    assert (per_chunk.min, per_chunk.max) == (0.0, pytest.approx(2.35))
+    assert list(per_chunk.explicit_bounds) == SECONDS_BUCKETS == [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28,
+                                                                  2.56, 5.12, 10.24, 20.48, 40.96, 81.92]
+    # 0.05 s in (0.04, 0.08], 0.1 s in (0.08, 0.16], 0 s in the first bucket, 2.35 s in (1.28, 2.56].
+    assert [i for i, n in enumerate(per_chunk.bucket_counts) for _ in range(n)] == [0, 3, 4, 8]
+    (first,) = m["gen_ai.client.operation.time_to_first_chunk"]
+    for point in (per_chunk, first):
+        assert dict(point.attributes) == {
+            "gen_ai.operation.name": "chat", "gen_ai.provider.name": "anthropic", "server.address": "api.anthropic.com",
+            "server.port": 443, "gen_ai.request.model": "claude-sonnet-4-5",
+            "gen_ai.response.model": "claude-sonnet-4-5-20250929"}
+    assert state.otel_chunks is None
+
+
+def test_a_whole_response_has_no_chunk_metrics_and_a_one_chunk_stream_no_time_per_chunk():
+    h = Harness()
+    h.telemetry.ended(h.start(Request(model="anthropic:claude-sonnet-4-5", messages=[Message.user("hi")]),
+                              stream=False), answer(), 1.0)
+    assert "gen_ai.client.operation.time_to_first_chunk" not in h.metrics()
+    state = h.start(Request(model="anthropic:claude-sonnet-4-5", messages=[Message.user("hi")]))
+    h.telemetry.first_event(state, 0.2)
+    h.telemetry.ended(state, ErrorEvent(error=ErrorInfo(error_class="overloaded", message="busy")), 0.2)
+    m = h.metrics()
+    (first,) = m["gen_ai.client.operation.time_to_first_chunk"]
+    assert first.count == 1 and "error.type" not in first.attributes  # not one of this metric's attributes
+    assert "gen_ai.client.operation.time_per_output_chunk" not in m
+
+
+@pytest.mark.parametrize("reason", get_args(FinishReasonName))
+def test_every_finish_reason_on_a_span_is_one_of_the_conventions(reason: str):
+    h = Harness(capture_content=True)
+    state = h.start(Request(model="anthropic:claude-sonnet-4-5", messages=[Message.user("hi")]))
+    done = answer()
+    done.response.finish_reason = FinishReason(reason=reason)
+    h.telemetry.ended(state, done, 0.1)
+    a = h.span().attributes
+    if reason in ("cancelled", "other"):  # the conventions have no word for these: ours, under our name
+        assert "gen_ai.response.finish_reasons" not in a and a["trunkline.finish_reason"] == reason
+        return
+    (conventional,) = a["gen_ai.response.finish_reasons"]
+    assert conventional in CONVENTIONS_FINISH_REASONS
+    assert conventional == ("tool_call" if reason == "tool_calls" else reason)
+    assert json.loads(a["gen_ai.output.messages"])[0]["finish_reason"] == conventional
+
+
+def test_spans_and_metrics_name_the_conventions_schema():
+    h = Harness()
+    state = h.start(Request(model="anthropic:claude-sonnet-4-5", messages=[Message.user("hi")]))
+    h.telemetry.ended(state, answer(), 0.1)
+    assert h.span().instrumentation_scope.schema_url == SCHEMA_URL
+    assert h.telemetry.metrics is not None
+    data = h.telemetry.metrics.data()
+    assert data is not None
+    (scope_metrics,) = data.resource_metrics[0].scope_metrics
+    assert scope_metrics.scope.schema_url == scope_metrics.schema_url == SCHEMA_URL
+    (encoded,) = encode_metrics(data).resource_metrics[0].scope_metrics  # as the OTLP exporter sends it
+    assert encoded.schema_url == SCHEMA_URL
+
+
 def test_a_failed_call_is_an_error_span_with_its_class_and_its_partial_usage():
     h = Harness()
     state = h.start(Request(model="local:qwen3", messages=[Message.user("hi")]), provider="local",
@@ -230,3 +304,17 @@ def test_too_much_trace_context_is_refused_and_a_usual_one_is_not():
         codec.decode_control_request(codec.encode(Submit(request_id="r", client_id="c", request=Request(
             model="mock:echo", messages=[]), trace_context={f"k{i}": "v" for i in range(9)})))
     assert "too long" in (trace_context_problem({"baggage": "x" * 9000}) or "")
+
+
+def test_a_model_the_catalog_does_not_list_is_one_metric_value_and_named_on_its_span():
+    """A pass-through name is whatever the client wrote: each would be a series of its
+    own in every metric, so metrics say `other`; the span keeps the name."""
+    h = Harness()
+    for name in ("made-up-1", "made-up-2" * 300):
+        state = h.start(Request(model=f"anthropic:{name}", messages=[Message.user("x")]), wire_name=name,
+                        listed=False)
+        h.telemetry.ended(state, answer(input_tokens=1, output_tokens=1), 0.1)
+    assert {s.attributes["gen_ai.request.model"] for s in h.spans.get_finished_spans()} == {
+        "made-up-1", "made-up-2" * 300}
+    for points in h.metrics().values():
+        assert {p.attributes["gen_ai.request.model"] for p in points} == {"other"}
