@@ -44,8 +44,9 @@ async def main(count: int, load: str, model: str, concurrency: int, warmup_concu
             op = (lambda: ops.stream(model)) if load == "stream" else (lambda: ops.complete(model))
             # Warming up at a higher concurrency leaves that many idle connections in the
             # worker's pool, as a burst of traffic does.
-            await closed_loop(op, warmup_concurrency or concurrency, count=max(300, 2 * warmup_concurrency),
-                              duration_s=20)
+            await closed_loop(
+                op, warmup_concurrency or concurrency, count=max(300, 2 * warmup_concurrency), duration_s=20
+            )
             pids = {"client": os.getpid(), "supervisor": daemon.pid}
             pids.update({f"worker {k}": v for k, v in daemon.workers.items()})
             before = {k: cpu_seconds(p) for k, p in pids.items()}
@@ -57,17 +58,25 @@ async def main(count: int, load: str, model: str, concurrency: int, warmup_concu
             threads_after = {k: thread_cpu(p) for k, p in pids.items()}
             done = len(result.samples)
             lat = sorted(s if isinstance(s, float) else s[1] for s in result.samples)
-            print(f"{load} {model} c={concurrency}: {done} ops, {result.errors} errors, {done / wall:.0f}/s, "
-                  f"p50 {lat[len(lat) // 2] * 1e3:.2f} ms")
+            print(
+                f"{load} {model} c={concurrency}: {done} ops, {result.errors} errors, {done / wall:.0f}/s, "
+                f"p50 {lat[len(lat) // 2] * 1e3:.2f} ms"
+            )
             total = 0.0
             for k in pids:
                 us = (after[k] - before[k]) / max(done, 1) * 1e6
                 total += us
                 if us > 5:
-                    main_us = (threads_after[k].get(pids[k], 0) - threads_before[k].get(pids[k], 0)) / max(done, 1) * 1e6
-                    main_sys = (threads_after[k].get(-pids[k], 0) - threads_before[k].get(-pids[k], 0)) / max(done, 1) * 1e6
-                    print(f"  {k:16s} {us:8.0f} µs/op  (main thread {main_us:.0f} of which system {main_sys:.0f}, "
-                          f"other threads {us - main_us:.0f})")
+                    main_us = (
+                        (threads_after[k].get(pids[k], 0) - threads_before[k].get(pids[k], 0)) / max(done, 1) * 1e6
+                    )
+                    main_sys = (
+                        (threads_after[k].get(-pids[k], 0) - threads_before[k].get(-pids[k], 0)) / max(done, 1) * 1e6
+                    )
+                    print(
+                        f"  {k:16s} {us:8.0f} µs/op  (main thread {main_us:.0f} of which system {main_sys:.0f}, "
+                        f"other threads {us - main_us:.0f})"
+                    )
             print(f"  {'total':16s} {total:8.0f} µs/op")
     finally:
         await daemon.stop()

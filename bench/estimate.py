@@ -57,12 +57,25 @@ def shapes(size: int) -> dict[str, Request]:
         "' a' repeated (most pieces)": Request(model="mock:basic", messages=[Message.user(" a" * (text // 2))]),
         "code": Request(model="mock:basic", messages=[Message.user(code)]),
         "CJK (3 bytes a character)": Request(model="mock:basic", messages=[Message.user(cjk)]),
-        "base64 image": Request(model="mock:basic", messages=[Message.user("what is this?", ImagePart(
-            data=base64.b64encode(raw).decode(), media_type="image/png"))]),
-        "tiny text parts": Request(model="mock:basic", messages=[
-            Message.user(*[TextPart(text="ab") for _ in range(tiny)])]),
-        "tool schema, many keys": Request(model="mock:basic", messages=[Message.user("x")], tools=[Tool(
-            name="t", parameters={"type": "object", "properties": {f"k{i}": [i, "ab"] for i in range(text // 24)}})]),
+        "base64 image": Request(
+            model="mock:basic",
+            messages=[
+                Message.user("what is this?", ImagePart(data=base64.b64encode(raw).decode(), media_type="image/png"))
+            ],
+        ),
+        "tiny text parts": Request(
+            model="mock:basic", messages=[Message.user(*[TextPart(text="ab") for _ in range(tiny)])]
+        ),
+        "tool schema, many keys": Request(
+            model="mock:basic",
+            messages=[Message.user("x")],
+            tools=[
+                Tool(
+                    name="t",
+                    parameters={"type": "object", "properties": {f"k{i}": [i, "ab"] for i in range(text // 24)}},
+                )
+            ],
+        ),
     }
 
 
@@ -87,10 +100,13 @@ def main() -> None:
     parser.add_argument("--bytes", type=int, default=16 * 1024 * 1024, help="the message size limit")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    print(f"submit just under {args.bytes} bytes; milliseconds on this machine (best of {args.repeats}); "
-          f"budget {BUDGET_MS:g} ms")
-    print(f"{'content':30} {'bytes':>10} {'decode':>8} {'validate':>9} {'estimate':>9} {'x budget':>9} "
-          f"{'job encode':>11}")
+    print(
+        f"submit just under {args.bytes} bytes; milliseconds on this machine (best of {args.repeats}); "
+        f"budget {BUDGET_MS:g} ms"
+    )
+    print(
+        f"{'content':30} {'bytes':>10} {'decode':>8} {'validate':>9} {'estimate':>9} {'x budget':>9} {'job encode':>11}"
+    )
     worst = 0.0
     for name, request in shapes(args.bytes).items():
         data = codec.encode(Submit(request_id="r", client_id="c", request=request))
@@ -102,8 +118,10 @@ def main() -> None:
         job = Job(request_id="r", client_id="c", request=decoded, model=MODEL, operation_id="r")
         encode = best_ms(lambda: codec.encode(job), args.repeats)
         worst = max(worst, estimate)
-        print(f"{name:30} {len(data):>10} {decode:>8.1f} {check:>9.1f} {estimate:>9.1f} "
-              f"{estimate / BUDGET_MS:>9.2f} {encode:>11.1f}")
+        print(
+            f"{name:30} {len(data):>10} {decode:>8.1f} {check:>9.1f} {estimate:>9.1f} "
+            f"{estimate / BUDGET_MS:>9.2f} {encode:>11.1f}"
+        )
     print(f"longest token estimate: {worst:.1f} ms ({worst / BUDGET_MS:.2f} of the budget)")
 
 

@@ -27,7 +27,9 @@ class HttpTarget:
         # neither side queues for connections where the other does not.
         self.client = httpx.AsyncClient(
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
-            timeout=httpx.Timeout(120.0), headers={"content-type": "application/json", **(headers or {})})
+            timeout=httpx.Timeout(120.0),
+            headers={"content-type": "application/json", **(headers or {})},
+        )
         self._bodies: dict[tuple[str, str, bool], bytes] = {}
 
     def _body(self, kind: str, model: str, stream: bool) -> bytes:
@@ -57,8 +59,9 @@ class HttpTarget:
     async def complete_text(self, model: str) -> tuple[int, int, str]:
         """For the hop trace: the send and receive clocks (CLOCK_MONOTONIC ns) and the text."""
         t_send = time.monotonic_ns()
-        response = await self.client.post(self.base_url + "/chat/completions",
-                                          content=self._body("openai", model, False))
+        response = await self.client.post(
+            self.base_url + "/chat/completions", content=self._body("openai", model, False)
+        )
         t_recv = time.monotonic_ns()
         return t_send, t_recv, response.json()["choices"][0]["message"]["content"]
 
@@ -67,8 +70,9 @@ class HttpTarget:
         t0 = time.perf_counter()
         first = 0.0
         chunks = 0
-        async with self.client.stream("POST", self.base_url + self._path(kind),
-                                      content=self._body(kind, model, True)) as response:
+        async with self.client.stream(
+            "POST", self.base_url + self._path(kind), content=self._body(kind, model, True)
+        ) as response:
             response.raise_for_status()
             async for line in response.aiter_lines():
                 if not line.startswith("data: "):
@@ -86,8 +90,9 @@ class HttpTarget:
         """For the hop trace: send clock, (receive clock, text) per content chunk, done clock."""
         t_send = time.monotonic_ns()
         texts: list[tuple[int, str]] = []
-        async with self.client.stream("POST", self.base_url + "/chat/completions",
-                                      content=self._body("openai", model, True)) as response:
+        async with self.client.stream(
+            "POST", self.base_url + "/chat/completions", content=self._body("openai", model, True)
+        ) as response:
             async for line in response.aiter_lines():
                 if not line.startswith("data: "):
                     continue

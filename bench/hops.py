@@ -37,8 +37,16 @@ _STAMP = re.compile(r"([RS])(\d+)")
 COMPLETE_MODEL = "bench-c1-t"
 
 #: The daemon's own points (TRUNKLINE_TRACE_HOPS), in the order a request passes them.
-DAEMON_POINTS = ("supervisor_received", "job_sent", "job_received", "attempt_started", "reply_done",
-                 "terminal_emitted", "terminal_received", "terminal_published")
+DAEMON_POINTS = (
+    "supervisor_received",
+    "job_sent",
+    "job_received",
+    "attempt_started",
+    "reply_done",
+    "terminal_emitted",
+    "terminal_received",
+    "terminal_published",
+)
 
 
 def stamps(text: str) -> tuple[int, list[int]]:
@@ -65,16 +73,25 @@ def summarize(rows: Sequence[dict[str, int]]) -> dict[str, dict[str, float]]:
 async def floor_complete(target: HttpTarget) -> dict[str, int]:
     t_send, t_recv, text = await target.complete_text(COMPLETE_MODEL)
     up_recv, (up_send, *_) = stamps(text)
-    return {"to_upstream": up_recv - t_send, "upstream_service": up_send - up_recv,
-            "from_upstream": t_recv - up_send, "total": t_recv - t_send}
+    return {
+        "to_upstream": up_recv - t_send,
+        "upstream_service": up_send - up_recv,
+        "from_upstream": t_recv - up_send,
+        "total": t_recv - t_send,
+    }
 
 
 async def floor_stream(target: HttpTarget) -> dict[str, int]:
     t_send, texts, t_done = await target.stream_trace("bench-c50-t")
     up_recv, first_sends = stamps(texts[0][1])
     last_send = stamps(texts[-1][1])[1][-1]
-    return {"to_upstream": up_recv - t_send, "first_chunk_leg": texts[0][0] - first_sends[0],
-            "last_chunk_leg": t_done - last_send, "ttft": texts[0][0] - t_send, "total": t_done - t_send}
+    return {
+        "to_upstream": up_recv - t_send,
+        "first_chunk_leg": texts[0][0] - first_sends[0],
+        "last_chunk_leg": t_done - last_send,
+        "ttft": texts[0][0] - t_send,
+        "total": t_done - t_send,
+    }
 
 
 class TrunklineTrace:
@@ -117,8 +134,13 @@ class TrunklineTrace:
             raise RuntimeError(f"trace request failed: {ev}")
         await trio.sleep(0)  # let the bus watcher stamp what arrived before the finish
         up_recv, (up_send, *_) = stamps(ev.response.text)
-        row = {"accepted": t_acc - t_send, "to_upstream": up_recv - t_send, "upstream_service": up_send - up_recv,
-               "from_upstream": t_done - up_send, "total": t_done - t_send}
+        row = {
+            "accepted": t_acc - t_send,
+            "to_upstream": up_recv - t_send,
+            "upstream_service": up_send - up_recv,
+            "from_upstream": t_done - up_send,
+            "total": t_done - t_send,
+        }
         if route.request_id in self.started:
             row["call_started_seen"] = self.started.pop(route.request_id) - t_send
         row.update(await self.daemon_stamps(route.request_id, t_send))
@@ -140,9 +162,14 @@ class TrunklineTrace:
         # A delta may hold several chunks' text if the worker read them together.
         up_recv, first_sends = stamps(texts[0][1])
         last_send = stamps(texts[-1][1])[1][-1]
-        row = {"accepted": t_acc - t_send, "to_upstream": up_recv - t_send,
-               "first_chunk_leg": texts[0][0] - first_sends[0], "last_chunk_leg": t_done - last_send,
-               "ttft": texts[0][0] - t_send, "total": t_done - t_send}
+        row = {
+            "accepted": t_acc - t_send,
+            "to_upstream": up_recv - t_send,
+            "first_chunk_leg": texts[0][0] - first_sends[0],
+            "last_chunk_leg": t_done - last_send,
+            "ttft": texts[0][0] - t_send,
+            "total": t_done - t_send,
+        }
         if s.request_id in self.started:
             row["call_started_seen"] = self.started.pop(s.request_id) - t_send
         row.update(await self.daemon_stamps(s.request_id, t_send))
@@ -153,7 +180,9 @@ async def trace(target: HttpTarget, runtime_dir: str, n: int) -> dict[str, dict[
     """Floor and trunkline requests alternate, so that whatever else the machine does
     at a given moment falls on both alike."""
     rows: dict[str, dict[str, list[dict[str, int]]]] = {
-        "floor": {"complete": [], "stream": []}, "trunkline": {"complete": [], "stream": []}}
+        "floor": {"complete": [], "stream": []},
+        "trunkline": {"complete": [], "stream": []},
+    }
     async with Client(runtime_dir, client_name="bench-hops", watch_bus=True) as client:
         tl = TrunklineTrace(client)
         async with trio.open_nursery() as nursery:

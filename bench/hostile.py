@@ -37,8 +37,10 @@ def chunk(text: str) -> bytes:
     return b"data: " + json.dumps(body).encode() + b"\n\n"
 
 
-GOOD = (chunk("fine") + b'data: {"id": "c", "model": "m", "choices": [{"index": 0, "delta": {}, '
-        b'"finish_reason": "stop"}]}\n\ndata: [DONE]\n\n')
+GOOD = (
+    chunk("fine") + b'data: {"id": "c", "model": "m", "choices": [{"index": 0, "delta": {}, '
+    b'"finish_reason": "stop"}]}\n\ndata: [DONE]\n\n'
+)
 
 
 class Upstream:
@@ -59,26 +61,37 @@ class Upstream:
             while b"\r\n\r\n" not in data:
                 data += await stream.receive_some(65536)
             head, _, body = data.partition(b"\r\n\r\n")
-            length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                           if line.lower().startswith(b"content-length:")), 0)
+            length = next(
+                (
+                    int(line.split(b":")[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                ),
+                0,
+            )
             while len(body) < length:
                 body += await stream.receive_some(65536)
             prompt = json.loads(body)["messages"][-1]["content"]
             prompt = prompt if isinstance(prompt, str) else prompt[0]["text"]
             if prompt == "bomb":
-                await stream.send_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-                                      b"content-encoding: gzip\r\ncontent-length: %d\r\n\r\n" % len(self.bomb))
+                await stream.send_all(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                    b"content-encoding: gzip\r\ncontent-length: %d\r\n\r\n" % len(self.bomb)
+                )
                 await stream.send_all(self.bomb)
             elif prompt == "endless":
-                await stream.send_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-                                      b"transfer-encoding: chunked\r\n\r\n")
+                await stream.send_all(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+                )
                 piece = chunk("x" * 4000) * 16
                 framed = b"%x\r\n%s\r\n" % (len(piece), piece)
                 while True:
                     await stream.send_all(framed)
             else:
-                await stream.send_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
-                                      b"content-length: %d\r\n\r\n%s" % (len(GOOD), GOOD))
+                await stream.send_all(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+                    b"content-length: %d\r\n\r\n%s" % (len(GOOD), GOOD)
+                )
         except (trio.BrokenResourceError, trio.ClosedResourceError, ValueError, KeyError):
             pass
         finally:
@@ -95,16 +108,32 @@ async def run(limit_mib: int, attacks: int) -> None:
         async with trio.open_nursery() as nursery:
             upstream = Upstream()
             await upstream.start(nursery)
-            config = {"state_dir": str(work / "state"), "limits": {"max_response_bytes": limit_mib << 20},
-                      "providers": {"openrouter": {"enabled": False}, "ollama": {"enabled": False},
-                                    "anthropic": {"enabled": False},
-                                    "hostile": {"type": "openai_compat",
-                                                "base_url": f"http://127.0.0.1:{upstream.port}"}}}
+            config = {
+                "state_dir": str(work / "state"),
+                "limits": {"max_response_bytes": limit_mib << 20},
+                "providers": {
+                    "openrouter": {"enabled": False},
+                    "ollama": {"enabled": False},
+                    "anthropic": {"enabled": False},
+                    "hostile": {"type": "openai_compat", "base_url": f"http://127.0.0.1:{upstream.port}"},
+                },
+            }
             (work / "config.yaml").write_text(yaml.safe_dump(config))
             log = open(work / "log", "wb")
             proc = await trio.lowlevel.open_process(
-                [sys.executable, "-m", "trunkline.cli", "serve", "--config", str(work / "config.yaml"),
-                 "--runtime-dir", str(work / "run")], stdout=log, stderr=subprocess.STDOUT)
+                [
+                    sys.executable,
+                    "-m",
+                    "trunkline.cli",
+                    "serve",
+                    "--config",
+                    str(work / "config.yaml"),
+                    "--runtime-dir",
+                    str(work / "run"),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
             try:
                 with trio.fail_after(30):
                     while b"serving" not in (work / "log").read_bytes():
@@ -114,8 +143,10 @@ async def run(limit_mib: int, attacks: int) -> None:
                     pid = {w.provider: w.pid for w in (await client.status()).workers}["hostile"]
                     idle = rss_mb(pid)
                     sup_idle = rss_mb(proc.pid)
-                    print(f"limit {limit_mib} MiB; after one request: worker {idle:.1f} MiB RSS, "
-                          f"supervisor {sup_idle:.1f} MiB RSS")
+                    print(
+                        f"limit {limit_mib} MiB; after one request: worker {idle:.1f} MiB RSS, "
+                        f"supervisor {sup_idle:.1f} MiB RSS"
+                    )
                     for kind in ["endless"] * attacks + ["bomb"]:
                         samples: list[float] = []
                         started = time.monotonic()
@@ -138,14 +169,18 @@ async def run(limit_mib: int, attacks: int) -> None:
                             watch.cancel_scope.cancel()
                         took = time.monotonic() - started
                         peak = peak_mb(pid)
-                        print(f"  {kind:8s}: ended in {took:.2f}s; sampled max {max(samples):.1f} MiB, "
-                              f"VmHWM {peak:.1f} MiB = {peak / idle:.2f}x idle, growth "
-                              f"{(peak - idle) / limit_mib:.2f}x the limit; after {rss_mb(pid):.1f} MiB; "
-                              f"innocent: {innocent.text!r}")
+                        print(
+                            f"  {kind:8s}: ended in {took:.2f}s; sampled max {max(samples):.1f} MiB, "
+                            f"VmHWM {peak:.1f} MiB = {peak / idle:.2f}x idle, growth "
+                            f"{(peak - idle) / limit_mib:.2f}x the limit; after {rss_mb(pid):.1f} MiB; "
+                            f"innocent: {innocent.text!r}"
+                        )
                         sup_peak = peak_mb(proc.pid)
-                        print(f"  {'':8s}  supervisor: VmHWM {sup_peak:.1f} MiB = {sup_peak / sup_idle:.2f}x idle, "
-                              f"growth {(sup_peak - sup_idle) / limit_mib:.2f}x the limit; after "
-                              f"{rss_mb(proc.pid):.1f} MiB")
+                        print(
+                            f"  {'':8s}  supervisor: VmHWM {sup_peak:.1f} MiB = {sup_peak / sup_idle:.2f}x idle, "
+                            f"growth {(sup_peak - sup_idle) / limit_mib:.2f}x the limit; after "
+                            f"{rss_mb(proc.pid):.1f} MiB"
+                        )
                     worker = {w.provider: w for w in (await client.status()).workers}["hostile"]
                     print(f"worker restarts: {worker.restarts} (pid {'unchanged' if worker.pid == pid else 'changed'})")
             finally:

@@ -66,8 +66,14 @@ async def stream(cmd: dict) -> tuple[float, float, int]:
     t0 = time.perf_counter()
     first = 0.0
     chunks = 0
-    response = await litellm.acompletion(model=cmd["model"], messages=MESSAGES, api_base=cmd["api_base"],
-                                         api_key="x", stream=True, stream_options={"include_usage": True})
+    response = await litellm.acompletion(
+        model=cmd["model"],
+        messages=MESSAGES,
+        api_base=cmd["api_base"],
+        api_key="x",
+        stream=True,
+        stream_options={"include_usage": True},
+    )
     async for chunk in response:
         choices = chunk.choices
         if choices and choices[0].delta and choices[0].delta.content:
@@ -93,7 +99,8 @@ def _note_rust(response: object) -> None:
 async def messages_complete(cmd: dict) -> float:
     t0 = time.perf_counter()
     response = await litellm.anthropic.messages.acreate(
-        model=cmd["model"], messages=MESSAGES, max_tokens=1024, api_base=cmd["api_base"], api_key="x")
+        model=cmd["model"], messages=MESSAGES, max_tokens=1024, api_base=cmd["api_base"], api_key="x"
+    )
     _note_rust(response)
     return time.perf_counter() - t0
 
@@ -103,8 +110,8 @@ async def messages_stream(cmd: dict) -> tuple[float, float, int]:
     first = 0.0
     chunks = 0
     stream = await litellm.anthropic.messages.acreate(
-        model=cmd["model"], messages=MESSAGES, max_tokens=1024, api_base=cmd["api_base"], api_key="x",
-        stream=True)
+        model=cmd["model"], messages=MESSAGES, max_tokens=1024, api_base=cmd["api_base"], api_key="x", stream=True
+    )
     _note_rust(stream)
     async for event in stream:
         if isinstance(event, (bytes, bytearray)):  # the Python path hands back the raw SSE bytes
@@ -120,8 +127,12 @@ async def messages_stream(cmd: dict) -> tuple[float, float, int]:
     return first, time.perf_counter() - t0, chunks
 
 
-OPS = {"complete": complete, "stream": stream, "messages_complete": messages_complete,
-       "messages_stream": messages_stream}
+OPS = {
+    "complete": complete,
+    "stream": stream,
+    "messages_complete": messages_complete,
+    "messages_stream": messages_stream,
+}
 
 
 async def closed_loop(op, cmd: dict, count: int, duration_s: float) -> dict:
@@ -151,8 +162,17 @@ def priced(model: str) -> None:
     otherwise logs a cost-map error with a traceback on every call, work no real call does."""
     name = model.split("/", 1)[-1]
     if name not in litellm.model_cost:
-        litellm.register_model({name: {"litellm_provider": "anthropic", "mode": "chat", "max_tokens": 8192,
-                                       "input_cost_per_token": 3e-06, "output_cost_per_token": 1.5e-05}})
+        litellm.register_model(
+            {
+                name: {
+                    "litellm_provider": "anthropic",
+                    "mode": "chat",
+                    "max_tokens": 8192,
+                    "input_cost_per_token": 3e-06,
+                    "output_cost_per_token": 1.5e-05,
+                }
+            }
+        )
 
 
 async def run(cmd: dict) -> dict:
@@ -162,8 +182,9 @@ async def run(cmd: dict) -> dict:
         priced(cmd["model"])
     litellm.rust(bool(cmd.get("rust")))
     if cmd.get("warmup"):
-        await closed_loop(op, {**cmd, "concurrency": min(cmd["concurrency"], cmd["warmup"])},
-                          cmd["warmup"], cmd["duration_s"])
+        await closed_loop(
+            op, {**cmd, "concurrency": min(cmd["concurrency"], cmd["warmup"])}, cmd["warmup"], cmd["duration_s"]
+        )
     served_by_rust = 0
     cpu0 = cpu()
     result = await closed_loop(op, cmd, cmd["count"], cmd["duration_s"])

@@ -51,8 +51,9 @@ class LoadResult:
     first_error: str | None = None
 
 
-async def closed_loop(op: Op, concurrency: int, *, count: int, duration_s: float, warmup: int = 0,
-                      samples: Totals | None = None) -> LoadResult:
+async def closed_loop(
+    op: Op, concurrency: int, *, count: int, duration_s: float, warmup: int = 0, samples: Totals | None = None
+) -> LoadResult:
     """Run `op` with `concurrency` in flight; stop after `count` operations or once
     `duration_s` has passed (operations already started still finish). Every sample
     is kept in a list, unless `samples` is a `Totals` to add them to instead."""

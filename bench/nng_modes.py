@@ -105,12 +105,13 @@ def main() -> None:
     args = parser.parse_args()
     tmp = tempfile.mkdtemp(prefix="tl-nng-", dir="/tmp")
     control, events = f"ipc://{tmp}/c.ipc", f"ipc://{tmp}/e.ipc"
-    server = subprocess.Popen([sys.executable, "-c", SERVER, control, events, str(args.events)],
-                              stdout=subprocess.PIPE)
+    server = subprocess.Popen([sys.executable, "-c", SERVER, control, events, str(args.events)], stdout=subprocess.PIPE)
     try:
         assert server.stdout is not None and b"ready" in server.stdout.readline()
         print(f"pynng {pynng.__version__}, {os.cpu_count()} cores; client side only differs\n")
-        print("| client side | round trip p50 µs | p99 µs | client CPU µs/call | events/s received | client CPU µs/event |")
+        print(
+            "| client side | round trip p50 µs | p99 µs | client CPU µs/call | events/s received | client CPU µs/event |"
+        )
         print("|---|---|---|---|---|---|")
         for mode in ("arecv", "readiness"):
             p50, p99, cpu_call = trio.run(round_trips, control, args.calls, mode)

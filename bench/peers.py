@@ -32,8 +32,13 @@ class PeerUnavailable(Exception):
 
 def peer_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-    env.update(LITELLM_LOCAL_MODEL_COST_MAP="True", LITELLM_OFFLINE_MODE="true", LITELLM_MASTER_KEY=PROXY_KEY,
-               LITELLM_TELEMETRY="False", PYTHONUNBUFFERED="1")
+    env.update(
+        LITELLM_LOCAL_MODEL_COST_MAP="True",
+        LITELLM_OFFLINE_MODE="true",
+        LITELLM_MASTER_KEY=PROXY_KEY,
+        LITELLM_TELEMETRY="False",
+        PYTHONUNBUFFERED="1",
+    )
     env.pop("DATABASE_URL", None)
     env.pop("VIRTUAL_ENV", None)
     return env
@@ -42,10 +47,16 @@ def peer_env() -> dict[str, str]:
 def bench_python() -> Path:
     python = BENCH_VENV / "bin" / "python"
     if not python.exists():
-        raise PeerUnavailable("bench/.venv does not exist (`make bench` creates it from bench/requirements.txt; "
-                              "it needs the package index)")
-    probe = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(m.version('litellm'))"],
-                           capture_output=True, text=True, env=peer_env())
+        raise PeerUnavailable(
+            "bench/.venv does not exist (`make bench` creates it from bench/requirements.txt; "
+            "it needs the package index)"
+        )
+    probe = subprocess.run(
+        [str(python), "-c", "import importlib.metadata as m; print(m.version('litellm'))"],
+        capture_output=True,
+        text=True,
+        env=peer_env(),
+    )
     if probe.returncode != 0:
         raise PeerUnavailable(f"LiteLLM is not installed in bench/.venv ({probe.stderr.strip()[-200:]})")
     return python
@@ -114,8 +125,12 @@ class Proxy:
 async def start_proxy(upstream_port: int, workdir: Path, log: Path, timeout_s: float = 90.0) -> Proxy:
     python = bench_python()
     litellm_cli = python.parent / "litellm"
-    version = subprocess.run([str(python), "-c", "import importlib.metadata as m; print(m.version('litellm'))"],
-                             capture_output=True, text=True, env=peer_env()).stdout.strip()
+    version = subprocess.run(
+        [str(python), "-c", "import importlib.metadata as m; print(m.version('litellm'))"],
+        capture_output=True,
+        text=True,
+        env=peer_env(),
+    ).stdout.strip()
     config = workdir / "litellm-proxy.yaml"
     # One wildcard route: every model name reaches the fake upstream unchanged, so the
     # same shape tokens (`bench-c50-d0`) work through the proxy as elsewhere.
@@ -130,15 +145,30 @@ async def start_proxy(upstream_port: int, workdir: Path, log: Path, timeout_s: f
     port = free_port()
     with open(log, "ab") as out:
         proc = await trio.lowlevel.open_process(
-            [str(litellm_cli), "--config", str(config), "--host", "127.0.0.1", "--port", str(port),
-             "--num_workers", "1"], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=peer_env(), cwd=str(workdir))
+            [
+                str(litellm_cli),
+                "--config",
+                str(config),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--num_workers",
+                "1",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=peer_env(),
+            cwd=str(workdir),
+        )
     proxy = Proxy(proc, port, version)
     if await answers(proc, f"http://127.0.0.1:{port}/health/liveliness", timeout_s):
         return proxy
     await proxy.stop()
-    raise PeerUnavailable(f"the LiteLLM proxy did not start within {timeout_s:g}s offline "
-                          f"(exit {proc.returncode}; see {log.name})")
+    raise PeerUnavailable(
+        f"the LiteLLM proxy did not start within {timeout_s:g}s offline (exit {proc.returncode}; see {log.name})"
+    )
 
 
 # -- Portkey ------------------------------------------------------------------------------
@@ -163,10 +193,16 @@ class Portkey:
 
     def headers(self, api: str) -> dict[str, str]:
         if api == "anthropic":
-            return {"x-portkey-provider": "anthropic", "x-api-key": "x",
-                    "x-portkey-custom-host": f"http://127.0.0.1:{self.upstream_port}/v1"}
-        return {"x-portkey-provider": "openai", "authorization": "Bearer x",
-                "x-portkey-custom-host": f"http://127.0.0.1:{self.upstream_port}/v1"}
+            return {
+                "x-portkey-provider": "anthropic",
+                "x-api-key": "x",
+                "x-portkey-custom-host": f"http://127.0.0.1:{self.upstream_port}/v1",
+            }
+        return {
+            "x-portkey-provider": "openai",
+            "authorization": "Bearer x",
+            "x-portkey-custom-host": f"http://127.0.0.1:{self.upstream_port}/v1",
+        }
 
     def pids(self) -> list[int]:
         return tree(self.proc.pid)
@@ -183,18 +219,26 @@ async def start_portkey(upstream_port: int, log: Path, timeout_s: float = 60.0) 
     if node is None:
         raise PeerUnavailable("node is not installed")
     if not PORTKEY_SERVER.exists():
-        raise PeerUnavailable("bench/portkey/node_modules is missing (`make bench` runs "
-                              "`npm ci --prefix bench/portkey`; it needs the npm registry)")
+        raise PeerUnavailable(
+            "bench/portkey/node_modules is missing (`make bench` runs "
+            "`npm ci --prefix bench/portkey`; it needs the npm registry)"
+        )
     version = json.loads((PORTKEY_SERVER.parent.parent / "package.json").read_text())["version"]
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     with open(log, "ab") as out:
-        proc = await trio.lowlevel.open_process([node, str(PORTKEY_SERVER), f"--port={port}"], stdout=out,
-                                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                                                cwd=str(PORTKEY_DIR))
+        proc = await trio.lowlevel.open_process(
+            [node, str(PORTKEY_SERVER), f"--port={port}"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            cwd=str(PORTKEY_DIR),
+        )
     portkey = Portkey(proc, port, version, upstream_port)
     if await answers(proc, f"http://127.0.0.1:{port}/", timeout_s, any_status=True):
         return portkey
     await portkey.stop()
-    raise PeerUnavailable(f"the Portkey gateway did not start within {timeout_s:g}s "
-                          f"(exit {proc.returncode}; see {log.name})")
+    raise PeerUnavailable(
+        f"the Portkey gateway did not start within {timeout_s:g}s (exit {proc.returncode}; see {log.name})"
+    )

@@ -120,8 +120,9 @@ class LineProcess:
     Children are written to exit when their stdin closes, so a benchmark that
     dies never leaves them behind."""
 
-    def __init__(self, argv: Sequence[str], env: dict[str, str] | None = None, cwd: str | None = None,
-                 log: Path | None = None) -> None:
+    def __init__(
+        self, argv: Sequence[str], env: dict[str, str] | None = None, cwd: str | None = None, log: Path | None = None
+    ) -> None:
         self.argv = list(argv)
         self.env = env
         self.cwd = cwd
@@ -137,8 +138,9 @@ class LineProcess:
 
     async def start(self) -> LineProcess:
         self._log_file = open(self.log, "ab") if self.log else subprocess.DEVNULL  # noqa: SIM115 - closed in stop()
-        self.proc = await trio.lowlevel.open_process(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                                     stderr=self._log_file, env=self.env, cwd=self.cwd)
+        self.proc = await trio.lowlevel.open_process(
+            self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log_file, env=self.env, cwd=self.cwd
+        )
         return self
 
     async def readline(self, timeout_s: float = 120.0) -> str:

@@ -72,10 +72,28 @@ async def main(seconds: float, load: str, out: Path) -> None:
             targets = {"supervisor": daemon.pid, "worker": daemon.workers[OPENAI_PROVIDER], "client": os.getpid()}
             spies = []
             for name, pid in targets.items():
-                spies.append(await trio.lowlevel.open_process(
-                    [str(spy), "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", "250",
-                     "--nonblocking", "--threads", "--format", "raw", "--output", str(out / f"{load}-{name}.txt")],
-                    stdout=open(os.devnull, "wb"), stderr=open(out / f"{load}-{name}.spy.log", "wb")))
+                spies.append(
+                    await trio.lowlevel.open_process(
+                        [
+                            str(spy),
+                            "record",
+                            "--pid",
+                            str(pid),
+                            "--duration",
+                            str(int(seconds)),
+                            "--rate",
+                            "250",
+                            "--nonblocking",
+                            "--threads",
+                            "--format",
+                            "raw",
+                            "--output",
+                            str(out / f"{load}-{name}.txt"),
+                        ],
+                        stdout=open(os.devnull, "wb"),
+                        stderr=open(out / f"{load}-{name}.spy.log", "wb"),
+                    )
+                )
             result = await closed_loop(op, concurrency, count=10**9, duration_s=seconds + 1)
             for proc in spies:
                 await proc.wait()

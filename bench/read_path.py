@@ -67,9 +67,10 @@ def transport(kind: str, chunks: int, paced: bool) -> httpx.MockTransport:
 
 def adapter_for(kind: str, chunks: int, paced: bool) -> Any:
     cls = AnthropicAdapter if kind == "anthropic" else OpenAICompatAdapter
-    config = ProviderConfig(type="anthropic" if kind == "anthropic" else "openai_compat",
-                            base_url="http://upstream.invalid/v1" if kind == "openai" else "http://upstream.invalid",
-                            )
+    config = ProviderConfig(
+        type="anthropic" if kind == "anthropic" else "openai_compat",
+        base_url="http://upstream.invalid/v1" if kind == "openai" else "http://upstream.invalid",
+    )
     adapter = cls("bench", config, RetryPolicy(), TimeoutPolicy(), transport=transport(kind, chunks, paced))
     adapter.api_key = "bench-key"
     return adapter
@@ -77,8 +78,14 @@ def adapter_for(kind: str, chunks: int, paced: bool) -> Any:
 
 def job_for(kind: str, stream: bool) -> Job:
     request = Request(model="bench:bench", messages=[Message.user("Say hello.")], max_tokens=64)
-    return Job(request_id="r", client_id="c", operation_id="op", stream=stream, request=request,
-               model=ModelInfo(id="bench:bench", provider="bench", wire_name="bench"))
+    return Job(
+        request_id="r",
+        client_id="c",
+        operation_id="op",
+        stream=stream,
+        request=request,
+        model=ModelInfo(id="bench:bench", provider="bench", wire_name="bench"),
+    )
 
 
 async def trunkline_job(adapter: Any, job: Job) -> int:
@@ -136,17 +143,24 @@ async def measure(kind: str, chunks: int, paced: bool, jobs: int, rounds: int = 
         await floor_job(client, kind)
     for _ in range(rounds):  # best of rounds: the least disturbed measurement of each
         best["floor"] = min(best["floor"], await timed(jobs, lambda: floor_job(client, kind)))
-        best["trunkline_stream"] = min(best["trunkline_stream"],
-                                       await timed(jobs, lambda: trunkline_job(adapter, stream_job)))
-        best["trunkline_complete"] = min(best["trunkline_complete"],
-                                         await timed(jobs, lambda: trunkline_job(adapter, whole_job)))
+        best["trunkline_stream"] = min(
+            best["trunkline_stream"], await timed(jobs, lambda: trunkline_job(adapter, stream_job))
+        )
+        best["trunkline_complete"] = min(
+            best["trunkline_complete"], await timed(jobs, lambda: trunkline_job(adapter, whole_job))
+        )
     await adapter.aclose()
     await client.aclose()
     us = {k: v * 1e6 for k, v in best.items()}
-    return {"events": events, "floor_us": us["floor"], "stream_us": us["trunkline_stream"],
-            "complete_us": us["trunkline_complete"], "floor_us_per_event": us["floor"] / events,
-            "stream_us_per_event": us["trunkline_stream"] / events,
-            "ratio": us["trunkline_stream"] / us["floor"]}
+    return {
+        "events": events,
+        "floor_us": us["floor"],
+        "stream_us": us["trunkline_stream"],
+        "complete_us": us["trunkline_complete"],
+        "floor_us_per_event": us["floor"] / events,
+        "stream_us_per_event": us["trunkline_stream"] / events,
+        "ratio": us["trunkline_stream"] / us["floor"],
+    }
 
 
 async def run(jobs: int, chunk_counts: tuple[int, ...], paced: bool) -> list[dict[str, Any]]:
@@ -159,13 +173,17 @@ async def run(jobs: int, chunk_counts: tuple[int, ...], paced: bool) -> list[dic
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| provider | content chunks | reads | SSE events | floor (httpx + json) | trunkline stream | "
-             "trunkline complete | floor / event | trunkline / event | ratio |",
-             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| provider | content chunks | reads | SSE events | floor (httpx + json) | trunkline stream | "
+        "trunkline complete | floor / event | trunkline / event | ratio |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
-        lines.append(f"| {r['kind']} | {r['chunks']} | {'one per event' if r['paced'] else 'one'} | {r['events']} | "
-                     f"{r['floor_us']:.0f} µs | {r['stream_us']:.0f} µs | {r['complete_us']:.0f} µs | "
-                     f"{r['floor_us_per_event']:.1f} µs | {r['stream_us_per_event']:.1f} µs | {r['ratio']:.2f} |")
+        lines.append(
+            f"| {r['kind']} | {r['chunks']} | {'one per event' if r['paced'] else 'one'} | {r['events']} | "
+            f"{r['floor_us']:.0f} µs | {r['stream_us']:.0f} µs | {r['complete_us']:.0f} µs | "
+            f"{r['floor_us_per_event']:.1f} µs | {r['stream_us_per_event']:.1f} µs | {r['ratio']:.2f} |"
+        )
     return "\n".join(lines)
 
 

@@ -14,8 +14,14 @@ from typing import Any
 
 from .stats import Spread
 
-NAMES = {"floor": "floor (httpx direct)", "trunkline": "trunkline", "sdk": "LiteLLM SDK", "proxy": "LiteLLM proxy",
-         "sdk_rust": "LiteLLM SDK, Rust path", "portkey": "Portkey gateway"}
+NAMES = {
+    "floor": "floor (httpx direct)",
+    "trunkline": "trunkline",
+    "sdk": "LiteLLM SDK",
+    "proxy": "LiteLLM proxy",
+    "sdk_rust": "LiteLLM SDK, Rust path",
+    "portkey": "Portkey gateway",
+}
 PEERS = ("sdk", "proxy", "portkey")
 WORKERS_GOAL_MB = 150
 
@@ -37,8 +43,12 @@ def _mid(values: Sequence[float]) -> float:
     return Spread.of(values).mid
 
 
-def _paired(runs: Sequence[dict], base: Sequence[dict], key: Callable[[dict], float],
-            op: Callable[[float, float], float] = lambda a, b: a - b) -> list[float]:
+def _paired(
+    runs: Sequence[dict],
+    base: Sequence[dict],
+    key: Callable[[dict], float],
+    op: Callable[[float, float], float] = lambda a, b: a - b,
+) -> list[float]:
     return [op(key(r), key(b)) for r, b in zip(runs, base)]
 
 
@@ -75,16 +85,23 @@ def render(res: dict[str, Any]) -> str:
     mode = res["mode"]
     add(f"# trunkline benchmark ({mode} run)")
     add("")
-    add(f"Started {res.get('started', '?')}, took {res.get('duration_s', 0):.0f} s. "
-        + ("**QUICK mode: tiny request counts; these numbers only show that every path works, "
-           "they are not measurements.**" if mode == "quick" else
-           f"{plan['repeats']} repeats of every latency and throughput figure: the value is the median run, "
-           "(min–max) over the runs."))
+    add(
+        f"Started {res.get('started', '?')}, took {res.get('duration_s', 0):.0f} s. "
+        + (
+            "**QUICK mode: tiny request counts; these numbers only show that every path works, "
+            "they are not measurements.**"
+            if mode == "quick"
+            else f"{plan['repeats']} repeats of every latency and throughput figure: the value is the median run, "
+            "(min–max) over the runs."
+        )
+    )
     add("")
-    add("How to read this: [`bench/README.md`](../README.md). Every system calls the same fake upstream in the same "
-        "run; \"added\" is the system minus the floor (a plain httpx client calling the upstream directly) measured "
+    add(
+        "How to read this: [`bench/README.md`](../README.md). Every system calls the same fake upstream in the same "
+        'run; "added" is the system minus the floor (a plain httpx client calling the upstream directly) measured '
         "in the same repeat. CPU figures count every process the system needs, its client included, and never the "
-        "fake upstream.")
+        "fake upstream."
+    )
     add("")
     if res.get("only"):
         add(f"**Only these stages were run (`--only`): {', '.join(res['only'])}.** The other sections are empty.")
@@ -122,9 +139,11 @@ def _machine(res: dict, add: Callable[[str], None]) -> None:
     add("")
     add(f"- {m['cores']} cores, {m['cpu_model']}, {m['memory']} memory, Linux {m['kernel']}")
     add(f"- Python {m['python']} ({m['implementation']})")
-    add(f"- trunkline {v.get('trunkline')} (commit {v.get('commit')}, daemon reports {v.get('trunkline_server', '?')}); "
+    add(
+        f"- trunkline {v.get('trunkline')} (commit {v.get('commit')}, daemon reports {v.get('trunkline_server', '?')}); "
         f"pynng {v.get('pynng')}, trio {v.get('trio')}, httpx {v.get('httpx')}, msgspec {v.get('msgspec')}, "
-        f"anyio {v.get('anyio')}")
+        f"anyio {v.get('anyio')}"
+    )
     add(f"- soak: {_minutes(res['plan']['soak_minutes'])}")
     add("")
 
@@ -137,26 +156,34 @@ def _peers(res: dict, add: Callable[[str], None]) -> None:
         if p["status"] != "ok":
             add(f"- {NAMES[name]}: **skipped**: {p['reason']}")
         elif name == "portkey":
-            add(f"- {NAMES[name]}: @portkey-ai/gateway {p['version']} under node, from bench/portkey (npm), its "
-                "own process; every request names the fake upstream in `x-portkey-custom-host`.")
+            add(
+                f"- {NAMES[name]}: @portkey-ai/gateway {p['version']} under node, from bench/portkey (npm), its "
+                "own process; every request names the fake upstream in `x-portkey-custom-host`."
+            )
         else:
             add(f"- {NAMES[name]}: litellm {p['version']}, its own process from bench/.venv.")
     if any(res["peers"].get(n, {}).get("status") == "ok" for n in ("sdk", "proxy")):
-        add("- LiteLLM was installed from `bench/requirements.txt` with `pip install --no-deps`: "
+        add(
+            "- LiteLLM was installed from `bench/requirements.txt` with `pip install --no-deps`: "
             "`litellm[proxy]` does not resolve against the package index here (its proxy extra asks for a "
             "`litellm-proxy` package and its core for certifi>=2026.10.19, neither published there), so the "
             "frozen environment pins certifi 2026.10.18 and the proxy's requirements as 1.109.1 listed them. The "
             "proxy runs offline without a database (`LITELLM_LOCAL_MODEL_COST_MAP=True`, "
-            "`LITELLM_OFFLINE_MODE=true`, one uvicorn worker, one wildcard route to the fake upstream).")
-        add("- LiteLLM's Rust path (`litellm/rust_bridge`) serves only Anthropic's Messages API in this release "
+            "`LITELLM_OFFLINE_MODE=true`, one uvicorn worker, one wildcard route to the fake upstream)."
+        )
+        add(
+            "- LiteLLM's Rust path (`litellm/rust_bridge`) serves only Anthropic's Messages API in this release "
             "(an opt-in rule for provider `anthropic`); the SDK takes it with `litellm.rust(True)`, and the "
             "Anthropic table shows how many calls LiteLLM itself says Rust served (`x-litellm-rust: true`). The "
             "proxy cannot take it: the proxy hands LiteLLM its own shared aiohttp session, a feature the Rust "
-            "route leaves to Python, and the deployment flag `rust: true` is not read by this release's router.")
+            "route leaves to Python, and the deployment flag `rust: true` is not read by this release's router."
+        )
     if res["peers"].get("portkey", {}).get("status") == "ok":
-        add("- Portkey 1.15.2 is installed with `@hono/node-server` pinned to 1.13.8 (bench/portkey/package.json): "
+        add(
+            "- Portkey 1.15.2 is installed with `@hono/node-server` pinned to 1.13.8 (bench/portkey/package.json): "
             "with the 1.14+ that its range allows, every streamed response fails in node 20 "
-            "(`TypeError: immutable`), so streams could not be measured at all.")
+            "(`TypeError: immutable`), so streams could not be measured at all."
+        )
     add("")
 
 
@@ -171,14 +198,24 @@ def _capacity(res: dict, add: Callable[[str], None]) -> None:
     rows = []
     for kind, label in (("json", "non-streaming JSON reply"), ("sse", "50-chunk SSE stream")):
         c = cap[kind]
-        rows.append([label, f"{c['rps']:.0f}", f"{c['upstream_cpu_util'] * 100:.0f}%",
-                     f"{c['upstream_us_per_request']:.0f}", f"{c['capacity_rps_one_core']:.0f}"])
-    add("A raw-socket client (16 keep-alive connections, no HTTP library) in its own process. The upstream's CPU "
+        rows.append(
+            [
+                label,
+                f"{c['rps']:.0f}",
+                f"{c['upstream_cpu_util'] * 100:.0f}%",
+                f"{c['upstream_us_per_request']:.0f}",
+                f"{c['capacity_rps_one_core']:.0f}",
+            ]
+        )
+    add(
+        "A raw-socket client (16 keep-alive connections, no HTTP library) in its own process. The upstream's CPU "
         "per request bounds what it can serve on one core; compare with the rates below, where it is never the "
-        "limit.")
+        "limit."
+    )
     add("")
-    lines = _table(["reply", "measured req/s", "upstream CPU use", "upstream CPU µs/request",
-                    "capacity on one core, req/s"], rows)
+    lines = _table(
+        ["reply", "measured req/s", "upstream CPU use", "upstream CPU µs/request", "capacity on one core, req/s"], rows
+    )
     for line in lines:
         add(line)
     add("")
@@ -187,8 +224,10 @@ def _capacity(res: dict, add: Callable[[str], None]) -> None:
 def _latency(res: dict, add: Callable[[str], None], goals: list) -> None:
     add("## 1. One non-streaming request: added latency, throughput, CPU")
     add("")
-    add("Closed loop: `concurrency` requests always in flight, each new one sent when one ends. Latency is from the "
-        "call to the parsed response. CPU/request: all processes of the system (client included) per request.")
+    add(
+        "Closed loop: `concurrency` requests always in flight, each new one sent when one ends. Latency is from the "
+        "call to the parsed response. CPU/request: all processes of the system (client included) per request."
+    )
     add("")
     lat = res["latency"]
     for conc, by_system in lat.items():
@@ -198,18 +237,37 @@ def _latency(res: dict, add: Callable[[str], None], goals: list) -> None:
         rows = []
         for system, runs in by_system.items():
             base = floor if system != "floor" else []
-            rows.append([
-                NAMES[system], str(sum(r["n"] for r in runs)),
-                _spread([r["p50"] for r in runs], 1e3), _spread([r["p99"] for r in runs], 1e3),
-                _spread(_paired(runs, base, lambda r: r["p50"]), 1e3) if base else "–",
-                _spread(_paired(runs, base, lambda r: r["p99"]), 1e3) if base else "–",
-                _spread([r["rate"] for r in runs], 1, 0),
-                _spread(_paired(runs, base, lambda r: r["rate"], lambda a, b: a / b), 1, 2) if base else "1",
-                _spread([_cpu_per(r) for r in runs], 1e3, 3),
-                _spread(_paired(runs, base, _cpu_per), 1e3, 3) if base else "–",
-                _errors(runs)])
-        for line in _table(["system", "requests", "p50 ms", "p99 ms", "added p50 ms", "added p99 ms", "req/s",
-                            "req/s ÷ floor", "CPU ms/req", "added CPU ms/req", "errors"], rows):
+            rows.append(
+                [
+                    NAMES[system],
+                    str(sum(r["n"] for r in runs)),
+                    _spread([r["p50"] for r in runs], 1e3),
+                    _spread([r["p99"] for r in runs], 1e3),
+                    _spread(_paired(runs, base, lambda r: r["p50"]), 1e3) if base else "–",
+                    _spread(_paired(runs, base, lambda r: r["p99"]), 1e3) if base else "–",
+                    _spread([r["rate"] for r in runs], 1, 0),
+                    _spread(_paired(runs, base, lambda r: r["rate"], lambda a, b: a / b), 1, 2) if base else "1",
+                    _spread([_cpu_per(r) for r in runs], 1e3, 3),
+                    _spread(_paired(runs, base, _cpu_per), 1e3, 3) if base else "–",
+                    _errors(runs),
+                ]
+            )
+        for line in _table(
+            [
+                "system",
+                "requests",
+                "p50 ms",
+                "p99 ms",
+                "added p50 ms",
+                "added p99 ms",
+                "req/s",
+                "req/s ÷ floor",
+                "CPU ms/req",
+                "added CPU ms/req",
+                "errors",
+            ],
+            rows,
+        ):
             add(line)
         add("")
         if conc == "1" and "trunkline" in by_system and floor:
@@ -220,18 +278,36 @@ def _latency(res: dict, add: Callable[[str], None], goals: list) -> None:
             total_cpu = _mid([_cpu_per(r) for r in tl]) * 1e3
             goals.append(("added latency p50, concurrency 1", "< 0.5 ms", f"{p50:.3f} ms", _verdict(p50, 0.5)))
             goals.append(("added latency p99, concurrency 1", "< 1.5 ms", f"{p99:.3f} ms", _verdict(p99, 1.5)))
-            goals.append(("added CPU per request (trunkline processes + client, minus the floor client)", "< 1 ms",
-                          f"{cpu:.3f} ms (total {total_cpu:.3f} ms)", _verdict(cpu, 1.0)))
+            goals.append(
+                (
+                    "added CPU per request (trunkline processes + client, minus the floor client)",
+                    "< 1 ms",
+                    f"{cpu:.3f} ms (total {total_cpu:.3f} ms)",
+                    _verdict(cpu, 1.0),
+                )
+            )
         if conc == "64" and "trunkline" in by_system:
             tl_rate = _mid([r["rate"] for r in by_system["trunkline"]])
             for peer, factor in (("proxy", 5.0), ("sdk", 2.0), ("portkey", 1.0)):
                 if peer in by_system:
                     ratio = tl_rate / _mid([r["rate"] for r in by_system[peer]])
-                    goals.append((f"throughput at concurrency 64 vs the {NAMES[peer]}", f"≥ {factor:g}×",
-                                  f"{ratio:.2f}×", _verdict(ratio, factor, higher_is_better=True)))
+                    goals.append(
+                        (
+                            f"throughput at concurrency 64 vs the {NAMES[peer]}",
+                            f"≥ {factor:g}×",
+                            f"{ratio:.2f}×",
+                            _verdict(ratio, factor, higher_is_better=True),
+                        )
+                    )
                 else:
-                    goals.append((f"throughput at concurrency 64 vs the {NAMES[peer]}", f"≥ {factor:g}×",
-                                  "peer skipped", "not measured"))
+                    goals.append(
+                        (
+                            f"throughput at concurrency 64 vs the {NAMES[peer]}",
+                            f"≥ {factor:g}×",
+                            "peer skipped",
+                            "not measured",
+                        )
+                    )
     # Ratios to LiteLLM, at every concurrency, in one place.
     peers = [p for p in PEERS if any(p in v for v in lat.values())]
     if peers:
@@ -265,35 +341,58 @@ def _streams(res: dict, add: Callable[[str], None], goals: list) -> None:
     chunks = res["plan"]["stream_chunks"]
     add(f"## 2. Streams of {chunks} chunks: added time to first and last token")
     add("")
-    add(f"One stream at a time; the upstream writes all {chunks} chunks at once, so the time to the last token is "
+    add(
+        f"One stream at a time; the upstream writes all {chunks} chunks at once, so the time to the last token is "
         "the cost of carrying them. Time to last token = the complete response in hand (`[DONE]`, the terminal "
-        "event, the end of the iterator). CPU per chunk: all processes of the system per content chunk.")
+        "event, the end of the iterator). CPU per chunk: all processes of the system per content chunk."
+    )
     add("")
     floor = st.get("floor", [])
     rows = []
     for system, runs in st.items():
         base = floor if system != "floor" else []
-        rows.append([
-            NAMES[system], str(sum(r["n"] for r in runs)),
-            _spread([r["ttft_p50"] for r in runs], 1e3), _spread([r["ttft_p99"] for r in runs], 1e3),
-            _spread(_paired(runs, base, lambda r: r["ttft_p50"]), 1e3) if base else "–",
-            _spread([r["ttlt_p50"] for r in runs], 1e3), _spread([r["ttlt_p99"] for r in runs], 1e3),
-            _spread(_paired(runs, base, lambda r: r["ttlt_p50"]), 1e3) if base else "–",
-            _spread(_paired(runs, base, lambda r: r["ttlt_p99"]), 1e3) if base else "–",
-            _spread([_cpu_per(r, "chunks") for r in runs], 1e6, 1),
-            _spread(_paired(runs, base, lambda r: _cpu_per(r, "chunks")), 1e6, 1) if base else "–",
-            _errors(runs)])
-    for line in _table(["system", "streams", "TTFT p50 ms", "TTFT p99 ms", "added TTFT p50 ms", "TTLT p50 ms",
-                        "TTLT p99 ms", "added TTLT p50 ms", "added TTLT p99 ms", "CPU µs/chunk",
-                        "added CPU µs/chunk", "errors"], rows):
+        rows.append(
+            [
+                NAMES[system],
+                str(sum(r["n"] for r in runs)),
+                _spread([r["ttft_p50"] for r in runs], 1e3),
+                _spread([r["ttft_p99"] for r in runs], 1e3),
+                _spread(_paired(runs, base, lambda r: r["ttft_p50"]), 1e3) if base else "–",
+                _spread([r["ttlt_p50"] for r in runs], 1e3),
+                _spread([r["ttlt_p99"] for r in runs], 1e3),
+                _spread(_paired(runs, base, lambda r: r["ttlt_p50"]), 1e3) if base else "–",
+                _spread(_paired(runs, base, lambda r: r["ttlt_p99"]), 1e3) if base else "–",
+                _spread([_cpu_per(r, "chunks") for r in runs], 1e6, 1),
+                _spread(_paired(runs, base, lambda r: _cpu_per(r, "chunks")), 1e6, 1) if base else "–",
+                _errors(runs),
+            ]
+        )
+    for line in _table(
+        [
+            "system",
+            "streams",
+            "TTFT p50 ms",
+            "TTFT p99 ms",
+            "added TTFT p50 ms",
+            "TTLT p50 ms",
+            "TTLT p99 ms",
+            "added TTLT p50 ms",
+            "added TTLT p99 ms",
+            "CPU µs/chunk",
+            "added CPU µs/chunk",
+            "errors",
+        ],
+        rows,
+    ):
         add(line)
     add("")
     if "trunkline" in st and floor:
         tl = st["trunkline"]
         ttlt = _mid(_paired(tl, floor, lambda r: r["ttlt_p50"])) * 1e3
         cpu = _mid(_paired(tl, floor, lambda r: _cpu_per(r, "chunks"))) * 1e6
-        goals.append((f"added time to last token, {chunks}-chunk stream (p50)", "< 2 ms", f"{ttlt:.3f} ms",
-                      _verdict(ttlt, 2.0)))
+        goals.append(
+            (f"added time to last token, {chunks}-chunk stream (p50)", "< 2 ms", f"{ttlt:.3f} ms", _verdict(ttlt, 2.0))
+        )
         goals.append(("added CPU per streamed event", "< 50 µs", f"{cpu:.1f} µs", _verdict(cpu, 50.0)))
         lost = sum(r.get("lost", 0) for r in tl)
         rec = sum(r.get("recovered", 0) for r in tl)
@@ -305,8 +404,10 @@ def _anthropic(res: dict, add: Callable[[str], None]) -> None:
     an = res["anthropic"]
     if not an:
         return
-    add("## The Anthropic path (trunkline's `anthropic` worker, LiteLLM's SDK on its Python and Rust paths and Portkey, "
-        "vs. httpx direct to `/v1/messages`)")
+    add(
+        "## The Anthropic path (trunkline's `anthropic` worker, LiteLLM's SDK on its Python and Rust paths and Portkey, "
+        "vs. httpx direct to `/v1/messages`)"
+    )
     add("")
     rows = []
     for kind, by_system in an.items():
@@ -315,19 +416,35 @@ def _anthropic(res: dict, add: Callable[[str], None]) -> None:
         key99 = "p99" if kind == "complete" else "ttlt_p99"
         for system, runs in by_system.items():
             base = floor if system != "floor" else []
-            rows.append([kind if kind == "complete" else f"stream, {res['plan']['stream_chunks']} chunks (to last)",
-                         NAMES[system], _spread([r[key50] for r in runs], 1e3), _spread([r[key99] for r in runs], 1e3),
-                         _spread(_paired(runs, base, lambda r: r[key50]), 1e3) if base else "–",
-                         _spread([_cpu_per(r) for r in runs], 1e3, 3), _errors(runs)])
+            rows.append(
+                [
+                    kind if kind == "complete" else f"stream, {res['plan']['stream_chunks']} chunks (to last)",
+                    NAMES[system],
+                    _spread([r[key50] for r in runs], 1e3),
+                    _spread([r[key99] for r in runs], 1e3),
+                    _spread(_paired(runs, base, lambda r: r[key50]), 1e3) if base else "–",
+                    _spread([_cpu_per(r) for r in runs], 1e3, 3),
+                    _errors(runs),
+                ]
+            )
     for line in _table(["request", "system", "p50 ms", "p99 ms", "added p50 ms", "CPU ms/request", "errors"], rows):
         add(line)
     add("")
-    rust = [(kind, sum(r.get("served_by_rust") or 0 for r in by_system["sdk_rust"]),
-             sum(r["n"] + r["errors"] for r in by_system["sdk_rust"]))
-            for kind, by_system in an.items() if "sdk_rust" in by_system]
+    rust = [
+        (
+            kind,
+            sum(r.get("served_by_rust") or 0 for r in by_system["sdk_rust"]),
+            sum(r["n"] + r["errors"] for r in by_system["sdk_rust"]),
+        )
+        for kind, by_system in an.items()
+        if "sdk_rust" in by_system
+    ]
     if rust:
-        add("LiteLLM's Rust path: " + "; ".join(f"{kind}: {served} of {calls} timed calls served by Rust"
-                                                  for kind, served, calls in rust) + ".")
+        add(
+            "LiteLLM's Rust path: "
+            + "; ".join(f"{kind}: {served} of {calls} timed calls served by Rust" for kind, served, calls in rust)
+            + "."
+        )
         add("")
 
 
@@ -342,27 +459,55 @@ def _events(res: dict, add: Callable[[str], None]) -> None:
     plan = res["plan"]
     add(f"## 3. Event throughput: {plan['events_concurrency']} concurrent streams of {plan['events_chunks']} chunks")
     add("")
-    add("Events are everything trunkline delivers to the client (start, text start, deltas, text end, finish); "
-        "chunks are the upstream's content chunks (the floor's unit). CPU in ms per 1,000 events.")
+    add(
+        "Events are everything trunkline delivers to the client (start, text start, deltas, text end, finish); "
+        "chunks are the upstream's content chunks (the floor's unit). CPU in ms per 1,000 events."
+    )
     add("")
     tl = [r for r in ev if r["system"] == "trunkline"]
     fl = [r for r in ev if r["system"] == "floor"]
     rows = []
     for r in fl:
-        rows.append(["floor", f"{r['chunks'] / r['wall_s']:.0f}", "–", "–", "–",
-                     f"client {r['cpu'].get('client', 0) / max(r['chunks'], 1) * 1e6:.0f}", "–"])
+        rows.append(
+            [
+                "floor",
+                f"{r['chunks'] / r['wall_s']:.0f}",
+                "–",
+                "–",
+                "–",
+                f"client {r['cpu'].get('client', 0) / max(r['chunks'], 1) * 1e6:.0f}",
+                "–",
+            ]
+        )
     for r in tl:
         e = r["events"]
         workers = {k: v for k, v in r["cpu"].items() if k.startswith("worker ")}
         busiest = max(workers, key=lambda k: workers[k]) if workers else ""
-        rows.append(["trunkline", f"{r['chunks'] / r['wall_s']:.0f}", f"{e / r['wall_s']:.0f}",
-                     str(r.get("lost", 0)), str(r.get("recovered", 0)),
-                     f"client {_cpu_k(r['cpu'], 'client', e)}, supervisor {_cpu_k(r['cpu'], 'supervisor', e)}, "
-                     f"{busiest} {_cpu_k(r['cpu'], busiest, e)}, other workers "
-                     f"{sum(v for k, v in workers.items() if k != busiest) / max(e, 1) * 1e6:.0f}",
-                     f"{(r['cpu_system_s']) / max(e, 1) * 1e6:.0f}"])
-    for line in _table(["system", "chunks/s", "events/s", "lost", "recovered by replay",
-                        "CPU ms per 1,000 events (per process)", "total ms / 1,000 events"], rows):
+        rows.append(
+            [
+                "trunkline",
+                f"{r['chunks'] / r['wall_s']:.0f}",
+                f"{e / r['wall_s']:.0f}",
+                str(r.get("lost", 0)),
+                str(r.get("recovered", 0)),
+                f"client {_cpu_k(r['cpu'], 'client', e)}, supervisor {_cpu_k(r['cpu'], 'supervisor', e)}, "
+                f"{busiest} {_cpu_k(r['cpu'], busiest, e)}, other workers "
+                f"{sum(v for k, v in workers.items() if k != busiest) / max(e, 1) * 1e6:.0f}",
+                f"{(r['cpu_system_s']) / max(e, 1) * 1e6:.0f}",
+            ]
+        )
+    for line in _table(
+        [
+            "system",
+            "chunks/s",
+            "events/s",
+            "lost",
+            "recovered by replay",
+            "CPU ms per 1,000 events (per process)",
+            "total ms / 1,000 events",
+        ],
+        rows,
+    ):
         add(line)
     add("")
 
@@ -373,22 +518,46 @@ def _subscribers(res: dict, add: Callable[[str], None]) -> None:
         return
     add("## 4. Many subscribers: separate client processes, each running its own streams")
     add("")
-    add(f"The same total load ({res['plan']['subscriber_streams_in_flight']} streams of "
+    add(
+        f"The same total load ({res['plan']['subscriber_streams_in_flight']} streams of "
         f"{res['plan']['events_chunks']} chunks in flight) spread over more client processes. Each subscriber's "
         "connection carries every event of every client (nng's PUB/SUB filters on the subscriber side), so the "
-        "supervisor sends each event once per subscriber and every client drops what is not its own.")
+        "supervisor sends each event once per subscriber and every client drops what is not its own."
+    )
     add("")
     rows = []
     for n, s in subs.items():
         e = s["events"]
         workers = sum(v for k, v in s["cpu"].items() if k.startswith("worker "))
-        rows.append([n, str(s["streams"]), f"{e / s['wall_s']:.0f}", str(s["lost"]), str(s["recovered"]),
-                     _cpu_k(s["cpu"], "supervisor", e), f"{workers / e * 1e6:.0f}" if e else "–",
-                     f"{s['client_cpu_s'] / e * 1e6:.0f}" if e else "–",
-                     f"{(s['cpu'].get('supervisor', 0) + workers + s['client_cpu_s']) / e * 1e6:.0f}" if e else "–",
-                     f"{s['errors']}" + (f" ({s['first_error'][:60]})" if s.get("first_error") else "")])
-    for line in _table(["subscribers", "streams", "events/s (all clients)", "lost", "recovered",
-                        "supervisor ms/1k events", "workers ms/1k", "clients ms/1k", "total ms/1k", "errors"], rows):
+        rows.append(
+            [
+                n,
+                str(s["streams"]),
+                f"{e / s['wall_s']:.0f}",
+                str(s["lost"]),
+                str(s["recovered"]),
+                _cpu_k(s["cpu"], "supervisor", e),
+                f"{workers / e * 1e6:.0f}" if e else "–",
+                f"{s['client_cpu_s'] / e * 1e6:.0f}" if e else "–",
+                f"{(s['cpu'].get('supervisor', 0) + workers + s['client_cpu_s']) / e * 1e6:.0f}" if e else "–",
+                f"{s['errors']}" + (f" ({s['first_error'][:60]})" if s.get("first_error") else ""),
+            ]
+        )
+    for line in _table(
+        [
+            "subscribers",
+            "streams",
+            "events/s (all clients)",
+            "lost",
+            "recovered",
+            "supervisor ms/1k events",
+            "workers ms/1k",
+            "clients ms/1k",
+            "total ms/1k",
+            "errors",
+        ],
+        rows,
+    ):
         add(line)
     add("")
 
@@ -401,30 +570,38 @@ def _memory_row(label: str, sample: dict, previous: dict | None) -> list[str]:
     rss = sample["rss"]
     workers = {k: v for k, v in rss.items() if k.startswith("worker ")}
     total = _daemon_total(rss)
-    return [label, f"{rss.get('supervisor', 0):.1f}", ", ".join(f"{k[7:]} {v:.1f}" for k, v in workers.items()),
-            f"{total:.1f}", f"{total - _daemon_total(previous['rss']):+.1f}" if previous else "–",
-            f"{_daemon_total(sample['pss']):.1f}", f"{rss.get('client', 0):.1f}"]
+    return [
+        label,
+        f"{rss.get('supervisor', 0):.1f}",
+        ", ".join(f"{k[7:]} {v:.1f}" for k, v in workers.items()),
+        f"{total:.1f}",
+        f"{total - _daemon_total(previous['rss']):+.1f}" if previous else "–",
+        f"{_daemon_total(sample['pss']):.1f}",
+        f"{rss.get('client', 0):.1f}",
+    ]
 
 
 def _memory(res: dict, add: Callable[[str], None], goals: list) -> None:
     mem, plan = res["memory"], res["plan"]
     add("## 5. Memory (MiB)")
     add("")
-    add(f"Each row is sampled once what it names has run and the processes have settled ({plan['settle_s']:g} s), "
+    add(
+        f"Each row is sampled once what it names has run and the processes have settled ({plan['settle_s']:g} s), "
         "so memory a stage adds shows in that stage's row; *change* is the RSS of supervisor + workers minus the "
         "row above. RSS counts every page a process holds, so the pages all these Python processes share (the "
         "interpreter, its libraries) are counted once per process and the RSS sum overstates what they use "
         "together; PSS (`Pss` in `/proc/<pid>/smaps_rollup`) splits each shared page among the processes that map "
         "it, so the PSS sum is what they take together (pages also mapped by the benchmark's own Python processes "
-        "are split with those too).")
+        "are split with those too)."
+    )
     add("")
     repeats = plan["repeats"]
     labels = {
         "idle": "idle, just started",
         "after_repeats": f"after latency, streams, Anthropic and event throughput ({repeats} "
-                         f"repeat{'s' if repeats != 1 else ''})",
+        f"repeat{'s' if repeats != 1 else ''})",
         "after_subscribers": f"after subscribers ({', then '.join(map(str, plan['subscribers']))} client "
-                             "processes, each reading every event)",
+        "processes, each reading every event)",
         "open_streams": "{opened} streams open ({failed} failed to open)",
         "after_load": "idle after all the load above",
     }
@@ -438,25 +615,45 @@ def _memory(res: dict, add: Callable[[str], None], goals: list) -> None:
             label = label.format(**sample)
         rows.append(_memory_row(label, sample, previous))
         previous = sample
-    for line in _table(["when", "supervisor", "workers", "supervisor + workers", "change over the row above",
-                        "supervisor + workers, PSS", "benchmark client process"], rows):
+    for line in _table(
+        [
+            "when",
+            "supervisor",
+            "workers",
+            "supervisor + workers",
+            "change over the row above",
+            "supervisor + workers, PSS",
+            "benchmark client process",
+        ],
+        rows,
+    ):
         add(line)
     add("")
     if "idle" in mem:
         workers = [k for k in mem["idle"]["rss"] if k.startswith("worker ")]
         total, pss = _daemon_total(mem["idle"]["rss"]), _daemon_total(mem["idle"]["pss"])
-        goals.append((f"supervisor + {len(workers)} idle workers, RSS", f"< {WORKERS_GOAL_MB} MB",
-                      f"{total:.1f} MiB (PSS {pss:.1f} MiB)", _verdict(total, WORKERS_GOAL_MB)))
+        goals.append(
+            (
+                f"supervisor + {len(workers)} idle workers, RSS",
+                f"< {WORKERS_GOAL_MB} MB",
+                f"{total:.1f} MiB (PSS {pss:.1f} MiB)",
+                _verdict(total, WORKERS_GOAL_MB),
+            )
+        )
     if "open_streams" in mem:
-        add(f"Opening {mem['open_streams']['opened']} streams (each waits for its first token) took "
-            f"{mem['open_streams']['open_s']:.2f} s.")
+        add(
+            f"Opening {mem['open_streams']['opened']} streams (each waits for its first token) took "
+            f"{mem['open_streams']['open_s']:.2f} s."
+        )
         add("")
     peers = res["peers"]
     prow = []
     for name in PEERS:
         p = peers.get(name, {})
         if p.get("status") == "ok":
-            prow.append([NAMES[name], f"{p.get('rss_idle_mb', math.nan):.1f}", f"{p.get('rss_after_mb', math.nan):.1f}"])
+            prow.append(
+                [NAMES[name], f"{p.get('rss_idle_mb', math.nan):.1f}", f"{p.get('rss_after_mb', math.nan):.1f}"]
+            )
     if prow:
         add("Peers (the SDK: its driver process, LiteLLM imported; the proxy and Portkey: their process trees):")
         add("")
@@ -467,21 +664,35 @@ def _memory(res: dict, add: Callable[[str], None], goals: list) -> None:
     if soak:
         add(f"### Soak: {_minutes(soak['minutes'])} of mixed load")
         add("")
-        add(f"8 streams of 50 chunks and 8 non-streaming requests always in flight: {soak['streams']} streams, "
+        add(
+            f"8 streams of 50 chunks and 8 non-streaming requests always in flight: {soak['streams']} streams, "
             f"{soak['completes']} requests, {soak['events']} events, {soak['lost']} lost, {soak['recovered']} "
             f"recovered by replay, {soak['errors']} errors"
-            + (f" (first: {soak['first_error'][:100]})" if soak.get("first_error") else "") + ". The client is the "
+            + (f" (first: {soak['first_error'][:100]})" if soak.get("first_error") else "")
+            + ". The client is the "
             "benchmark process, which keeps only counts and sums of these operations, not a sample of each: its "
-            "growth is the trunkline client's.")
+            "growth is the trunkline client's."
+        )
         add("")
-        rows = [[k, f"{v['start']:.1f}", f"{v['max']:.1f}", f"{v['end']:.1f}", f"{v['end'] - v['start']:+.1f}",
-                 f"{v['slope_second_half_mb_per_min']:+.2f}"] for k, v in soak["rss"].items()]
+        rows = [
+            [
+                k,
+                f"{v['start']:.1f}",
+                f"{v['max']:.1f}",
+                f"{v['end']:.1f}",
+                f"{v['end'] - v['start']:+.1f}",
+                f"{v['slope_second_half_mb_per_min']:+.2f}",
+            ]
+            for k, v in soak["rss"].items()
+        ]
         for line in _table(["process", "start", "max", "end", "drift", "slope over the second half, MiB/min"], rows):
             add(line)
         add("")
         if soak["minutes"] < 10:
-            add(f"The issue asks for a 10-minute soak; this run used {_minutes(soak['minutes'])} "
-                f"(`make bench` runs 10, `--soak MINUTES` sets it).")
+            add(
+                f"The issue asks for a 10-minute soak; this run used {_minutes(soak['minutes'])} "
+                f"(`make bench` runs 10, `--soak MINUTES` sets it)."
+            )
             add("")
 
 
@@ -491,12 +702,14 @@ def _hops(res: dict, add: Callable[[str], None]) -> None:
         return
     add("## 6. Where the time goes (one request at a time)")
     add("")
-    add("All processes read the same CLOCK_MONOTONIC. *Measured*: stamped by the client, by the fake upstream "
+    add(
+        "All processes read the same CLOCK_MONOTONIC. *Measured*: stamped by the client, by the fake upstream "
         "(its receive and send clocks travel back in the content), or by the daemon itself: this stage runs "
         "its own daemon with `TRUNKLINE_TRACE_HOPS=1`, whose supervisor and worker publish their stamps on the "
         "bus. *Inferred*: computed by subtraction, with the assumption named. Medians "
         "(p99) in µs after the client sends, over "
-        f"{h['trunkline']['complete'].get('total', {}).get('n', 0)} requests.")
+        f"{h['trunkline']['complete'].get('total', {}).get('n', 0)} requests."
+    )
     add("")
     fc, tc = h["floor"]["complete"], h["trunkline"]["complete"]
     rtt = h["status_rtt_us"]
@@ -524,20 +737,38 @@ def _hops(res: dict, add: Callable[[str], None]) -> None:
     rows = [
         ["client sends `submit`", "0", "measured", ""],
         ["supervisor receives `submit`", *point("supervisor_received", acc / 2, "half the submit→accepted round trip")],
-        ["client receives `accepted`", vv(tc, "accepted"), "measured",
-         f"a bare `status` round trip is {rtt['p50']:.0f} ({rtt['p99']:.0f}) µs"],
+        [
+            "client receives `accepted`",
+            vv(tc, "accepted"),
+            "measured",
+            f"a bare `status` round trip is {rtt['p50']:.0f} ({rtt['p99']:.0f}) µs",
+        ],
         ["supervisor sends the job to the worker", *point("job_sent", math.nan, "not observable")],
         ["worker receives the job", *point("job_received", math.nan, "not observable")],
-        ["worker starts the attempt", *point("attempt_started", to_up - floor_send,
-                                             f"upstream receive minus the floor's own client→upstream leg "
-                                             f"({floor_send:.0f} µs)")],
-        ["client sees `llm.call_started` on the bus", vv(tc, "call_started_seen"), "measured",
-         "the bus event went worker → supervisor → client"],
+        [
+            "worker starts the attempt",
+            *point(
+                "attempt_started",
+                to_up - floor_send,
+                f"upstream receive minus the floor's own client→upstream leg ({floor_send:.0f} µs)",
+            ),
+        ],
+        [
+            "client sees `llm.call_started` on the bus",
+            vv(tc, "call_started_seen"),
+            "measured",
+            "the bus event went worker → supervisor → client",
+        ],
         ["upstream has read the request", vv(tc, "to_upstream"), "measured", f"floor: {vv(fc, 'to_upstream')}"],
         ["upstream writes the reply", f"{up_send:.0f}", "measured", ""],
-        ["worker has read and parsed the reply", *point("reply_done", up_send + floor_back,
-                                                        f"the worker's httpx reads as fast as the floor's "
-                                                        f"({floor_back:.0f} µs)")],
+        [
+            "worker has read and parsed the reply",
+            *point(
+                "reply_done",
+                up_send + floor_back,
+                f"the worker's httpx reads as fast as the floor's ({floor_back:.0f} µs)",
+            ),
+        ],
         ["worker emits `finish`", *point("terminal_emitted", math.nan, "not observable")],
         ["supervisor receives it", *point("terminal_received", math.nan, "not observable")],
         ["supervisor publishes it", *point("terminal_published", math.nan, "not observable")],
@@ -548,48 +779,79 @@ def _hops(res: dict, add: Callable[[str], None]) -> None:
     add("")
     out_leg = v(tc, "from_upstream")
     if traced:
-        t = {k: v(tc, k) for k in ("supervisor_received", "job_sent", "job_received", "attempt_started",
-                                    "reply_done", "terminal_emitted", "terminal_received", "terminal_published")}
+        t = {
+            k: v(tc, k)
+            for k in (
+                "supervisor_received",
+                "job_sent",
+                "job_received",
+                "attempt_started",
+                "reply_done",
+                "terminal_emitted",
+                "terminal_received",
+                "terminal_published",
+            )
+        }
         total = v(tc, "total")
         shares = [
             ["client → supervisor (`submit` on the control socket)", t["supervisor_received"], ""],
-            ["supervisor: validate, accept, hand the job to its slot", t["job_sent"] - t["supervisor_received"],
-             ""],
+            ["supervisor: validate, accept, hand the job to its slot", t["job_sent"] - t["supervisor_received"], ""],
             ["supervisor → worker (the link)", t["job_received"] - t["job_sent"], ""],
             ["worker: start the job and the attempt", t["attempt_started"] - t["job_received"], ""],
-            ["worker → upstream (build and send the HTTP request)", to_up - t["attempt_started"],
-             f"the floor's whole client→upstream leg: {floor_send:.0f}"],
+            [
+                "worker → upstream (build and send the HTTP request)",
+                to_up - t["attempt_started"],
+                f"the floor's whole client→upstream leg: {floor_send:.0f}",
+            ],
             ["upstream", service, "the same for the floor"],
-            ["upstream → worker (read and parse the reply)", t["reply_done"] - up_send,
-             f"the floor's upstream→client leg: {floor_back:.0f}"],
+            [
+                "upstream → worker (read and parse the reply)",
+                t["reply_done"] - up_send,
+                f"the floor's upstream→client leg: {floor_back:.0f}",
+            ],
             ["worker: emit `finish` (account, frame, queue)", t["terminal_emitted"] - t["reply_done"], ""],
             ["worker → supervisor (the link)", t["terminal_received"] - t["terminal_emitted"], ""],
             ["supervisor: publish and keep for replay", t["terminal_published"] - t["terminal_received"], ""],
             ["supervisor → client (publish, subscription, decode)", total - t["terminal_published"], ""],
         ]
-        add("Each hop's share of the median request (differences of medians, so they add up only "
-            "approximately):")
+        add("Each hop's share of the median request (differences of medians, so they add up only approximately):")
         add("")
         for line in _table(["hop", "µs", "note"], [[name, f"{us:.0f}", note] for name, us, note in shares]):
             add(line)
         add("")
-    add(f"Legs: client → upstream {to_up:.0f} µs against the floor's {floor_send:.0f} (added "
+    add(
+        f"Legs: client → upstream {to_up:.0f} µs against the floor's {floor_send:.0f} (added "
         f"{to_up - floor_send:.0f}); upstream → client {out_leg:.0f} µs against {floor_back:.0f} (added "
         f"{out_leg - floor_back:.0f}). `llm.call_started` seen {started - to_up:+.0f} µs relative to the "
-        f"upstream receiving the request: its own return trip through the supervisor and the client.")
+        f"upstream receiving the request: its own return trip through the supervisor and the client."
+    )
     add("")
     fs, ts = h["floor"]["stream"], h["trunkline"]["stream"]
     add("### Streaming request (50 chunks, written at once)")
     add("")
-    rows = [["submit → accepted", vv(ts, "accepted"), "–", "–"],
-            ["client send → upstream has read the request", vv(ts, "to_upstream"), vv(fs, "to_upstream"),
-             f"{v(ts, 'to_upstream') - v(fs, 'to_upstream'):.0f}"],
-            ["upstream writes first chunk → client has it", vv(ts, "first_chunk_leg"), vv(fs, "first_chunk_leg"),
-             f"{v(ts, 'first_chunk_leg') - v(fs, 'first_chunk_leg'):.0f}"],
-            ["upstream writes last chunk → client has the whole response", vv(ts, "last_chunk_leg"),
-             vv(fs, "last_chunk_leg"), f"{v(ts, 'last_chunk_leg') - v(fs, 'last_chunk_leg'):.0f}"],
-            ["time to first token", vv(ts, "ttft"), vv(fs, "ttft"), f"{v(ts, 'ttft') - v(fs, 'ttft'):.0f}"],
-            ["total", vv(ts, "total"), vv(fs, "total"), f"{v(ts, 'total') - v(fs, 'total'):.0f}"]]
+    rows = [
+        ["submit → accepted", vv(ts, "accepted"), "–", "–"],
+        [
+            "client send → upstream has read the request",
+            vv(ts, "to_upstream"),
+            vv(fs, "to_upstream"),
+            f"{v(ts, 'to_upstream') - v(fs, 'to_upstream'):.0f}",
+        ],
+        [
+            "upstream writes first chunk → client has it",
+            vv(ts, "first_chunk_leg"),
+            vv(fs, "first_chunk_leg"),
+            f"{v(ts, 'first_chunk_leg') - v(fs, 'first_chunk_leg'):.0f}",
+        ],
+        [
+            "upstream writes last chunk → client has the whole response",
+            vv(ts, "last_chunk_leg"),
+            vv(fs, "last_chunk_leg"),
+            f"{v(ts, 'last_chunk_leg') - v(fs, 'last_chunk_leg'):.0f}",
+        ],
+        ["time to first token", vv(ts, "ttft"), vv(fs, "ttft"), f"{v(ts, 'ttft') - v(fs, 'ttft'):.0f}"],
+        ["total", vv(ts, "total"), vv(fs, "total"), f"{v(ts, 'total') - v(fs, 'total'):.0f}"],
+    ]
     for line in _table(["span (all measured)", "trunkline µs", "floor µs", "added µs (p50)"], rows):
         add(line)
     add("")
@@ -608,6 +870,8 @@ def _goals(goals: list, add: Callable[[str], None]) -> None:
 def _reference(add: Callable[[str], None]) -> None:
     add("## For reference: LiteLLM 1.109.1 as measured in the issue (a similar machine, floor ~900–1,100 req/s)")
     add("")
-    add("SDK: +6.8 ms p50 / +11.6 ms p99 at concurrency 1, ~7.4 ms CPU per call, ~100–120 req/s. Proxy: +26.7 ms "
+    add(
+        "SDK: +6.8 ms p50 / +11.6 ms p99 at concurrency 1, ~7.4 ms CPU per call, ~100–120 req/s. Proxy: +26.7 ms "
         "p50, ~25 ms CPU per request, 40–70 req/s, 345 MB RSS idle / 440 MB after load. A 50-chunk stream gained "
-        "52 ms (SDK) and 99 ms (proxy) to its last chunk.")
+        "52 ms (SDK) and 99 ms (proxy) to its last chunk."
+    )

@@ -66,17 +66,53 @@ class Plan:
 
     @classmethod
     def full(cls, soak_minutes: float = 10.0) -> Plan:
-        return cls("full", repeats=3, concurrencies=(1, 16, 64, 256), cell_s=3.0, cell_count=50_000, warmup=20,
-                   stream_chunks=50, stream_s=3.0, stream_count=5_000, events_concurrency=64, events_chunks=200,
-                   events_s=5.0, subscribers=(1, 8, 32), subscriber_streams_in_flight=32, subscriber_s=5.0,
-                   open_streams=1000, hop_samples=300, capacity_s=2.0, soak_minutes=soak_minutes, settle_s=2.0)
+        return cls(
+            "full",
+            repeats=3,
+            concurrencies=(1, 16, 64, 256),
+            cell_s=3.0,
+            cell_count=50_000,
+            warmup=20,
+            stream_chunks=50,
+            stream_s=3.0,
+            stream_count=5_000,
+            events_concurrency=64,
+            events_chunks=200,
+            events_s=5.0,
+            subscribers=(1, 8, 32),
+            subscriber_streams_in_flight=32,
+            subscriber_s=5.0,
+            open_streams=1000,
+            hop_samples=300,
+            capacity_s=2.0,
+            soak_minutes=soak_minutes,
+            settle_s=2.0,
+        )
 
     @classmethod
     def quick(cls, soak_minutes: float = 5 / 60) -> Plan:
-        return cls("quick", repeats=1, concurrencies=(1, 16, 64, 256), cell_s=0.25, cell_count=60, warmup=2,
-                   stream_chunks=50, stream_s=0.25, stream_count=5, events_concurrency=8, events_chunks=50,
-                   events_s=0.3, subscribers=(1, 2), subscriber_streams_in_flight=4, subscriber_s=0.3,
-                   open_streams=50, hop_samples=10, capacity_s=0.3, soak_minutes=soak_minutes, settle_s=0.2)
+        return cls(
+            "quick",
+            repeats=1,
+            concurrencies=(1, 16, 64, 256),
+            cell_s=0.25,
+            cell_count=60,
+            warmup=2,
+            stream_chunks=50,
+            stream_s=0.25,
+            stream_count=5,
+            events_concurrency=8,
+            events_chunks=50,
+            events_s=0.3,
+            subscribers=(1, 2),
+            subscriber_streams_in_flight=4,
+            subscriber_s=0.3,
+            open_streams=50,
+            hop_samples=10,
+            capacity_s=0.3,
+            soak_minutes=soak_minutes,
+            settle_s=0.2,
+        )
 
 
 SYSTEMS = ("floor", "trunkline", "sdk", "proxy", "portkey")
@@ -98,9 +134,20 @@ class Bench:
         self.want_peers = peers
         self.logs = out.parent
         self.logs.mkdir(parents=True, exist_ok=True)
-        self.results: dict[str, Any] = {"mode": plan.mode, "plan": asdict(plan), "failures": [], "peers": {},
-                                        "latency": {}, "streams": {}, "anthropic": {}, "events": [],
-                                        "subscribers": {}, "memory": {}, "soak": {}, "hops": {}}
+        self.results: dict[str, Any] = {
+            "mode": plan.mode,
+            "plan": asdict(plan),
+            "failures": [],
+            "peers": {},
+            "latency": {},
+            "streams": {},
+            "anthropic": {},
+            "events": [],
+            "subscribers": {},
+            "memory": {},
+            "soak": {},
+            "hops": {},
+        }
         self.upstream: LineProcess | None = None
         self.port = 0
         self.daemon: Daemon | None = None
@@ -122,15 +169,22 @@ class Bench:
         try:
             yield
         except Exception as exc:  # noqa: BLE001 - one broken stage must not hide the others
-            self.results["failures"].append({"stage": name, "error": f"{type(exc).__name__}: {exc}",
-                                             "trace": traceback.format_exc()[-2000:]})
+            self.results["failures"].append(
+                {"stage": name, "error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-2000:]}
+            )
             print(f"bench: {name} FAILED: {exc!r}", file=sys.stderr, flush=True)
         finally:
             self.results.setdefault("stage_s", {})[name] = time.perf_counter() - t0
 
     def systems(self) -> list[str]:
-        return [s for s in SYSTEMS if s in ("floor", "trunkline") or (s == "sdk" and self.sdk) or
-                (s == "proxy" and self.proxy) or (s == "portkey" and self.portkey)]
+        return [
+            s
+            for s in SYSTEMS
+            if s in ("floor", "trunkline")
+            or (s == "sdk" and self.sdk)
+            or (s == "proxy" and self.proxy)
+            or (s == "portkey" and self.portkey)
+        ]
 
     def trunkline_groups(self) -> dict[str, list[int]]:
         assert self.daemon is not None
@@ -154,8 +208,9 @@ class Bench:
     # -- setup -------------------------------------------------------------------------------
 
     async def start_upstream(self) -> None:
-        self.upstream = LineProcess([sys.executable, "-m", "bench.upstream"], cwd=str(REPO),
-                                    log=self.logs / "upstream.log")
+        self.upstream = LineProcess(
+            [sys.executable, "-m", "bench.upstream"], cwd=str(REPO), log=self.logs / "upstream.log"
+        )
         await self.upstream.start()
         self.port = int((await self.upstream.readline(30)).split()[1])
         self.floor = HttpTarget(f"http://127.0.0.1:{self.port}/v1")
@@ -188,15 +243,26 @@ class Bench:
             self.portkey = await start_portkey(self.port, self.logs / "portkey.log")
             await trio.sleep(self.plan.settle_s)
             peers["portkey"] = {"status": "ok", "version": self.portkey.version, "rss_idle_mb": self.portkey.rss()}
-            self.portkey_targets = {api: HttpTarget(self.portkey.base_url, self.portkey.headers(api))
-                                    for api in ("openai", "anthropic")}
+            self.portkey_targets = {
+                api: HttpTarget(self.portkey.base_url, self.portkey.headers(api)) for api in ("openai", "anthropic")
+            }
         except (PeerUnavailable, OSError) as exc:
             peers["portkey"] = {"status": "skipped", "reason": str(exc)}
 
     # -- one measurement cell ------------------------------------------------------------------
 
-    async def cell(self, system: str, kind: str, model: str, concurrency: int, *, duration_s: float, count: int,
-                   warmup: int, api: str = "openai") -> dict[str, Any]:
+    async def cell(
+        self,
+        system: str,
+        kind: str,
+        model: str,
+        concurrency: int,
+        *,
+        duration_s: float,
+        count: int,
+        warmup: int,
+        api: str = "openai",
+    ) -> dict[str, Any]:
         """Run one system at one concurrency; return its latency summary and CPU."""
         meter = CpuMeter(self.groups_for(system), include_self=system not in SDK_SYSTEMS).start()
         wall0 = time.perf_counter()
@@ -204,17 +270,23 @@ class Bench:
         if system in SDK_SYSTEMS:
             assert self.sdk is not None
             if api == "anthropic":
-                route = {"op": f"messages_{kind}", "model": f"anthropic/{model}",
-                         "api_base": f"http://127.0.0.1:{self.port}", "rust": system == "sdk_rust"}
+                route = {
+                    "op": f"messages_{kind}",
+                    "model": f"anthropic/{model}",
+                    "api_base": f"http://127.0.0.1:{self.port}",
+                    "rust": system == "sdk_rust",
+                }
             else:
                 route = {"op": kind, "model": f"openai/{model}", "api_base": f"http://127.0.0.1:{self.port}/v1"}
-            reply = await self.sdk.call({**route, "concurrency": concurrency, "count": count,
-                                         "duration_s": duration_s, "warmup": warmup})
+            reply = await self.sdk.call(
+                {**route, "concurrency": concurrency, "count": count, "duration_s": duration_s, "warmup": warmup}
+            )
             result = LoadResult(reply["samples"], reply["wall_s"], reply["errors"], reply["first_error"])
             cpu = meter.stop()
             cpu["sdk"] = reply["cpu_s"]  # the driver's own figure excludes its warm-up
-            self.results["peers"]["sdk"]["rss_after_mb"] = max(self.results["peers"]["sdk"].get("rss_after_mb", 0),
-                                                              reply["rss_mb"])
+            self.results["peers"]["sdk"]["rss_after_mb"] = max(
+                self.results["peers"]["sdk"].get("rss_after_mb", 0), reply["rss_mb"]
+            )
             served_by_rust = reply.get("served_by_rust")
         else:
             op = self._op(system, kind, model, api)
@@ -223,8 +295,13 @@ class Bench:
             result = await closed_loop(op, concurrency, count=count, duration_s=duration_s)
             cpu = meter.stop()
         cell_wall = time.perf_counter() - wall0
-        out: dict[str, Any] = {"errors": result.errors, "first_error": result.first_error, "wall_s": result.wall_s,
-                               "cpu": cpu, "cell_wall_s": cell_wall}
+        out: dict[str, Any] = {
+            "errors": result.errors,
+            "first_error": result.first_error,
+            "wall_s": result.wall_s,
+            "cpu": cpu,
+            "cell_wall_s": cell_wall,
+        }
         if served_by_rust is not None and system == "sdk_rust":
             out["served_by_rust"] = served_by_rust
         samples = result.samples
@@ -233,11 +310,21 @@ class Bench:
         else:
             ttft = Summary.of([s[0] for s in samples], result.wall_s)
             ttlt = Summary.of([s[1] for s in samples], result.wall_s)
-            out.update(n=ttlt.n, rate=ttlt.rate, ttft_p50=ttft.p50, ttft_p99=ttft.p99, ttlt_p50=ttlt.p50,
-                       ttlt_p99=ttlt.p99, chunks=sum(s[2] for s in samples))
+            out.update(
+                n=ttlt.n,
+                rate=ttlt.rate,
+                ttft_p50=ttft.p50,
+                ttft_p99=ttft.p99,
+                ttlt_p50=ttlt.p50,
+                ttlt_p99=ttlt.p99,
+                chunks=sum(s[2] for s in samples),
+            )
             if system == "trunkline":
-                out.update(events=sum(s[3] for s in samples), lost=sum(s[4] for s in samples),
-                           recovered=sum(s[5] for s in samples))
+                out.update(
+                    events=sum(s[3] for s in samples),
+                    lost=sum(s[4] for s in samples),
+                    recovered=sum(s[5] for s in samples),
+                )
         out["cpu_system_s"] = self._system_cpu(system, cpu)
         return out
 
@@ -253,8 +340,7 @@ class Bench:
             provider = ANTHROPIC_PROVIDER if api == "anthropic" else OPENAI_PROVIDER
             name = f"{provider}:{model}"
             return (lambda: self.ops.complete(name)) if kind == "complete" else (lambda: self.ops.stream(name))
-        target = {"floor": self.floor, "proxy": self.proxy_target,
-                  "portkey": self.portkey_targets.get(api)}[system]
+        target = {"floor": self.floor, "proxy": self.proxy_target, "portkey": self.portkey_targets.get(api)}[system]
         assert target is not None
         return (lambda: target.complete(model, api)) if kind == "complete" else (lambda: target.stream(model, api))
 
@@ -266,16 +352,33 @@ class Bench:
         for kind in ("json", "sse"):
             meter = CpuMeter({"upstream": [self.upstream.pid]}, include_self=False).start()
             proc = await trio.run_process(
-                [sys.executable, "-m", "bench.upstream_capacity", "--port", str(self.port), "--seconds",
-                 str(self.plan.capacity_s), "--connections", "16", "--kind", kind], cwd=str(REPO),
-                capture_stdout=True)
+                [
+                    sys.executable,
+                    "-m",
+                    "bench.upstream_capacity",
+                    "--port",
+                    str(self.port),
+                    "--seconds",
+                    str(self.plan.capacity_s),
+                    "--connections",
+                    "16",
+                    "--kind",
+                    kind,
+                ],
+                cwd=str(REPO),
+                capture_stdout=True,
+            )
             cpu = meter.stop()["upstream"]
             res = json.loads(proc.stdout)
             rps = res["requests"] / res["wall_s"]
             per_req = cpu / res["requests"] if res["requests"] else math.nan
-            out[kind] = {"rps": rps, "upstream_cpu_util": cpu / res["wall_s"], "upstream_us_per_request": per_req * 1e6,
-                         "capacity_rps_one_core": 1 / per_req if per_req else math.nan,
-                         "chunks_per_request": res["chunks_per_request"]}
+            out[kind] = {
+                "rps": rps,
+                "upstream_cpu_util": cpu / res["wall_s"],
+                "upstream_us_per_request": per_req * 1e6,
+                "capacity_rps_one_core": 1 / per_req if per_req else math.nan,
+                "chunks_per_request": res["chunks_per_request"],
+            }
         self.results["upstream_capacity"] = out
 
     async def latency(self, rep: int) -> None:
@@ -285,24 +388,34 @@ class Bench:
                 # One content chunk: trunkline streams a whole-response request from the
                 # provider (a long answer is then bounded by the idle timeout, not retried
                 # whole), and this measures a short answer; the streams stage measures chunks.
-                cell = await self.cell(system, "complete", "bench-c1", conc, duration_s=p.cell_s,
-                                       count=p.cell_count, warmup=p.warmup)
+                cell = await self.cell(
+                    system, "complete", "bench-c1", conc, duration_s=p.cell_s, count=p.cell_count, warmup=p.warmup
+                )
                 self.results["latency"].setdefault(str(conc), {}).setdefault(system, []).append(cell)
 
     async def streams(self, rep: int) -> None:
         p = self.plan
         model = f"bench-c{p.stream_chunks}"
         for system in self.systems():
-            cell = await self.cell(system, "stream", model, 1, duration_s=p.stream_s, count=p.stream_count,
-                                   warmup=p.warmup)
+            cell = await self.cell(
+                system, "stream", model, 1, duration_s=p.stream_s, count=p.stream_count, warmup=p.warmup
+            )
             self.results["streams"].setdefault(system, []).append(cell)
 
     async def anthropic(self, rep: int) -> None:
         p = self.plan
         for kind, model in (("complete", "bench-claude-c1"), ("stream", f"bench-claude-c{p.stream_chunks}")):
             for system in self.anthropic_systems():
-                cell = await self.cell(system, kind, model, 1, duration_s=p.stream_s, count=p.stream_count,
-                                       warmup=p.warmup, api="anthropic")
+                cell = await self.cell(
+                    system,
+                    kind,
+                    model,
+                    1,
+                    duration_s=p.stream_s,
+                    count=p.stream_count,
+                    warmup=p.warmup,
+                    api="anthropic",
+                )
                 self.results["anthropic"].setdefault(kind, {}).setdefault(system, []).append(cell)
 
     def anthropic_systems(self) -> list[str]:
@@ -313,8 +426,9 @@ class Bench:
         p = self.plan
         model = f"bench-c{p.events_chunks}"
         for system in ("floor", "trunkline"):
-            cell = await self.cell(system, "stream", model, p.events_concurrency, duration_s=p.events_s,
-                                   count=10**9, warmup=p.warmup)
+            cell = await self.cell(
+                system, "stream", model, p.events_concurrency, duration_s=p.events_s, count=10**9, warmup=p.warmup
+            )
             cell["system"] = system
             self.results["events"].append(cell)
 
@@ -323,9 +437,14 @@ class Bench:
         assert self.daemon is not None
         model = f"{OPENAI_PROVIDER}:bench-c{p.events_chunks}"
         for n in p.subscribers:
-            procs = [LineProcess([sys.executable, "-m", "bench.subscriber", "--runtime-dir",
-                                  str(self.daemon.runtime_dir)], cwd=str(REPO), log=self.logs / "subscribers.log")
-                     for _ in range(n)]
+            procs = [
+                LineProcess(
+                    [sys.executable, "-m", "bench.subscriber", "--runtime-dir", str(self.daemon.runtime_dir)],
+                    cwd=str(REPO),
+                    log=self.logs / "subscribers.log",
+                )
+                for _ in range(n)
+            ]
             try:
                 for proc in procs:
                     await proc.start()
@@ -347,12 +466,19 @@ class Bench:
                 wall = time.perf_counter() - t0
                 cpu = meter.stop()
                 self.results["subscribers"][str(n)] = {
-                    "subscribers": n, "streams_in_flight": per * n, "wall_s": wall, "cpu": cpu,
-                    "streams": sum(r["streams"] for r in replies), "events": sum(r["events"] for r in replies),
-                    "deltas": sum(r["deltas"] for r in replies), "lost": sum(r["lost"] for r in replies),
-                    "recovered": sum(r["recovered"] for r in replies), "errors": sum(r["errors"] for r in replies),
+                    "subscribers": n,
+                    "streams_in_flight": per * n,
+                    "wall_s": wall,
+                    "cpu": cpu,
+                    "streams": sum(r["streams"] for r in replies),
+                    "events": sum(r["events"] for r in replies),
+                    "deltas": sum(r["deltas"] for r in replies),
+                    "lost": sum(r["lost"] for r in replies),
+                    "recovered": sum(r["recovered"] for r in replies),
+                    "errors": sum(r["errors"] for r in replies),
                     "first_error": next((r["first_error"] for r in replies if r["first_error"]), None),
-                    "client_cpu_s": sum(r["cpu_s"] for r in replies)}
+                    "client_cpu_s": sum(r["cpu_s"] for r in replies),
+                }
             finally:
                 for proc in procs:
                     await proc.stop()
@@ -361,8 +487,7 @@ class Bench:
         """RSS and PSS of the supervisor, each worker and this process (the client)."""
         assert self.daemon is not None
         me = os.getpid()
-        return {"rss": {**self.daemon.rss(), "client": rss_mb(me)},
-                "pss": {**self.daemon.pss(), "client": pss_mb(me)}}
+        return {"rss": {**self.daemon.rss(), "client": rss_mb(me)}, "pss": {**self.daemon.pss(), "client": pss_mb(me)}}
 
     async def memory_after(self, key: str) -> None:
         """Called after every heavy stage, once it has settled, so that the report shows
@@ -408,8 +533,13 @@ class Bench:
         with trio.move_on_after(30):
             while await self.daemon.in_flight():
                 await trio.sleep(0.1)
-        self.results["memory"]["open_streams"] = {**sample, "requested": n, "opened": opened, "failed": failed,
-                                                  "open_s": open_s}
+        self.results["memory"]["open_streams"] = {
+            **sample,
+            "requested": n,
+            "opened": opened,
+            "failed": failed,
+            "open_s": open_s,
+        }
 
     async def hop_trace(self) -> None:
         """On a daemon of its own, started with TRUNKLINE_TRACE_HOPS=1 (the stamps cost
@@ -454,14 +584,25 @@ class Bench:
         half = [s for s in samples if s["t"] >= samples[-1]["t"] / 2]
         streams = results["stream"].samples
         self.results["soak"] = {
-            "minutes": self.plan.soak_minutes, "wall_s": time.perf_counter() - t0, "cpu": cpu,
-            "streams": len(streams), "completes": len(results["complete"].samples),
-            "events": streams.sum(3), "lost": streams.sum(4), "recovered": streams.sum(5),
+            "minutes": self.plan.soak_minutes,
+            "wall_s": time.perf_counter() - t0,
+            "cpu": cpu,
+            "streams": len(streams),
+            "completes": len(results["complete"].samples),
+            "events": streams.sum(3),
+            "lost": streams.sum(4),
+            "recovered": streams.sum(5),
             "errors": results["stream"].errors + results["complete"].errors,
             "first_error": results["stream"].first_error or results["complete"].first_error,
-            "rss": {k: {"start": samples[0][k], "end": samples[-1][k], "max": max(s[k] for s in samples),
-                        "slope_second_half_mb_per_min": slope_per_minute([(s["t"], s[k]) for s in half])}
-                    for k in keys},
+            "rss": {
+                k: {
+                    "start": samples[0][k],
+                    "end": samples[-1][k],
+                    "max": max(s[k] for s in samples),
+                    "slope_second_half_mb_per_min": slope_per_minute([(s["t"], s[k]) for s in half]),
+                }
+                for k in keys
+            },
             "samples": samples,
         }
 
@@ -515,9 +656,12 @@ class Bench:
             async with self.stage("peers start"):
                 await self.start_peers()
         for rep in range(self.plan.repeats):
-            for key, name, run in (("latency", "latency", self.latency), ("streams", "streams", self.streams),
-                                   ("anthropic", "anthropic", self.anthropic),
-                                   ("events", "event throughput", self.event_throughput)):
+            for key, name, run in (
+                ("latency", "latency", self.latency),
+                ("streams", "streams", self.streams),
+                ("anthropic", "anthropic", self.anthropic),
+                ("events", "event throughput", self.event_throughput),
+            ):
                 if self.wants(key):
                     async with self.stage(f"{name} repeat {rep + 1}"):
                         await run(rep)
@@ -573,8 +717,14 @@ def machine() -> dict[str, Any]:
         mem = Path("/proc/meminfo").read_text().splitlines()[0].split(":", 1)[1].strip()
     except OSError:
         pass
-    return {"cores": os.cpu_count(), "cpu_model": model, "memory": mem, "kernel": platform.release(),
-            "python": sys.version.split()[0], "implementation": platform.python_implementation()}
+    return {
+        "cores": os.cpu_count(),
+        "cpu_model": model,
+        "memory": mem,
+        "kernel": platform.release(),
+        "python": sys.version.split()[0],
+        "implementation": platform.python_implementation(),
+    }
 
 
 def versions() -> dict[str, str]:
@@ -587,8 +737,9 @@ def versions() -> dict[str, str]:
         except PackageNotFoundError:
             out[name] = "?"
     try:
-        out["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                                       text=True, timeout=10).stdout.strip()
+        out["commit"] = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         out["commit"] = "?"
     return out

@@ -28,8 +28,13 @@ class Summary:
     @classmethod
     def of(cls, samples: Sequence[float], wall_s: float) -> Summary:
         s = sorted(samples)
-        return cls(n=len(s), p50=percentile(s, 50), p99=percentile(s, 99),
-                   rate=len(s) / wall_s if wall_s > 0 else math.nan, mean=sum(s) / len(s) if s else math.nan)
+        return cls(
+            n=len(s),
+            p50=percentile(s, 50),
+            p99=percentile(s, 99),
+            rate=len(s) / wall_s if wall_s > 0 else math.nan,
+            mean=sum(s) / len(s) if s else math.nan,
+        )
 
 
 @dataclass

@@ -44,15 +44,27 @@ async def main(runtime_dir: str) -> None:
             cmd = json.loads(line)
             model = cmd["model"]
             cpu0 = self_cpu()
-            result = await closed_loop(lambda: ops.stream(model), cmd["concurrency"], count=10**9,
-                                       duration_s=cmd["duration_s"])
+            result = await closed_loop(
+                lambda: ops.stream(model), cmd["concurrency"], count=10**9, duration_s=cmd["duration_s"]
+            )
             cpu = self_cpu() - cpu0
             s = result.samples
-            print(json.dumps({
-                "streams": len(s), "deltas": sum(x[2] for x in s), "events": sum(x[3] for x in s),
-                "lost": sum(x[4] for x in s), "recovered": sum(x[5] for x in s), "errors": result.errors,
-                "first_error": result.first_error, "cpu_s": cpu, "wall_s": result.wall_s,
-            }), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "streams": len(s),
+                        "deltas": sum(x[2] for x in s),
+                        "events": sum(x[3] for x in s),
+                        "lost": sum(x[4] for x in s),
+                        "recovered": sum(x[5] for x in s),
+                        "errors": result.errors,
+                        "first_error": result.first_error,
+                        "cpu_s": cpu,
+                        "wall_s": result.wall_s,
+                    }
+                ),
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

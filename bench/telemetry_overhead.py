@@ -59,8 +59,9 @@ async def measure(daemon: Daemon, requests: int, stream: bool) -> dict[str, floa
         model = f"{OPENAI_PROVIDER}:bench-c{50 if stream else 1}"
         op = (lambda: ops.stream(model)) if stream else (lambda: ops.complete(model))  # noqa: E731
         await closed_loop(op, 4, count=50, duration_s=30)
-        meter = CpuMeter({"supervisor": [daemon.pid], "worker": [daemon.workers[OPENAI_PROVIDER]]},
-                         include_self=False).start()
+        meter = CpuMeter(
+            {"supervisor": [daemon.pid], "worker": [daemon.workers[OPENAI_PROVIDER]]}, include_self=False
+        ).start()
         result = await closed_loop(op, 4, count=requests, duration_s=600)
         used = meter.stop()
     count = max(len(result.samples), 1)
@@ -88,7 +89,15 @@ def in_process_cost(sink_url: str, stream: bool, protocol: str = "http/protobuf"
 
     from trunkline.config.loader import ProviderConfig, TelemetryConfig
     from trunkline.protocol.messages import (
-        BusEvent, Finish, FinishReason, Job, Message, ModelInfo, Request, Response, Usage,
+        BusEvent,
+        Finish,
+        FinishReason,
+        Job,
+        Message,
+        ModelInfo,
+        Request,
+        Response,
+        Usage,
     )
     from trunkline.supervisor.requests import RequestState
     from trunkline.supervisor.telemetry import Telemetry
@@ -99,20 +108,34 @@ def in_process_cost(sink_url: str, stream: bool, protocol: str = "http/protobuf"
 
         processor = BatchSpanProcessor(OTLPSpanExporter(endpoint=f"{sink_url}/v1/traces", timeout=4))
         protocol = "http/protobuf"
-    telemetry = Telemetry(TelemetryConfig(otlp_endpoint=sink_url, metric_interval_s=5, otlp_protocol=protocol),
-                          {OPENAI_PROVIDER: ProviderConfig(type="openai_compat", base_url="http://127.0.0.1:8000/v1")},
-                          span_processor=processor)
+    telemetry = Telemetry(
+        TelemetryConfig(otlp_endpoint=sink_url, metric_interval_s=5, otlp_protocol=protocol),
+        {OPENAI_PROVIDER: ProviderConfig(type="openai_compat", base_url="http://127.0.0.1:8000/v1")},
+        span_processor=processor,
+    )
     telemetry.start()
     model = ModelInfo(id=f"{OPENAI_PROVIDER}:bench-c1", provider=OPENAI_PROVIDER, wire_name="bench-c1")
     request = Request(model=model.id, messages=[Message.user("Say something.")])
-    finish = Finish(response=Response(id="chatcmpl-1", model="bench-c1", message=Message.assistant("word " * 50),
-                                      finish_reason=FinishReason(reason="stop", raw="stop"),
-                                      usage=Usage(input_tokens=12, output_tokens=50, total_tokens=62)))
+    finish = Finish(
+        response=Response(
+            id="chatcmpl-1",
+            model="bench-c1",
+            message=Message.assistant("word " * 50),
+            finish_reason=FinishReason(reason="stop", raw="stop"),
+            usage=Usage(input_tokens=12, output_tokens=50, total_tokens=62),
+        )
+    )
     started = time.process_time()
     for i in range(calls):
         state = RequestState(f"r{i}", "c", OPENAI_PROVIDER, model.id, stream, f"r{i}", 16, 0.0)
-        state.job = Job(request_id=state.request_id, client_id="c", request=request, model=model,
-                        operation_id=state.request_id, stream=stream)
+        state.job = Job(
+            request_id=state.request_id,
+            client_id="c",
+            request=request,
+            model=model,
+            operation_id=state.request_id,
+            stream=stream,
+        )
         telemetry.started(state, {})
         telemetry.bus(BusEvent(name="llm.call_started", request_id=state.request_id, attempt=1), state)
         if stream:
@@ -156,13 +179,19 @@ async def run(requests: int, rounds: int, stream: bool, logs: Path) -> None:
     otel = {"otlp_endpoint": sink_url, "metric_interval_s": 5}
     arms = {
         "off": await Daemon(port, logs / "daemon-off.log").start(),
-        "prometheus": await Daemon(port, logs / "daemon-prometheus.log",
-                                   extra={"metrics": {"listen": f"127.0.0.1:{metrics_port}"}}).start(),
+        "prometheus": await Daemon(
+            port, logs / "daemon-prometheus.log", extra={"metrics": {"listen": f"127.0.0.1:{metrics_port}"}}
+        ).start(),
         "opentelemetry": await Daemon(port, logs / "daemon-otel.log", extra={"telemetry": otel}).start(),
-        "otel http/json": await Daemon(port, logs / "daemon-otel-json.log",
-                                       extra={"telemetry": {**otel, "otlp_protocol": "http/json"}}).start(),
-        "otel 10% traced": await Daemon(port, logs / "daemon-otel-sampled.log", extra={"telemetry": otel}, env={
-            "OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.1"}).start(),
+        "otel http/json": await Daemon(
+            port, logs / "daemon-otel-json.log", extra={"telemetry": {**otel, "otlp_protocol": "http/json"}}
+        ).start(),
+        "otel 10% traced": await Daemon(
+            port,
+            logs / "daemon-otel-sampled.log",
+            extra={"telemetry": otel},
+            env={"OTEL_TRACES_SAMPLER": "parentbased_traceidratio", "OTEL_TRACES_SAMPLER_ARG": "0.1"},
+        ).start(),
     }
     per: dict[str, list[dict[str, float]]] = {name: [] for name in arms}
     alone: dict[str, list[float]] = {protocol: [] for protocol in IN_PROCESS}
@@ -173,11 +202,12 @@ async def run(requests: int, rounds: int, stream: bool, logs: Path) -> None:
             for r in range(rounds):
                 # Each round starts with another arm, so that a drift within a round
                 # (the load generator's own warm-up, say) falls on every arm alike.
-                for name in order[r % len(order):] + order[:r % len(order)]:
+                for name in order[r % len(order) :] + order[: r % len(order)]:
                     per[name].append(await measure(arms[name], requests, stream))
-                for protocol in IN_PROCESS[r % 3:] + IN_PROCESS[:r % 3]:
-                    alone[protocol].append(await trio.to_thread.run_sync(in_process_cost_apart, sink_url, stream,
-                                                                         protocol))
+                for protocol in IN_PROCESS[r % 3 :] + IN_PROCESS[: r % 3]:
+                    alone[protocol].append(
+                        await trio.to_thread.run_sync(in_process_cost_apart, sink_url, stream, protocol)
+                    )
             nursery.cancel_scope.cancel()
     finally:
         for d in arms.values():
@@ -187,17 +217,21 @@ async def run(requests: int, rounds: int, stream: bool, logs: Path) -> None:
     report(per, alone, rounds, requests, stream)
 
 
-def report(per: dict[str, list[dict[str, float]]], alone: dict[str, list[float]], rounds: int, requests: int,
-           stream: bool) -> None:
+def report(
+    per: dict[str, list[dict[str, float]]], alone: dict[str, list[float]], rounds: int, requests: int, stream: bool
+) -> None:
     """Each arm against `off` round by round (the arms of one round ran back to back,
     so the machine's drift, ±15% here, falls on both), then the median of those ratios
     and their range, which says how noisy the run was."""
+
     def total(m: dict[str, float]) -> float:
         return m["supervisor"] + m["worker"]
 
     def spread(ratios: list[float]) -> str:
-        return f"{(statistics.median(ratios) - 1) * 100:+.1f}% [{(min(ratios) - 1) * 100:+.1f} to " \
-               f"{(max(ratios) - 1) * 100:+.1f}]"
+        return (
+            f"{(statistics.median(ratios) - 1) * 100:+.1f}% [{(min(ratios) - 1) * 100:+.1f} to "
+            f"{(max(ratios) - 1) * 100:+.1f}]"
+        )
 
     kind = "50-chunk streams" if stream else "one-chunk requests"
     print(f"daemon CPU per request ({kind}, {rounds} rounds of {requests}; median, and the median of the")
@@ -217,12 +251,13 @@ def report(per: dict[str, list[dict[str, float]]], alone: dict[str, list[float]]
     reference = alone[IN_PROCESS[-1]]
     for protocol, costs in alone.items():
         shares = [cost / total(o) * 100 for cost, o in zip(costs, per["off"], strict=True)]
-        line = (f"  {protocol:<15} {statistics.median(costs) * 1e6:.0f} µs [{min(costs) * 1e6:.0f} to "
-                f"{max(costs) * 1e6:.0f}] = {statistics.median(shares):.1f}% [{min(shares):.1f} to {max(shares):.1f}]")
+        line = (
+            f"  {protocol:<15} {statistics.median(costs) * 1e6:.0f} µs [{min(costs) * 1e6:.0f} to "
+            f"{max(costs) * 1e6:.0f}] = {statistics.median(shares):.1f}% [{min(shares):.1f} to {max(shares):.1f}]"
+        )
         if costs is not reference:
             to_sdk = [cost / ref for cost, ref in zip(costs, reference, strict=True)]
-            line += (f", {statistics.median(to_sdk):.2f}x the SDK's exporter's [{min(to_sdk):.2f} to "
-                     f"{max(to_sdk):.2f}]")
+            line += f", {statistics.median(to_sdk):.2f}x the SDK's exporter's [{min(to_sdk):.2f} to {max(to_sdk):.2f}]"
         print(line)
 
 

@@ -51,8 +51,12 @@ def bench_config(port: int, state_dir: Path) -> dict:
             # 1,200 connections: the memory test holds 1,000 streams open at once, and
             # the floor client gets the same pool size.
             OPENAI_PROVIDER: {"type": "openai_compat", "base_url": f"{upstream}/v1", "max_connections": 1200},
-            ANTHROPIC_PROVIDER: {"type": "anthropic", "base_url": upstream, "api_key_env": "FAKE_ANTHROPIC_KEY",
-                                 "max_connections": 1200},
+            ANTHROPIC_PROVIDER: {
+                "type": "anthropic",
+                "base_url": upstream,
+                "api_key_env": "FAKE_ANTHROPIC_KEY",
+                "max_connections": 1200,
+            },
             "fake2": {"type": "openai_compat", "base_url": f"{upstream}/v1"},
         },
     }
@@ -88,13 +92,22 @@ class Daemon:
         # cannot turn tracing on in a daemon meant to run untraced.
         env["TRUNKLINE_TRACE_HOPS"] = "1" if self.trace_hops else "0"
         env.update(self.env)
-        argv = [sys.executable, "-m", "trunkline.cli", "serve", "--config", str(config),
-                "--runtime-dir", str(self.runtime_dir)]
+        argv = [
+            sys.executable,
+            "-m",
+            "trunkline.cli",
+            "serve",
+            "--config",
+            str(config),
+            "--runtime-dir",
+            str(self.runtime_dir),
+        ]
         # Straight to a file: piping the log through the benchmark process would bill its
         # reading to the client's CPU.
         with open(self.log_path, "ab") as log:
-            self.proc = await trio.lowlevel.open_process(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                                         stdin=subprocess.DEVNULL)
+            self.proc = await trio.lowlevel.open_process(
+                argv, stdout=log, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL
+            )
         self.pid = self.proc.pid
         start = self.log_path.stat().st_size
         with trio.fail_after(timeout_s):

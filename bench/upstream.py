@@ -80,12 +80,13 @@ def _json(obj: object) -> bytes:
 
 
 def http_json(body: bytes, status: str = "200 OK") -> bytes:
-    return (f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
-            .encode() + body)
+    return f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n".encode() + body
 
 
-SSE_HEAD = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
-            b"transfer-encoding: chunked\r\n\r\n")
+SSE_HEAD = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
+    b"transfer-encoding: chunked\r\n\r\n"
+)
 CHUNKED_END = b"0\r\n\r\n"
 
 
@@ -102,72 +103,144 @@ def token_text(i: int, shape: Shape, recv_ns: int) -> str:
 
 # -- OpenAI Chat Completions ------------------------------------------------------------
 
+
 class OpenAIWire:
     def __init__(self, model: str) -> None:
         self.model = model
-        self._chunk_prefix = _json({"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": CREATED,
-                                    "model": model, "choices": [{"index": 0, "delta": {"content": ""},
-                                                                 "finish_reason": None}]})
+        self._chunk_prefix = _json(
+            {
+                "id": "chatcmpl-bench",
+                "object": "chat.completion.chunk",
+                "created": CREATED,
+                "model": model,
+                "choices": [{"index": 0, "delta": {"content": ""}, "finish_reason": None}],
+            }
+        )
         # Splice the content into a pre-encoded chunk: json.dumps per chunk would make
         # this server, not the systems under test, the thing being measured.
         self._before, _, self._after = self._chunk_prefix.partition(b'"content":""')
 
     def reply(self, text: str, completion_tokens: int) -> bytes:
-        return http_json(_json({
-            "id": "chatcmpl-bench", "object": "chat.completion", "created": CREATED, "model": self.model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": PROMPT_TOKENS, "completion_tokens": completion_tokens,
-                      "total_tokens": PROMPT_TOKENS + completion_tokens}}))
+        return http_json(
+            _json(
+                {
+                    "id": "chatcmpl-bench",
+                    "object": "chat.completion",
+                    "created": CREATED,
+                    "model": self.model,
+                    "choices": [
+                        {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+                    ],
+                    "usage": {
+                        "prompt_tokens": PROMPT_TOKENS,
+                        "completion_tokens": completion_tokens,
+                        "total_tokens": PROMPT_TOKENS + completion_tokens,
+                    },
+                }
+            )
+        )
 
     def first(self) -> bytes:
-        return b"data: " + _json({"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": CREATED,
-                                  "model": self.model, "choices": [{"index": 0, "delta": {"role": "assistant",
-                                                                                          "content": ""},
-                                                                    "finish_reason": None}]}) + b"\n\n"
+        return (
+            b"data: "
+            + _json(
+                {
+                    "id": "chatcmpl-bench",
+                    "object": "chat.completion.chunk",
+                    "created": CREATED,
+                    "model": self.model,
+                    "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}],
+                }
+            )
+            + b"\n\n"
+        )
 
     def content(self, text: str) -> bytes:
         return b"data: " + self._before + b'"content":' + _json(text) + self._after + b"\n\n"
 
     def last(self, n: int) -> bytes:
-        finish = _json({"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": CREATED,
-                        "model": self.model, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
-        usage = _json({"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": CREATED,
-                       "model": self.model, "choices": [],
-                       "usage": {"prompt_tokens": PROMPT_TOKENS, "completion_tokens": n,
-                                 "total_tokens": PROMPT_TOKENS + n}})
+        finish = _json(
+            {
+                "id": "chatcmpl-bench",
+                "object": "chat.completion.chunk",
+                "created": CREATED,
+                "model": self.model,
+                "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+            }
+        )
+        usage = _json(
+            {
+                "id": "chatcmpl-bench",
+                "object": "chat.completion.chunk",
+                "created": CREATED,
+                "model": self.model,
+                "choices": [],
+                "usage": {"prompt_tokens": PROMPT_TOKENS, "completion_tokens": n, "total_tokens": PROMPT_TOKENS + n},
+            }
+        )
         return b"data: " + finish + b"\n\ndata: " + usage + b"\n\ndata: [DONE]\n\n"
 
 
 # -- Anthropic Messages ----------------------------------------------------------------------
+
 
 class AnthropicWire:
     def __init__(self, model: str) -> None:
         self.model = model
 
     def reply(self, text: str, completion_tokens: int) -> bytes:
-        return http_json(_json({
-            "id": "msg_bench", "type": "message", "role": "assistant", "model": self.model,
-            "content": [{"type": "text", "text": text}], "stop_reason": "end_turn", "stop_sequence": None,
-            "usage": {"input_tokens": PROMPT_TOKENS, "output_tokens": completion_tokens}}))
+        return http_json(
+            _json(
+                {
+                    "id": "msg_bench",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": self.model,
+                    "content": [{"type": "text", "text": text}],
+                    "stop_reason": "end_turn",
+                    "stop_sequence": None,
+                    "usage": {"input_tokens": PROMPT_TOKENS, "output_tokens": completion_tokens},
+                }
+            )
+        )
 
     def first(self) -> bytes:
-        start = {"type": "message_start", "message": {
-            "id": "msg_bench", "type": "message", "role": "assistant", "model": self.model, "content": [],
-            "stop_reason": None, "stop_sequence": None, "usage": {"input_tokens": PROMPT_TOKENS, "output_tokens": 1}}}
+        start = {
+            "type": "message_start",
+            "message": {
+                "id": "msg_bench",
+                "type": "message",
+                "role": "assistant",
+                "model": self.model,
+                "content": [],
+                "stop_reason": None,
+                "stop_sequence": None,
+                "usage": {"input_tokens": PROMPT_TOKENS, "output_tokens": 1},
+            },
+        }
         block = {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}
-        return (b"event: message_start\ndata: " + _json(start) + b"\n\n"
-                b"event: content_block_start\ndata: " + _json(block) + b"\n\n")
+        return (
+            b"event: message_start\ndata: " + _json(start) + b"\n\n"
+            b"event: content_block_start\ndata: " + _json(block) + b"\n\n"
+        )
 
     def content(self, text: str) -> bytes:
-        return (b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
-                b'"delta":{"type":"text_delta","text":' + _json(text) + b"}}\n\n")
+        return (
+            b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
+            b'"delta":{"type":"text_delta","text":' + _json(text) + b"}}\n\n"
+        )
 
     def last(self, n: int) -> bytes:
-        delta = {"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": None},
-                 "usage": {"output_tokens": n}}
-        return (b'event: content_block_stop\ndata: {"type":"content_block_stop","index":0}\n\n'
-                b"event: message_delta\ndata: " + _json(delta) + b"\n\n"
-                b'event: message_stop\ndata: {"type":"message_stop"}\n\n')
+        delta = {
+            "type": "message_delta",
+            "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+            "usage": {"output_tokens": n},
+        }
+        return (
+            b'event: content_block_stop\ndata: {"type":"content_block_stop","index":0}\n\n'
+            b"event: message_delta\ndata: " + _json(delta) + b"\n\n"
+            b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
+        )
 
 
 _wires: dict[tuple[str, str], OpenAIWire | AnthropicWire] = {}
@@ -231,8 +304,12 @@ class Connection(asyncio.Protocol):
                     length = int(value)
                 elif name == "transfer-encoding":
                     # No client in the benchmark sends chunked bodies; say so rather than guess.
-                    self.transport.write(http_json(b'{"error":"chunked request bodies are not supported"}',  # type: ignore[union-attr]
-                                                   "411 Length Required"))
+                    self.transport.write(
+                        http_json(
+                            b'{"error":"chunked request bodies are not supported"}',  # type: ignore[union-attr]
+                            "411 Length Required",
+                        )
+                    )
                     self.transport.close()  # type: ignore[union-attr]
                     return
             total = end + 4 + length
@@ -250,8 +327,18 @@ class Connection(asyncio.Protocol):
             if path.endswith("/models"):
                 t.write(MODELS_REPLY)
             elif path == "/stats":
-                t.write(http_json(_json({"requests": Stats.requests, "streams": Stats.streams,
-                                         "chunks": Stats.chunks, "open_streams": Stats.open_streams})))
+                t.write(
+                    http_json(
+                        _json(
+                            {
+                                "requests": Stats.requests,
+                                "streams": Stats.streams,
+                                "chunks": Stats.chunks,
+                                "open_streams": Stats.open_streams,
+                            }
+                        )
+                    )
+                )
             else:
                 t.write(NOT_FOUND)
             return
@@ -262,8 +349,9 @@ class Connection(asyncio.Protocol):
             request = json.loads(body)
             model = str(request.get("model", ""))
         except (ValueError, AttributeError):
-            t.write(http_json(b'{"error":{"message":"body is not JSON","type":"invalid_request_error"}}',
-                              "400 Bad Request"))
+            t.write(
+                http_json(b'{"error":{"message":"body is not JSON","type":"invalid_request_error"}}', "400 Bad Request")
+            )
             return
         wire = wire_for(path, model)
         shape = shape_of(model)

@@ -33,14 +33,18 @@ async def one_connection(port: int, request: bytes, deadline: float, counts: lis
 
 
 async def main(port: int, seconds: float, connections: int, kind: str, chunks: int) -> None:
-    body = json.dumps({"model": f"bench-c{chunks}", "messages": [{"role": "user", "content": "hi"}],
-                       "stream": kind == "sse"}).encode()
-    request = (f"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
-               f"content-length: {len(body)}\r\n\r\n").encode() + body
+    body = json.dumps(
+        {"model": f"bench-c{chunks}", "messages": [{"role": "user", "content": "hi"}], "stream": kind == "sse"}
+    ).encode()
+    request = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\n\r\n"
+    ).encode() + body
     counts = [0]
     t0 = time.perf_counter()
-    await asyncio.gather(*(one_connection(port, request, t0 + seconds, counts, kind == "sse")
-                           for _ in range(connections)))
+    await asyncio.gather(
+        *(one_connection(port, request, t0 + seconds, counts, kind == "sse") for _ in range(connections))
+    )
     wall = time.perf_counter() - t0
     print(json.dumps({"requests": counts[0], "wall_s": wall, "chunks_per_request": chunks if kind == "sse" else 0}))
 

@@ -144,12 +144,16 @@ class Catalog:
             if found is not None:
                 return found
             if provider not in self.providers:
-                raise UnknownModel(f"unknown provider {provider!r}{self._nearest_provider(provider)}; the providers "
-                                   f"are: {', '.join(sorted(self.providers))}")
+                raise UnknownModel(
+                    f"unknown provider {provider!r}{self._nearest_provider(provider)}; the providers "
+                    f"are: {', '.join(sorted(self.providers))}"
+                )
             listed = self._listed_in_another_case(provider, model)
             if listed is not None:
-                raise UnknownModel(f"unknown model {f'{provider}:{model}'!r}; did you mean `{listed}`? (model names "
-                                   "are case-sensitive)")
+                raise UnknownModel(
+                    f"unknown model {f'{provider}:{model}'!r}; did you mean `{listed}`? (model names "
+                    "are case-sensitive)"
+                )
             return ModelInfo(
                 id=f"{provider}:{model}",
                 provider=provider,
@@ -183,10 +187,14 @@ class Catalog:
                 # its provider, not a misspelt `ollama`.
                 close = nearest(head, self._provider_names(), cutoff=0.8)
                 if close:
-                    raise UnknownModel(f"unknown model {model!r}: {head!r} is not a provider; did you mean "
-                                       f"`{close[0]}:{rest}`? (the providers are: {', '.join(sorted(self.providers))})")
-                raise UnknownModel(f"unknown model {model!r}: {head!r} is not a provider (the providers are: "
-                                   f"{', '.join(sorted(self.providers))}); name one, as `provider:{model}`")
+                    raise UnknownModel(
+                        f"unknown model {model!r}: {head!r} is not a provider; did you mean "
+                        f"`{close[0]}:{rest}`? (the providers are: {', '.join(sorted(self.providers))})"
+                    )
+                raise UnknownModel(
+                    f"unknown model {model!r}: {head!r} is not a provider (the providers are: "
+                    f"{', '.join(sorted(self.providers))}); name one, as `provider:{model}`"
+                )
             close = nearest(model, [*self._by_id, *self._by_alias, *self._by_wire], n=3)
             hint = f"; did you mean {', '.join(f'`{c}`' for c in close)}?" if close else ""
             raise UnknownModel(
@@ -194,7 +202,6 @@ class Catalog:
                 "alias, or `provider:name` for a model the catalog does not list"
             )
         return found
-
 
     def _provider_names(self) -> set[str]:
         return self.providers | {m.provider for m in self._by_id.values()}
@@ -235,8 +242,9 @@ def price_on(price: Price, day: date | None = None) -> tuple[Price, str | None]:
     return msgspec.structs.replace(price, **rates), change.effective
 
 
-def compute_cost(usage: Usage, price: Price, *, service_tier: str | None = None,
-                 day: date | None = None) -> float | None:
+def compute_cost(
+    usage: Usage, price: Price, *, service_tier: str | None = None, day: date | None = None
+) -> float | None:
     """USD for `usage` at `price` (per million tokens); None when a needed price is unknown.
 
     Cached tokens are part of `input_tokens`, so they are taken out of the

@@ -244,8 +244,9 @@ class MetricsConfig(_Section):
             try:
                 token = Path(self.bearer_token_file).expanduser().read_text().strip()
             except (OSError, UnicodeDecodeError) as exc:
-                raise ConfigError(f"config error at {where}: cannot read it: "
-                                  f"{getattr(exc, 'strerror', None) or type(exc).__name__}") from None
+                raise ConfigError(
+                    f"config error at {where}: cannot read it: {getattr(exc, 'strerror', None) or type(exc).__name__}"
+                ) from None
         elif self.bearer_token_env is not None:
             where = f"`metrics.bearer_token_env` ({self.bearer_token_env})"
             token = os.environ.get(self.bearer_token_env, "").strip()
@@ -442,7 +443,7 @@ def _unwrap(t: Any) -> Any:
 
 
 def _hint(what: str, root: Any, raw_path: str, unknown: str | None) -> str:
-    """"Did you mean" for an unknown key or a value outside a fixed set."""
+    """ "Did you mean" for an unknown key or a value outside a fixed set."""
     if unknown is not None:
         struct = _type_at(root, raw_path)
         if isinstance(struct, type) and issubclass(struct, msgspec.Struct):
@@ -474,7 +475,10 @@ def _has_path(data: Any, path: str) -> bool:
 
 
 def _explain(
-    exc: msgspec.ValidationError, user: dict[str, Any], user_path: Path | None, prefix: str = "",
+    exc: msgspec.ValidationError,
+    user: dict[str, Any],
+    user_path: Path | None,
+    prefix: str = "",
     root: Any = None,
 ) -> ConfigError:
     match = _AT.match(str(exc))
@@ -494,8 +498,9 @@ def _explain(
     return ConfigError(f"config error in {source} at `{path or '(top level)'}`: {what}{hint}")
 
 
-def load_config(path: str | Path | None = None, *, use_user_default: bool = True,
-                overrides: dict[str, Any] | None = None) -> Config:
+def load_config(
+    path: str | Path | None = None, *, use_user_default: bool = True, overrides: dict[str, Any] | None = None
+) -> Config:
     """Defaults, then `path` (or the user's default file when it exists) over them, then
     `overrides` (settings given on the command line) over both."""
     defaults = _read_yaml(DEFAULTS_PATH)
@@ -538,8 +543,14 @@ def endpoint_problem(value: str) -> str | None:
     """Why an endpoint cannot be listened on, or None: a file name in the runtime
     directory, `ipc://PATH`, or `tcp://HOST:PORT` / `tls+tcp://HOST:PORT`."""
     if "://" not in value:
-        return None if value and "/" not in value else (f"{value!r}: give a file name (made in the runtime "
-                                                       "directory), ipc://PATH, tcp://HOST:PORT or tls+tcp://HOST:PORT")
+        return (
+            None
+            if value and "/" not in value
+            else (
+                f"{value!r}: give a file name (made in the runtime "
+                "directory), ipc://PATH, tcp://HOST:PORT or tls+tcp://HOST:PORT"
+            )
+        )
     if not _ENDPOINT.match(value):
         return f"{value!r} is not an endpoint: use ipc://PATH, tcp://HOST:PORT or tls+tcp://HOST:PORT"
     port = int(value.rsplit(":", 1)[1]) if not value.startswith("ipc://") else 1
@@ -559,8 +570,10 @@ def metrics_problem(metrics: MetricsConfig) -> tuple[str, str] | None:
     if not 0 < metrics.address()[1] < 65536:
         return "listen", f"{metrics.listen!r}: the port must be 1-65535"
     if not metrics.on_loopback and metrics.bearer_token_file is None and metrics.bearer_token_env is None:
-        return "listen", (f"{metrics.listen!r} can be reached from other machines: set metrics.bearer_token_file "
-                          "(or bearer_token_env) so a scrape must bring a token, or listen on 127.0.0.1")
+        return "listen", (
+            f"{metrics.listen!r} can be reached from other machines: set metrics.bearer_token_file "
+            "(or bearer_token_env) so a scrape must bring a token, or listen on 127.0.0.1"
+        )
     return None
 
 
@@ -585,23 +598,32 @@ def _check(config: Config, source: Path) -> None:
             )
     for name, provider in config.providers.items():
         if isinstance(provider.api_key_env, list) and not provider.api_key_env:
-            raise ConfigError(f"config error in {source} at `providers.{name}.api_key_env`: "
-                              "give at least one variable name (or leave the key out)")
+            raise ConfigError(
+                f"config error in {source} at `providers.{name}.api_key_env`: "
+                "give at least one variable name (or leave the key out)"
+            )
     for model_id in config.models:
         if ":" not in model_id:
             raise ConfigError(f"config error in {source} at `models.{model_id}`: model ids are `provider:name`")
     if config.limits.max_response_bytes < 1024:
         raise ConfigError(f"config error in {source} at `limits.max_response_bytes`: must be at least 1024")
-    for key, low, high in (("max_message_bytes", 1024, 2**31 - 1), ("max_connections", 1, 1_000_000),
-                           ("subscriber_queue", 1, 8192), ("fd_reserve", 0, 1_000_000),
-                           ("max_requests_per_client", 1, 10_000_000),
-                           ("max_bytes_per_client", config.limits.max_message_bytes, 2**40)):
+    for key, low, high in (
+        ("max_message_bytes", 1024, 2**31 - 1),
+        ("max_connections", 1, 1_000_000),
+        ("subscriber_queue", 1, 8192),
+        ("fd_reserve", 0, 1_000_000),
+        ("max_requests_per_client", 1, 10_000_000),
+        ("max_bytes_per_client", config.limits.max_message_bytes, 2**40),
+    ):
         value = getattr(config.limits, key)
         if not low <= value <= high:
-            raise ConfigError(f"config error in {source} at `limits.{key}`: {value} is out of range "
-                              f"[{low}, {high}]")
-    durations = [("supervision", config.supervision), ("retry", config.retry), ("timeouts", config.timeouts),
-                 ("replay", config.replay)]
+            raise ConfigError(f"config error in {source} at `limits.{key}`: {value} is out of range [{low}, {high}]")
+    durations = [
+        ("supervision", config.supervision),
+        ("retry", config.retry),
+        ("timeouts", config.timeouts),
+        ("replay", config.replay),
+    ]
     for name, provider in config.providers.items():
         durations += [(f"providers.{name}.{key}", getattr(provider, key)) for key in ("retry", "timeouts")]
     for scope, section in durations:
@@ -609,8 +631,9 @@ def _check(config: Config, source: Path) -> None:
             _check_durations(scope, section, source)
     for key in ("ring_events", "max_request_bytes", "max_requests", "max_bytes"):
         if getattr(config.replay, key) < 1:
-            raise ConfigError(f"config error in {source} at `replay.{key}`: must be at least 1, got "
-                              f"{getattr(config.replay, key)}")
+            raise ConfigError(
+                f"config error in {source} at `replay.{key}`: must be at least 1, got {getattr(config.replay, key)}"
+            )
     for which in ("control", "events"):
         problem = endpoint_problem(getattr(config.endpoints, which))
         if problem:
@@ -624,8 +647,10 @@ def _check(config: Config, source: Path) -> None:
         if problem:
             raise ConfigError(f"config error in {source} at `telemetry.otlp_endpoint`: {problem}")
     if telemetry.metric_interval_s is not None and not (0 < telemetry.metric_interval_s <= 86400):
-        raise ConfigError(f"config error in {source} at `telemetry.metric_interval_s`: must be in (0, 86400] "
-                          f"seconds, got {telemetry.metric_interval_s}")
+        raise ConfigError(
+            f"config error in {source} at `telemetry.metric_interval_s`: must be in (0, 86400] "
+            f"seconds, got {telemetry.metric_interval_s}"
+        )
     for name, provider in config.providers.items():
         if provider.max_connections < 1:
             raise ConfigError(f"config error in {source} at `providers.{name}.max_connections`: must be at least 1")
@@ -645,8 +670,9 @@ def _check(config: Config, source: Path) -> None:
                 f"config error in {source} at `{scope}`: max_retries must be >= 0 and jitter within [0, 1]"
             )
         if not (policy.multiplier > 0 and math.isfinite(policy.multiplier)):
-            raise ConfigError(f"config error in {source} at `{scope}.multiplier`: must be a positive number, got "
-                              f"{policy.multiplier}")
+            raise ConfigError(
+                f"config error in {source} at `{scope}.multiplier`: must be a positive number, got {policy.multiplier}"
+            )
 
 
 #: Durations for which zero means "no wait" (no pause, no delay, never wait a

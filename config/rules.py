@@ -16,8 +16,9 @@ def effort_refusal(request: Request, model: ModelInfo) -> str | None:
     efforts = model.rules.efforts
     if effort is None or efforts is None or effort in efforts:
         return None
-    return (f"reasoning_effort {effort!r} is not available on {model.id}, which takes "
-            f"{', '.join(efforts)} (rule `efforts`)")
+    return (
+        f"reasoning_effort {effort!r} is not available on {model.id}, which takes {', '.join(efforts)} (rule `efforts`)"
+    )
 
 
 def forced_tool_refusal(request: Request, model: ModelInfo) -> str | None:
@@ -30,6 +31,8 @@ def forced_tool_refusal(request: Request, model: ModelInfo) -> str | None:
     rules = model.rules
     if rules.forced_tool_with_thinking or not rules.thinking_always_on:
         return None
-    return (f"tool_choice {choice.mode!r} forces a tool, which {model.id} refuses while it reasons, and its "
-            "reasoning cannot be turned off (rules `forced_tool_with_thinking`, `thinking_always_on`); "
-            "use tool_choice auto")
+    return (
+        f"tool_choice {choice.mode!r} forces a tool, which {model.id} refuses while it reasons, and its "
+        "reasoning cannot be turned off (rules `forced_tool_with_thinking`, `thinking_always_on`); "
+        "use tool_choice auto"
+    )

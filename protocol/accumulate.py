@@ -123,8 +123,9 @@ class StreamAccumulator:
             )
         elif t is ProviderPartEvent:
             part = self._parts[ev.index] = _Open("provider")
-            part.done = ProviderPart(api=ev.api, kind=ev.kind, data=ev.data, model=ev.model,
-                                     provider=self.provider or None)
+            part.done = ProviderPart(
+                api=ev.api, kind=ev.kind, data=ev.data, model=ev.model, provider=self.provider or None
+            )
         elif t is StreamStart:
             self.model = ev.model
             self.provider = ev.provider or self.provider
@@ -149,9 +150,16 @@ class StreamAccumulator:
                 out.append(ReasoningEnd(index=index, text=raw))
             else:
                 args = parse_arguments(raw)
-                out.append(ToolCallEnd(index=index, id=part.id, name=part.name,
-                                       arguments=args if args is not None else {}, raw_arguments=raw,
-                                       provider_id=part.provider_id))
+                out.append(
+                    ToolCallEnd(
+                        index=index,
+                        id=part.id,
+                        name=part.name,
+                        arguments=args if args is not None else {},
+                        raw_arguments=raw,
+                        provider_id=part.provider_id,
+                    )
+                )
         return out
 
     def content(self) -> list[ContentPart]:

@@ -85,6 +85,8 @@ def decode_events(body: bytes | memoryview) -> list[Any]:
     if 0x90 <= first <= 0x9F or first in (0xDC, 0xDD):
         return _decode_event_list(body)  # type: ignore[no-any-return]
     return [decode_event(body)]
+
+
 decode_to_worker = _decoder(_to_worker)
 decode_from_worker = _decoder(_from_worker)
 decode_request = _decoder(_request)

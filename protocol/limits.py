@@ -54,8 +54,10 @@ def json_problem(value: Any, where: str, *, numbers: bool, max_depth: int = MAX_
     if kind == "nesting":
         return f"{where}: nested deeper than {max_depth} levels"
     if kind == "type":
-        return f"{where}: holds a value JSON cannot hold (only objects with string keys, arrays, strings, " \
-               "numbers, booleans and null)"
+        return (
+            f"{where}: holds a value JSON cannot hold (only objects with string keys, arrays, strings, "
+            "numbers, booleans and null)"
+        )
     return f"{where}: holds a number that is not finite (NaN or infinity)"
 
 
@@ -131,8 +133,9 @@ def _what(value: Any) -> str:
 
 def free_form_fields(request: Request) -> list[tuple[Any, str]]:
     """Every free-form JSON value of `request`, with its place."""
-    out: list[tuple[Any, str]] = [(options, f"provider_options.{name}")
-                                  for name, options in request.provider_options.items()]
+    out: list[tuple[Any, str]] = [
+        (options, f"provider_options.{name}") for name, options in request.provider_options.items()
+    ]
     for i, tool in enumerate(request.tools):
         out.append((tool.parameters, f"tools[{i}].parameters"))
     if request.response_format is not None and request.response_format.schema is not None:

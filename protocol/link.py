@@ -122,8 +122,18 @@ class FrameReader:
 class LinkConn:
     """One end of a link, driven by the trio loop."""
 
-    __slots__ = ("sock", "reader", "_out", "_out_bytes", "_writing", "_drained", "closed", "_nursery",
-                 "_recv_burst", "_buffer")
+    __slots__ = (
+        "sock",
+        "reader",
+        "_out",
+        "_out_bytes",
+        "_writing",
+        "_drained",
+        "closed",
+        "_nursery",
+        "_recv_burst",
+        "_buffer",
+    )
 
     def __init__(self, sock: socket.socket, nursery: trio.Nursery) -> None:
         sock.setblocking(False)

@@ -252,12 +252,18 @@ class Message(Data, kw_only=True):
 
     @classmethod
     def tool_result(
-        cls, tool_call_id: str, content: str | list[TextPart | ImagePart], *, is_error: bool = False,
+        cls,
+        tool_call_id: str,
+        content: str | list[TextPart | ImagePart],
+        *,
+        is_error: bool = False,
         name: str | None = None,
     ) -> Message:
         """The result of running the tool call `tool_call_id`."""
-        return cls(role="tool", content=[ToolResultPart(tool_call_id=tool_call_id, content=content,
-                                                        is_error=is_error, name=name)])
+        return cls(
+            role="tool",
+            content=[ToolResultPart(tool_call_id=tool_call_id, content=content, is_error=is_error, name=name)],
+        )
 
 
 # --------------------------------------------------------------------------
@@ -314,12 +320,14 @@ class Request(Data, kw_only=True):
     top_p: float | None = None
     max_tokens: int | None = None
     stop_sequences: Annotated[list[str], msgspec.Meta(max_length=MAX_STOP_SEQUENCES)] = msgspec.field(
-        default_factory=list)
+        default_factory=list
+    )
     seed: int | None = None
     reasoning_effort: ReasoningEffort | None = None
     metadata: Annotated[dict[str, str], msgspec.Meta(max_length=MAX_ENTRIES)] = msgspec.field(default_factory=dict)
     provider_options: Annotated[dict[str, dict[str, Any]], msgspec.Meta(max_length=MAX_ENTRIES)] = msgspec.field(
-        default_factory=dict)
+        default_factory=dict
+    )
     session_id: str | None = None
     max_retries: int | None = None
     timeouts: Timeouts | None = None
@@ -369,8 +377,8 @@ class Usage(Data, kw_only=True):
             cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
             cache_write_long_tokens=self.cache_write_long_tokens + other.cache_write_long_tokens,
             estimated=self.estimated or other.estimated,
-            estimated_fields=self.estimated_fields + [f for f in other.estimated_fields
-                                                      if f not in self.estimated_fields],
+            estimated_fields=self.estimated_fields
+            + [f for f in other.estimated_fields if f not in self.estimated_fields],
         )
 
 
@@ -605,7 +613,8 @@ class Submit(Msg, tag="submit", kw_only=True):
     stream: bool = True
     operation_id: str | None = None
     trace_context: Annotated[dict[str, str], msgspec.Meta(max_length=MAX_TRACE_CONTEXT)] = msgspec.field(
-        default_factory=dict)
+        default_factory=dict
+    )
 
 
 class Cancel(Msg, tag="cancel", kw_only=True):
@@ -1028,4 +1037,3 @@ class Progress(Msg, tag="progress", kw_only=True):
 
 
 FromWorker = WorkerUp | Heartbeat | Relay | RelayBatch | CallResult | Progress
-

@@ -81,7 +81,7 @@ def is_tls(url: str) -> bool:
 
 
 def ipc_path(url: str) -> Path | None:
-    return Path(url[len("ipc://"):]) if url.startswith("ipc://") else None
+    return Path(url[len("ipc://") :]) if url.startswith("ipc://") else None
 
 
 def check_url(url: str) -> None:
@@ -93,18 +93,24 @@ def check_url(url: str) -> None:
 
 def server_tls(cert_file: str, key_file: str) -> pynng.TLSConfig:
     """The daemon's side of TLS: its certificate chain and private key (PEM files)."""
-    return pynng.TLSConfig(pynng.TLSConfig.MODE_SERVER, own_cert_string=_read(cert_file),
-                           own_key_string=_read(key_file))
+    return pynng.TLSConfig(
+        pynng.TLSConfig.MODE_SERVER, own_cert_string=_read(cert_file), own_key_string=_read(key_file)
+    )
 
 
-def client_tls(ca_file: str, cert_file: str | None = None, key_file: str | None = None,
-               server_name: str | None = None) -> pynng.TLSConfig:
+def client_tls(
+    ca_file: str, cert_file: str | None = None, key_file: str | None = None, server_name: str | None = None
+) -> pynng.TLSConfig:
     """A client's side: the CA that signed the daemon's certificate (the server is
     always verified), and optionally the client's own certificate."""
-    return pynng.TLSConfig(pynng.TLSConfig.MODE_CLIENT, server_name=server_name, ca_string=_read(ca_file),
-                           own_cert_string=_read(cert_file) if cert_file else None,
-                           own_key_string=_read(key_file) if key_file else None,
-                           auth_mode=pynng.TLSConfig.AUTH_MODE_REQUIRED)
+    return pynng.TLSConfig(
+        pynng.TLSConfig.MODE_CLIENT,
+        server_name=server_name,
+        ca_string=_read(ca_file),
+        own_cert_string=_read(cert_file) if cert_file else None,
+        own_key_string=_read(key_file) if key_file else None,
+        auth_mode=pynng.TLSConfig.AUTH_MODE_REQUIRED,
+    )
 
 
 def _read(path: str) -> str:
@@ -237,8 +243,14 @@ class ConnectionGate:
     as soon as it is made; the established ones never notice. nng calls this from
     its own threads, hence the lock; `on_gone(pipe id)` is handed to the trio loop."""
 
-    def __init__(self, sock: pynng.Socket, name: str, max_connections: int, fd_reserve: int,
-                 on_gone: Callable[[int], None] | None = None) -> None:
+    def __init__(
+        self,
+        sock: pynng.Socket,
+        name: str,
+        max_connections: int,
+        fd_reserve: int,
+        on_gone: Callable[[int], None] | None = None,
+    ) -> None:
         self.name = name
         self.max_connections = max_connections
         self.fd_reserve = fd_reserve
@@ -320,13 +332,25 @@ def peer_address(pipe_id: int) -> str:
 class ControlServer:
     """The control endpoint: Rep0 in raw mode (see the module's docstring)."""
 
-    def __init__(self, url: str, *, max_size: int, max_connections: int, fd_reserve: int,
-                 tls: pynng.TLSConfig | None = None, on_gone: Callable[[int], None] | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        max_size: int,
+        max_connections: int,
+        fd_reserve: int,
+        tls: pynng.TLSConfig | None = None,
+        on_gone: Callable[[int], None] | None = None,
+    ) -> None:
         self.url = url
         # Slack over the limit so that a request just past it still arrives and gets its
         # typed error; nng closes the connection of anything larger.
-        self.sock = pynng.Rep0(opener=lib.nng_rep0_open_raw, recv_max_size=max_size + 64 * 1024,
-                               send_buffer_size=1024, recv_buffer_size=1024)
+        self.sock = pynng.Rep0(
+            opener=lib.nng_rep0_open_raw,
+            recv_max_size=max_size + 64 * 1024,
+            send_buffer_size=1024,
+            recv_buffer_size=1024,
+        )
         try:
             if tls is not None:
                 self.sock.tls_config = tls
@@ -411,8 +435,9 @@ class ControlServer:
 class EventPublisher:
     """The event endpoint: Pub0. `publish` never waits (see the module's docstring)."""
 
-    def __init__(self, url: str, *, queue: int, max_connections: int, fd_reserve: int,
-                 tls: pynng.TLSConfig | None = None) -> None:
+    def __init__(
+        self, url: str, *, queue: int, max_connections: int, fd_reserve: int, tls: pynng.TLSConfig | None = None
+    ) -> None:
         self.url = url
         self.sock = pynng.Pub0(send_buffer_size=min(max(queue, 1), MAX_QUEUE))
         try:
@@ -527,8 +552,9 @@ class Subscriber:
     oldest messages, and finds out by `seq`)."""
 
     def __init__(self, url: str, topics: tuple[bytes, ...], tls: pynng.TLSConfig | None = None) -> None:
-        self.sock = pynng.Sub0(recv_buffer_size=MAX_QUEUE, reconnect_time_min=10, reconnect_time_max=500,
-                               recv_max_size=0)
+        self.sock = pynng.Sub0(
+            recv_buffer_size=MAX_QUEUE, reconnect_time_min=10, reconnect_time_max=500, recv_max_size=0
+        )
         for topic in topics:
             self.sock.subscribe(topic)
         _dial(self.sock, url, tls)
@@ -542,7 +568,24 @@ class Subscriber:
 
 
 __all__ = [
-    "AddressInUse", "Closed", "ConnectionGate", "ConnectionRefused", "ControlServer", "EventPublisher",
-    "NNGException", "Receiver", "Requester", "Subscriber", "client_tls", "check_url", "ipc_path", "is_remote",
-    "is_tls", "peer_address", "raise_fd_limit", "scheme", "server_tls", "try_send",
+    "AddressInUse",
+    "Closed",
+    "ConnectionGate",
+    "ConnectionRefused",
+    "ControlServer",
+    "EventPublisher",
+    "NNGException",
+    "Receiver",
+    "Requester",
+    "Subscriber",
+    "client_tls",
+    "check_url",
+    "ipc_path",
+    "is_remote",
+    "is_tls",
+    "peer_address",
+    "raise_fd_limit",
+    "scheme",
+    "server_tls",
+    "try_send",
 ]

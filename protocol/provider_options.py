@@ -104,8 +104,10 @@ class MockOptions(_Strict):
             raise ValueError("give `steps` (one reply) or `turns` (one reply per assistant turn), not both")
         longest = max([len(self.steps or [])] + [len(t) for t in self.turns or []])
         if longest * self.repeat > MAX_MOCK_CHUNKS:
-            raise ValueError(f"{longest} steps repeated {self.repeat} times is over the {MAX_MOCK_CHUNKS} steps "
-                             "a mock script may play")
+            raise ValueError(
+                f"{longest} steps repeated {self.repeat} times is over the {MAX_MOCK_CHUNKS} steps "
+                "a mock script may play"
+            )
 
 
 #: A string sent in an HTTP header: no control characters (a line break would start a
@@ -230,34 +232,108 @@ class OpenAICompatOptions(_Open):
 
 #: Chat Completions body fields and the extensions common OpenAI-compatible servers take
 #: (vLLM, llama.cpp, LM Studio, SGLang, OpenRouter...): forwarded without a warning.
-OPENAI_COMPAT_KNOWN = frozenset({
-    "top_k", "min_p", "repetition_penalty", "presence_penalty", "frequency_penalty", "logit_bias", "logprobs",
-    "top_logprobs", "n", "user", "service_tier", "store", "metadata", "parallel_tool_calls", "prediction",
-    "modalities", "audio", "web_search_options", "verbosity", "reasoning", "reasoning_effort", "stream_options",
-    "response_format", "seed", "stop", "max_completion_tokens", "safety_identifier", "prompt_cache_key",
-    "guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs", "chat_template_kwargs",
-    "chat_template", "add_generation_prompt", "skip_special_tokens", "include_stop_str_in_output", "ignore_eos",
-    "min_tokens", "best_of", "use_beam_search", "length_penalty", "typical_p", "tfs_z", "mirostat",
-    "mirostat_tau", "mirostat_eta", "grammar", "json_schema", "cache_prompt", "n_probs", "samplers",
-    "dry_multiplier", "dry_base", "dry_allowed_length", "xtc_probability", "xtc_threshold", "ttl", "draft_model",
-    "provider", "models", "route", "transforms", "usage", "plugins", "top_a", "separate_reasoning",
-    "enable_thinking", "thinking", "return_reasoning", "extra_body"})
+OPENAI_COMPAT_KNOWN = frozenset(
+    {
+        "top_k",
+        "min_p",
+        "repetition_penalty",
+        "presence_penalty",
+        "frequency_penalty",
+        "logit_bias",
+        "logprobs",
+        "top_logprobs",
+        "n",
+        "user",
+        "service_tier",
+        "store",
+        "metadata",
+        "parallel_tool_calls",
+        "prediction",
+        "modalities",
+        "audio",
+        "web_search_options",
+        "verbosity",
+        "reasoning",
+        "reasoning_effort",
+        "stream_options",
+        "response_format",
+        "seed",
+        "stop",
+        "max_completion_tokens",
+        "safety_identifier",
+        "prompt_cache_key",
+        "guided_json",
+        "guided_regex",
+        "guided_choice",
+        "guided_grammar",
+        "structured_outputs",
+        "chat_template_kwargs",
+        "chat_template",
+        "add_generation_prompt",
+        "skip_special_tokens",
+        "include_stop_str_in_output",
+        "ignore_eos",
+        "min_tokens",
+        "best_of",
+        "use_beam_search",
+        "length_penalty",
+        "typical_p",
+        "tfs_z",
+        "mirostat",
+        "mirostat_tau",
+        "mirostat_eta",
+        "grammar",
+        "json_schema",
+        "cache_prompt",
+        "n_probs",
+        "samplers",
+        "dry_multiplier",
+        "dry_base",
+        "dry_allowed_length",
+        "xtc_probability",
+        "xtc_threshold",
+        "ttl",
+        "draft_model",
+        "provider",
+        "models",
+        "route",
+        "transforms",
+        "usage",
+        "plugins",
+        "top_a",
+        "separate_reasoning",
+        "enable_thinking",
+        "thinking",
+        "return_reasoning",
+        "extra_body",
+    }
+)
 
 SCHEMAS: dict[str, type[msgspec.Struct]] = {
-    "mock": MockOptions, "anthropic": AnthropicOptions, "openai": OpenAIOptions, "gemini": GeminiOptions,
-    "ollama": OllamaOptions, "openai_compat": OpenAICompatOptions,
+    "mock": MockOptions,
+    "anthropic": AnthropicOptions,
+    "openai": OpenAIOptions,
+    "gemini": GeminiOptions,
+    "ollama": OllamaOptions,
+    "openai_compat": OpenAICompatOptions,
 }
 #: Options each worker reads itself; every other known key is a body field.
 OWN: dict[str, frozenset[str]] = {
     "anthropic": frozenset({"thinking", "auto_cache", "beta_headers", "tools"}),
     "openai": frozenset({"reasoning_summary", "include", "background"}),
-    "gemini": frozenset({"google_search", "code_execution", "url_context", "tools", "thinking_config",
-                         "generation_config"}),
+    "gemini": frozenset(
+        {"google_search", "code_execution", "url_context", "tools", "thinking_config", "generation_config"}
+    ),
     "ollama": frozenset({"options", "keep_alive", "think"}),
 }
 #: What people type for an option of another name.
-ALIASES = {"beta_features": "beta_headers", "betas": "beta_headers", "anthropic_beta": "beta_headers",
-           "anthropic-beta": "beta_headers", "keepalive": "keep_alive"}
+ALIASES = {
+    "beta_features": "beta_headers",
+    "betas": "beta_headers",
+    "anthropic_beta": "beta_headers",
+    "anthropic-beta": "beta_headers",
+    "keepalive": "keep_alive",
+}
 
 
 def known(provider_type: str) -> frozenset[str]:
@@ -279,8 +355,10 @@ def explain_unknown(provider_type: str, where: str, key: str) -> str:
         close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
         guess = close[0] if close else None
     hint = f"did you mean `{guess}`? " if guess else ""
-    return (f"{where}: unknown option `{key}`; {hint}To send a field trunkline does not know, put it in "
-            f"`{where}.extra_body`. Known options: {', '.join(n for n in names if n != 'extra_body')}")
+    return (
+        f"{where}: unknown option `{key}`; {hint}To send a field trunkline does not know, put it in "
+        f"`{where}.extra_body`. Known options: {', '.join(n for n in names if n != 'extra_body')}"
+    )
 
 
 def check(provider_type: str, options: Any, where: str) -> msgspec.Struct | None:
@@ -328,8 +406,7 @@ def body_fields(provider_type: str, options: dict[str, Any]) -> dict[str, Any]:
     own = OWN.get(provider_type, frozenset())
     names = known(provider_type)
     forward_all = provider_type == "openai_compat"  # its unknown keys go too, with a warning
-    out = {k: v for k, v in options.items()
-           if (forward_all or k in names) and k not in own and k != "extra_body"}
+    out = {k: v for k, v in options.items() if (forward_all or k in names) and k not in own and k != "extra_body"}
     extra = options.get("extra_body")
     if isinstance(extra, dict):
         out.update(extra)

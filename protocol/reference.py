@@ -26,10 +26,28 @@ SECTIONS: list[tuple[str, str, list[type]]] = [
     ("Control replies", "The one reply to each control request.", list(typing.get_args(m.ControlReply))),
     ("Events", "Published on the event socket, framed `topic \\x00 msgpack`.", list(typing.get_args(m.AnyEvent))),
     ("Content parts", "The members of `Message.content`, tagged by `type`.", list(typing.get_args(m.ContentPart))),
-    ("Records", "Untagged maps nested in the messages above.", [
-        m.Message, m.Request, m.Tool, m.ToolChoice, m.ResponseFormat, m.Timeouts, m.Response, m.Usage,
-        m.FinishReason, m.RateLimit, m.WarningInfo, m.ErrorInfo, m.ModelInfo, m.Price, m.WorkerStatus, m.Limits,
-    ]),
+    (
+        "Records",
+        "Untagged maps nested in the messages above.",
+        [
+            m.Message,
+            m.Request,
+            m.Tool,
+            m.ToolChoice,
+            m.ResponseFormat,
+            m.Timeouts,
+            m.Response,
+            m.Usage,
+            m.FinishReason,
+            m.RateLimit,
+            m.WarningInfo,
+            m.ErrorInfo,
+            m.ModelInfo,
+            m.Price,
+            m.WorkerStatus,
+            m.Limits,
+        ],
+    ),
 ]
 
 
@@ -46,13 +64,17 @@ def type_name(tp: Any) -> str:
         return " \\| ".join(f"`{a}`" for a in args)
     if origin in (typing.Union, types.UnionType):
         if len(args) > 3 and all(isinstance(a, type) and issubclass(a, m.Msg) for a in args if a is not type(None)):
-            return "ContentPart" if set(args) == set(typing.get_args(m.ContentPart)) else " \\| ".join(
-                type_name(a) for a in args)
+            return (
+                "ContentPart"
+                if set(args) == set(typing.get_args(m.ContentPart))
+                else " \\| ".join(type_name(a) for a in args)
+            )
         return " \\| ".join(type_name(a) for a in args)
     if origin is list:
         inner = args[0]
         if typing.get_origin(inner) in (typing.Union, types.UnionType) and set(typing.get_args(inner)) == set(
-                typing.get_args(m.ContentPart)):
+            typing.get_args(m.ContentPart)
+        ):
             return "list of ContentPart"
         return f"list of {type_name(inner)}"
     if origin is dict:
@@ -79,7 +101,11 @@ def default_text(field: msgspec.structs.FieldInfo) -> str:
 def render_struct(cls: type) -> str:
     config = cls.__struct_config__  # type: ignore[attr-defined]
     hints = typing.get_type_hints(cls)
-    title = f"`{config.tag}`" if isinstance(cls, type) and issubclass(cls, m.Msg) and cls is not m.Message else f"`{cls.__name__}`"
+    title = (
+        f"`{config.tag}`"
+        if isinstance(cls, type) and issubclass(cls, m.Msg) and cls is not m.Message
+        else f"`{cls.__name__}`"
+    )
     doc = " ".join((cls.__doc__ or "").split())
     lines = [f"#### {title}", ""]
     if issubclass(cls, m.Msg):

@@ -31,8 +31,9 @@ def welcome() -> m.Welcome:
         client_id=CLIENT_ID,
         server_version="0.1.0",
         event_endpoint="ipc:///run/user/1000/trunkline/events.ipc",
-        limits=m.Limits(max_message_bytes=16 << 20, max_event_bytes=65 << 20, replay_ring_events=20000,
-                        replay_keep_s=300.0),
+        limits=m.Limits(
+            max_message_bytes=16 << 20, max_event_bytes=65 << 20, replay_ring_events=20000, replay_keep_s=300.0
+        ),
         providers=["mock"],
     )
 
@@ -46,8 +47,10 @@ def single_event() -> bytes:
 
 
 def event_array() -> bytes:
-    frames = [codec.frame_event(CLIENT_ID, text_delta(3, " there")),
-              codec.frame_event(CLIENT_ID, m.TextEnd(request_id=REQUEST_ID, seq=4, index=0, text="Hi there"))]
+    frames = [
+        codec.frame_event(CLIENT_ID, text_delta(3, " there")),
+        codec.frame_event(CLIENT_ID, m.TextEnd(request_id=REQUEST_ID, seq=4, index=0, text="Hi there")),
+    ]
     (message,) = codec.batch_frames(frames)
     return message
 
@@ -64,20 +67,36 @@ def protocol_error() -> m.ProtocolError:
 #: (title, what the bytes are, the bytes): the order they appear in PROTOCOL.md.
 def transcripts() -> list[tuple[str, str, bytes]]:
     return [
-        ("`hello`, client → daemon (control)", "one msgpack map; `protocol` 1 is its default, so it is not sent",
-         codec.encode(hello())),
-        ("`welcome`, daemon → client (control)", "`protocol` and every other default left out",
-         codec.encode(welcome())),
-        ("one event, daemon → client (events)",
-         "the topic (the client id), `00`, then one map (`0x8_`): a `text_delta` with seq 2 (`index` 0 omitted)",
-         single_event()),
-        ("several events in one message (events)",
-         "the topic, `00`, then an array (`0x92`: two events) of maps, in seq order", event_array()),
-        ("`replay_result`, daemon → client (control)",
-         "`events` is an array of nested event maps (not framed, no topic, not binary)",
-         codec.encode(replay_result())),
-        ("`protocol_error`, daemon → client (control)", "the reply to a control message the daemon cannot read",
-         codec.encode(protocol_error())),
+        (
+            "`hello`, client → daemon (control)",
+            "one msgpack map; `protocol` 1 is its default, so it is not sent",
+            codec.encode(hello()),
+        ),
+        (
+            "`welcome`, daemon → client (control)",
+            "`protocol` and every other default left out",
+            codec.encode(welcome()),
+        ),
+        (
+            "one event, daemon → client (events)",
+            "the topic (the client id), `00`, then one map (`0x8_`): a `text_delta` with seq 2 (`index` 0 omitted)",
+            single_event(),
+        ),
+        (
+            "several events in one message (events)",
+            "the topic, `00`, then an array (`0x92`: two events) of maps, in seq order",
+            event_array(),
+        ),
+        (
+            "`replay_result`, daemon → client (control)",
+            "`events` is an array of nested event maps (not framed, no topic, not binary)",
+            codec.encode(replay_result()),
+        ),
+        (
+            "`protocol_error`, daemon → client (control)",
+            "the reply to a control message the daemon cannot read",
+            codec.encode(protocol_error()),
+        ),
     ]
 
 
@@ -85,7 +104,7 @@ def hexdump(data: bytes) -> str:
     """`xxd`-style lines: offset, 16 bytes in hex, the printable ASCII."""
     lines = []
     for offset in range(0, len(data), 16):
-        chunk = data[offset:offset + 16]
+        chunk = data[offset : offset + 16]
         hexes = " ".join(f"{b:02x}" for b in chunk)
         text = "".join(chr(b) if 0x20 <= b < 0x7F else "." for b in chunk)
         lines.append(f"{offset:08x}  {hexes:<47}  {text}")

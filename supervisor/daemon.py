@@ -50,6 +50,7 @@ log = logging.getLogger("trunkline.supervisor")
 #: Seconds the daemon waits at exit for the OpenTelemetry exporters to send what is pending.
 TELEMETRY_FLUSH_S = 5.0
 
+
 class StartupError(Exception):
     """The daemon cannot start (another daemon holds the endpoint, a bad directory...)."""
 
@@ -74,11 +75,15 @@ class Daemon:
         # An OpenAI-compatible server is reached only through its base_url: without one
         # it is not configured, whatever its key.
         unreachable = {n for n, p in providers.items() if p.type == "openai_compat" and not p.resolved_base_url()}
-        configured = [n for n, p in providers.items()
-                      if n not in unreachable and (not p.needs_key() or p.api_key())]
+        configured = [n for n, p in providers.items() if n not in unreachable and (not p.needs_key() or p.api_key())]
         self.catalog = Catalog.load(config.models, providers=providers, configured=configured)
-        self.requests = RequestTable(config.replay.ring_events, config.replay.keep_s, config.replay.max_requests,
-                                     config.replay.max_bytes, config.replay.max_request_bytes)
+        self.requests = RequestTable(
+            config.replay.ring_events,
+            config.replay.keep_s,
+            config.replay.max_requests,
+            config.replay.max_bytes,
+            config.replay.max_request_bytes,
+        )
         self.slots: dict[str, WorkerSlot] = {}
         for name, provider in providers.items():
             slot = WorkerSlot(self, name, provider)
@@ -165,9 +170,14 @@ class Daemon:
             try:
                 terminal = _terminal(state)
                 if logging_it:
-                    log.info("request %s %s %s: %s in %.0f ms", state.request_id, state.model,
-                             "stream" if state.stream else "complete", _outcome(terminal),
-                             (now - state.submitted_at) * 1000)
+                    log.info(
+                        "request %s %s %s: %s in %.0f ms",
+                        state.request_id,
+                        state.model,
+                        "stream" if state.stream else "complete",
+                        _outcome(terminal),
+                        (now - state.submitted_at) * 1000,
+                    )
                 if self.metrics is not None:
                     self.metrics.ended(state, terminal, now - state.submitted_at)
                 if self.telemetry is not None:
@@ -212,9 +222,12 @@ class Daemon:
         and its bill estimated."""
         if not state.stream and state.progress is not None and state.progress.content:
             # A whole-response request: what its worker last reported having gathered.
-            partial = Response(model=state.progress.model, provider=state.provider,
-                               message=Message(role="assistant", content=state.progress.content),
-                               finish_reason=FinishReason(reason="error"))
+            partial = Response(
+                model=state.progress.model,
+                provider=state.provider,
+                message=Message(role="assistant", content=state.progress.content),
+                finish_reason=FinishReason(reason="error"),
+            )
         elif state.stream and state.last_seq >= 0:
             acc = state.accumulator()
             for ev in acc.closing_events():
@@ -233,8 +246,9 @@ class Daemon:
     def fault(self, request_id: str | None, doing: str, exc: BaseException) -> None:
         """The last guard's log: a bug met while handling one request, in one line (at
         most a few a second, whatever the input), the traceback at debug level."""
-        self.fault_log.note(f"request {request_id}: internal error while {doing}: {type(exc).__name__}: "
-                            f"{str(exc)[:200]}")
+        self.fault_log.note(
+            f"request {request_id}: internal error while {doing}: {type(exc).__name__}: {str(exc)[:200]}"
+        )
         log.debug("request %s: traceback", request_id, exc_info=exc)
 
     def contain(self, request_id: str, doing: str, exc: BaseException) -> None:
@@ -243,12 +257,14 @@ class Daemon:
         self.fault(request_id, doing, exc)
         state = self.requests.active.get(request_id)
         if state is not None and not state.ended:
-            self.fail_request(state, "other", f"the daemon failed while {doing} ({type(exc).__name__}); "
-                              "other requests are unaffected")
+            self.fail_request(
+                state, "other", f"the daemon failed while {doing} ({type(exc).__name__}); other requests are unaffected"
+            )
 
     def fail_request(self, state: RequestState, error_class: ErrorClass, message: str) -> None:
-        info = ErrorInfo(error_class=error_class, message=message, retryable=RETRYABLE[error_class],
-                         provider=state.provider)
+        info = ErrorInfo(
+            error_class=error_class, message=message, retryable=RETRYABLE[error_class], provider=state.provider
+        )
         self._end_here(state, lambda partial: ErrorEvent(error=info, partial=partial))
 
     def finish_cancelled(self, state: RequestState, raw: str) -> None:
@@ -311,17 +327,25 @@ class Daemon:
             log.warning("only %d file descriptors may be open (hard limit %d): few connections will fit", soft, hard)
         try:
             self.rep = nng.ControlServer(
-                self.control_url, max_size=limits.max_message_bytes, max_connections=limits.max_connections,
-                fd_reserve=limits.fd_reserve, tls=tls if nng.is_tls(self.control_url) else None,
-                on_gone=self.router.pipe_gone)
+                self.control_url,
+                max_size=limits.max_message_bytes,
+                max_connections=limits.max_connections,
+                fd_reserve=limits.fd_reserve,
+                tls=tls if nng.is_tls(self.control_url) else None,
+                on_gone=self.router.pipe_gone,
+            )
         except nng.AddressInUse:
             raise StartupError(f"another trunkline daemon is already serving {self.control_url}") from None
         except (ValueError, OSError, nng.NNGException) as exc:
             raise StartupError(f"cannot listen on {self.control_url}: {exc}") from None
         try:
             self.pub = nng.EventPublisher(
-                self.events_url, queue=limits.subscriber_queue, max_connections=limits.max_connections,
-                fd_reserve=limits.fd_reserve, tls=tls if nng.is_tls(self.events_url) else None)
+                self.events_url,
+                queue=limits.subscriber_queue,
+                max_connections=limits.max_connections,
+                fd_reserve=limits.fd_reserve,
+                tls=tls if nng.is_tls(self.events_url) else None,
+            )
         except nng.AddressInUse:
             self.rep.close()
             raise StartupError(f"another trunkline daemon is already serving {self.events_url}") from None
@@ -348,7 +372,9 @@ class Daemon:
 
             self.telemetry.start()
             endpoint = self.config.telemetry.otlp_endpoint
-            log.info("OpenTelemetry export on (%s)", shown(endpoint) if endpoint else "the OTEL_EXPORTER_OTLP_* settings")
+            log.info(
+                "OpenTelemetry export on (%s)", shown(endpoint) if endpoint else "the OTEL_EXPORTER_OTLP_* settings"
+            )
         log.info("trunkline %s serving %s (events %s)", __version__, self.control_url, self.events_url)
         try:
             async with trio.open_nursery() as nursery:
@@ -392,8 +418,12 @@ class Daemon:
             raise StartupError(f"cannot serve metrics on {cfg.listen}: {exc}") from None
         self.metrics_server.start()
         shown = f"[{host}]" if ":" in host else host
-        log.info("metrics on http://%s:%d/metrics%s", shown, self.metrics_server.port,
-                 " (a bearer token is required)" if self.metrics_token else "")
+        log.info(
+            "metrics on http://%s:%d/metrics%s",
+            shown,
+            self.metrics_server.port,
+            " (a bearer token is required)" if self.metrics_token else "",
+        )
 
     async def _reload_on_sighup(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         from .reload import reload
@@ -418,6 +448,7 @@ class Daemon:
         if self.requests.active:
             with trio.move_on_after(cfg.shutdown_grace_s):
                 async with trio.open_nursery() as race:
+
                     async def wait_for(event: trio.Event) -> None:
                         await event.wait()
                         race.cancel_scope.cancel()

@@ -49,8 +49,9 @@ class _Live(Collector):
 
     def collect(self) -> Iterator[Any]:
         daemon = self.daemon
-        in_flight = GaugeMetricFamily("trunkline_requests_in_flight", "Requests submitted and not yet ended",
-                                      labels=["provider"])
+        in_flight = GaugeMetricFamily(
+            "trunkline_requests_in_flight", "Requests submitted and not yet ended", labels=["provider"]
+        )
         counts: dict[str, int] = {}
         for state in list(daemon.requests.active.values()):
             counts[state.provider] = counts.get(state.provider, 0) + 1
@@ -58,13 +59,18 @@ class _Live(Collector):
         for provider, _ in slots:
             in_flight.add_metric([provider], counts.get(provider, 0))
         yield in_flight
-        states = GaugeMetricFamily("trunkline_worker_state", "1 for the state each provider's worker is in "
-                                   "(starting, running, restarting, unavailable, not_configured, stopped)",
-                                   labels=["provider", "state"])
-        up = GaugeMetricFamily("trunkline_worker_up", "1 when the configured provider's worker is running",
-                               labels=["provider"])
-        restarts = CounterMetricFamily("trunkline_worker_restarts", "Restarts of each configured provider's worker",
-                                       labels=["provider"])
+        states = GaugeMetricFamily(
+            "trunkline_worker_state",
+            "1 for the state each provider's worker is in "
+            "(starting, running, restarting, unavailable, not_configured, stopped)",
+            labels=["provider", "state"],
+        )
+        up = GaugeMetricFamily(
+            "trunkline_worker_up", "1 when the configured provider's worker is running", labels=["provider"]
+        )
+        restarts = CounterMetricFamily(
+            "trunkline_worker_restarts", "Restarts of each configured provider's worker", labels=["provider"]
+        )
         for name, slot in slots:
             current = slot.state
             for each in WORKER_STATES:
@@ -76,10 +82,14 @@ class _Live(Collector):
         yield up
         yield restarts
         table = daemon.requests
-        yield GaugeMetricFamily("trunkline_replay_requests", "Requests whose events are kept for replay",
-                                value=len(table.active) + len(table.ended))
-        yield GaugeMetricFamily("trunkline_replay_ended_bytes", "Bytes the replay rings of ended requests hold",
-                                value=table.ended_bytes)
+        yield GaugeMetricFamily(
+            "trunkline_replay_requests",
+            "Requests whose events are kept for replay",
+            value=len(table.active) + len(table.ended),
+        )
+        yield GaugeMetricFamily(
+            "trunkline_replay_ended_bytes", "Bytes the replay rings of ended requests hold", value=table.ended_bytes
+        )
 
 
 class DaemonMetrics:
@@ -89,28 +99,64 @@ class DaemonMetrics:
         disable_created_metrics()
         self.registry = CollectorRegistry(auto_describe=True)
         labels = ["provider", "model"]
-        self.requests = Counter("trunkline_requests", "Requests ended, by outcome (a finish reason, or error)",
-                                [*labels, "outcome"], registry=self.registry)
-        self.errors = Counter("trunkline_errors", "Requests ended with an error, by class",
-                              [*labels, "error_class"], registry=self.registry)
-        self.refused = Counter("trunkline_requests_refused", "Submits refused before any provider call, by class",
-                               ["error_class"], registry=self.registry)
-        self.retries = Counter("trunkline_retries", "Attempts retried, by the failed attempt's error class",
-                               ["provider", "error_class"], registry=self.registry)
+        self.requests = Counter(
+            "trunkline_requests",
+            "Requests ended, by outcome (a finish reason, or error)",
+            [*labels, "outcome"],
+            registry=self.registry,
+        )
+        self.errors = Counter(
+            "trunkline_errors",
+            "Requests ended with an error, by class",
+            [*labels, "error_class"],
+            registry=self.registry,
+        )
+        self.refused = Counter(
+            "trunkline_requests_refused",
+            "Submits refused before any provider call, by class",
+            ["error_class"],
+            registry=self.registry,
+        )
+        self.retries = Counter(
+            "trunkline_retries",
+            "Attempts retried, by the failed attempt's error class",
+            ["provider", "error_class"],
+            registry=self.registry,
+        )
         self.rate_limit_waits = Counter(
-            "trunkline_rate_limit_waits", "Waits before a retry because the provider rate-limited the attempt "
-            "or said when to come back (Retry-After)", ["provider"], registry=self.registry)
-        self.rate_limit_seconds = Counter("trunkline_rate_limit_wait_seconds", "Seconds of those waits",
-                                          ["provider"], registry=self.registry)
-        self.tokens = Counter("trunkline_tokens", "Tokens, by kind (input, output, cache_read, cache_write, "
-                              "reasoning; cache_* are part of input, reasoning part of output)",
-                              [*labels, "kind"], registry=self.registry)
-        self.cost = Counter("trunkline_cost_usd", "Cost in USD of the requests that ended", labels,
-                            registry=self.registry)
-        self.latency = Histogram("trunkline_request_duration_seconds", "From submit to the terminal event",
-                                 labels, buckets=LATENCY_BUCKETS, registry=self.registry)
-        self.ttft = Histogram("trunkline_time_to_first_event_seconds", "Streams: from submit to the first event",
-                              labels, buckets=LATENCY_BUCKETS, registry=self.registry)
+            "trunkline_rate_limit_waits",
+            "Waits before a retry because the provider rate-limited the attempt "
+            "or said when to come back (Retry-After)",
+            ["provider"],
+            registry=self.registry,
+        )
+        self.rate_limit_seconds = Counter(
+            "trunkline_rate_limit_wait_seconds", "Seconds of those waits", ["provider"], registry=self.registry
+        )
+        self.tokens = Counter(
+            "trunkline_tokens",
+            "Tokens, by kind (input, output, cache_read, cache_write, "
+            "reasoning; cache_* are part of input, reasoning part of output)",
+            [*labels, "kind"],
+            registry=self.registry,
+        )
+        self.cost = Counter(
+            "trunkline_cost_usd", "Cost in USD of the requests that ended", labels, registry=self.registry
+        )
+        self.latency = Histogram(
+            "trunkline_request_duration_seconds",
+            "From submit to the terminal event",
+            labels,
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.ttft = Histogram(
+            "trunkline_time_to_first_event_seconds",
+            "Streams: from submit to the first event",
+            labels,
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
         self.registry.register(_Live(daemon))
 
     def first_event(self, state: RequestState, seconds: float) -> None:
@@ -135,9 +181,13 @@ class DaemonMetrics:
         if response is None:
             return
         usage = response.usage
-        for kind, value in (("input", usage.input_tokens), ("output", usage.output_tokens),
-                            ("cache_read", usage.cache_read_tokens), ("cache_write", usage.cache_write_tokens),
-                            ("reasoning", usage.reasoning_tokens)):
+        for kind, value in (
+            ("input", usage.input_tokens),
+            ("output", usage.output_tokens),
+            ("cache_read", usage.cache_read_tokens),
+            ("cache_write", usage.cache_write_tokens),
+            ("reasoning", usage.reasoning_tokens),
+        ):
             if value:
                 self.tokens.labels(provider, model, kind).inc(value)
         if response.cost_usd:

@@ -58,8 +58,11 @@ class MetricsApp:
     def _answer(self, environ: dict[str, Any]) -> tuple[str, bytes, list[tuple[str, str]]]:
         method, path = environ.get("REQUEST_METHOD", ""), environ.get("PATH_INFO", "")
         if self._token is not None and not self._authorized(environ.get("HTTP_AUTHORIZATION", "")):
-            return "401 Unauthorized", b"a bearer token is required\n", [
-                _TEXT, ("WWW-Authenticate", 'Bearer realm="trunkline metrics"')]
+            return (
+                "401 Unauthorized",
+                b"a bearer token is required\n",
+                [_TEXT, ("WWW-Authenticate", 'Bearer realm="trunkline metrics"')],
+            )
         if path not in ("/metrics", "/"):
             return "404 Not Found", b"not found: the metrics are at /metrics\n", [_TEXT]
         if method not in ("GET", "HEAD"):
@@ -126,14 +129,12 @@ class MetricsServer:
     """The endpoint, listening from `start()` until `close()`."""
 
     def __init__(self, host: str, port: int, app: MetricsApp) -> None:
-        family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
-                                                      flags=socket.AI_PASSIVE)[0]
+        family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
         self._server = _Server(address[:2], family)
         self._server.set_app(app)
         self.port = self._server.server_address[1]
         # Polled this often for `close()`, which waits for the loop to notice.
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.1,), name="tl-metrics",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.1,), name="tl-metrics", daemon=True)
 
     def start(self) -> None:
         self._thread.start()

@@ -30,18 +30,28 @@ def input_content(request: Request) -> dict[str, str]:
     out = {"gen_ai.input.messages": json.dumps([message_json(m) for m in rest], ensure_ascii=False)}
     if system:
         out["gen_ai.system_instructions"] = json.dumps(
-            [part for m in system for part in message_json(m)["parts"]], ensure_ascii=False)
+            [part for m in system for part in message_json(m)["parts"]], ensure_ascii=False
+        )
     if request.tools:
         out["gen_ai.tool.definitions"] = json.dumps(
-            [{"type": "function", "name": t.name, "description": t.description, "parameters": t.parameters}
-             for t in request.tools], ensure_ascii=False)
+            [
+                {"type": "function", "name": t.name, "description": t.description, "parameters": t.parameters}
+                for t in request.tools
+            ],
+            ensure_ascii=False,
+        )
     return out
 
 
 #: Our finish reasons in the conventions' words (their list: stop, length, content_filter,
 #: tool_call, error). `cancelled` and `other` have none.
-FINISH_REASONS = {"stop": "stop", "length": "length", "content_filter": "content_filter", "tool_calls": "tool_call",
-                  "error": "error"}
+FINISH_REASONS = {
+    "stop": "stop",
+    "length": "length",
+    "content_filter": "content_filter",
+    "tool_calls": "tool_call",
+    "error": "error",
+}
 
 
 def finish_reason(reason: str) -> str | None:
@@ -52,8 +62,9 @@ def output_content(response: Response) -> str:
     # An output message must say why it ended; where the conventions have no word,
     # their schema takes any string: ours.
     reason = response.finish_reason.reason
-    return json.dumps([{**message_json(response.message), "finish_reason": finish_reason(reason) or reason}],
-                      ensure_ascii=False)
+    return json.dumps(
+        [{**message_json(response.message), "finish_reason": finish_reason(reason) or reason}], ensure_ascii=False
+    )
 
 
 _MEDIA = {ImagePart: "image", AudioPart: "audio", DocumentPart: "document"}
@@ -70,23 +81,44 @@ def message_json(message: Message) -> dict[str, Any]:
         elif kind is ThinkingPart:
             parts.append({"type": "reasoning", "content": part.text})  # type: ignore[union-attr]
         elif kind is ToolCallPart:
-            parts.append({"type": "tool_call", "id": part.id, "name": part.name,  # type: ignore[union-attr]
-                          "arguments": part.arguments})  # type: ignore[union-attr]
+            parts.append(
+                {
+                    "type": "tool_call",
+                    "id": part.id,
+                    "name": part.name,  # type: ignore[union-attr]
+                    "arguments": part.arguments,
+                }
+            )  # type: ignore[union-attr]
         elif kind is ToolResultPart:
             content = part.content  # type: ignore[union-attr]
-            parts.append({"type": "tool_call_response", "id": part.tool_call_id,  # type: ignore[union-attr]
-                          "response": content if isinstance(content, str)
-                          else "".join(p.text for p in content if type(p) is TextPart)})
+            parts.append(
+                {
+                    "type": "tool_call_response",
+                    "id": part.tool_call_id,  # type: ignore[union-attr]
+                    "response": content
+                    if isinstance(content, str)
+                    else "".join(p.text for p in content if type(p) is TextPart),
+                }
+            )
         elif kind in _MEDIA:
             url = part.url  # type: ignore[union-attr]
-            media: dict[str, Any] = {"type": "uri" if url and not url.startswith("data:") else "blob",
-                                     "modality": _MEDIA[kind]}
+            media: dict[str, Any] = {
+                "type": "uri" if url and not url.startswith("data:") else "blob",
+                "modality": _MEDIA[kind],
+            }
             if media["type"] == "uri":
                 media["uri"] = url
             if part.media_type:  # type: ignore[union-attr]
                 media["mime_type"] = part.media_type  # type: ignore[union-attr]
             parts.append(media)
         # Opaque provider parts and encrypted reasoning say nothing a reader could use.
-    role = "assistant" if message.role == "assistant" else "tool" if message.role == "tool" \
-        else "system" if message.role in ("system", "developer") else "user"
+    role = (
+        "assistant"
+        if message.role == "assistant"
+        else "tool"
+        if message.role == "tool"
+        else "system"
+        if message.role in ("system", "developer")
+        else "user"
+    )
     return {"role": role, "parts": parts}

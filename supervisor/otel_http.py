@@ -63,11 +63,20 @@ class OtlpSpanExporter(SpanExporter):
     within `timeout_s` in all. `clock`, `wait` and `jitter` are the test's to replace
     (`wait(seconds)` returns True when the exporter was shut down meanwhile)."""
 
-    def __init__(self, url: str, headers: dict[str, str], timeout_s: float, *, protocol: str = "http/protobuf",
-                 compression: str = "none", tls: ssl.SSLContext | None = None,
-                 transport: httpx.BaseTransport | None = None, clock: Callable[[], float] = time.time,
-                 wait: Callable[[float], bool] | None = None,
-                 jitter: Callable[[], float] = lambda: random.uniform(1 - JITTER, 1 + JITTER)) -> None:
+    def __init__(
+        self,
+        url: str,
+        headers: dict[str, str],
+        timeout_s: float,
+        *,
+        protocol: str = "http/protobuf",
+        compression: str = "none",
+        tls: ssl.SSLContext | None = None,
+        transport: httpx.BaseTransport | None = None,
+        clock: Callable[[], float] = time.time,
+        wait: Callable[[float], bool] | None = None,
+        jitter: Callable[[], float] = lambda: random.uniform(1 - JITTER, 1 + JITTER),
+    ) -> None:
         self.url = url
         self.encode, content_type = ENCODINGS[protocol]
         self.gzip = compression == "gzip"
@@ -112,12 +121,20 @@ class OtlpSpanExporter(SpanExporter):
                 return SpanExportResult.FAILURE
             pause = retry_after if retry_after is not None else 2 ** (sent - 1) * self.jitter()
             if sent == MAX_SENDS or pause > deadline - self.clock():
-                log.warning("telemetry: %d spans dropped: the collector at %s %s %d time%s within %.0f s",
-                            count, shown(self.url), failure, sent, "" if sent == 1 else "s", self.timeout_s)
+                log.warning(
+                    "telemetry: %d spans dropped: the collector at %s %s %d time%s within %.0f s",
+                    count,
+                    shown(self.url),
+                    failure,
+                    sent,
+                    "" if sent == 1 else "s",
+                    self.timeout_s,
+                )
                 return SpanExportResult.FAILURE
             if self.wait(pause):
-                log.warning("telemetry: %d spans dropped at shutdown: the collector at %s %s", count,
-                            shown(self.url), failure)
+                log.warning(
+                    "telemetry: %d spans dropped at shutdown: the collector at %s %s", count, shown(self.url), failure
+                )
                 return SpanExportResult.FAILURE
         raise AssertionError("unreachable: the last send returns")
 

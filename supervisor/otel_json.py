@@ -57,8 +57,10 @@ def span_json(span: ReadableSpan) -> dict[str, Any]:
     if parent is not None:
         out["parentSpanId"] = format(parent.span_id, "016x")
     if span.events:
-        out["events"] = [{"timeUnixNano": str(e.timestamp), "name": e.name, "attributes": key_values(e.attributes)}
-                         for e in span.events]
+        out["events"] = [
+            {"timeUnixNano": str(e.timestamp), "name": e.name, "attributes": key_values(e.attributes)}
+            for e in span.events
+        ]
     # Always present, empty when unset, as the SDK's encoder writes it.
     status: dict[str, Any] = {}
     if span.status.status_code.value:
@@ -81,8 +83,10 @@ def traces_body(spans: Sequence[ReadableSpan]) -> bytes:
     for resource, scope, items in groups.values():
         entry = resources.get(id(resource))
         if entry is None:
-            entry = resources[id(resource)] = {"resource": {"attributes": key_values(resource.attributes)},
-                                               "scopeSpans": []}
+            entry = resources[id(resource)] = {
+                "resource": {"attributes": key_values(resource.attributes)},
+                "scopeSpans": [],
+            }
             if resource.schema_url:
                 entry["schemaUrl"] = resource.schema_url
         scope_spans: dict[str, Any] = {"scope": {}, "spans": items}

@@ -92,21 +92,41 @@ class GenAIHistogram:
 
     def metric(self, start_ns: int, now_ns: int) -> Metric | None:
         with self.lock:
-            points = [HistogramDataPoint(attributes=attrs, start_time_unix_nano=start_ns, time_unix_nano=now_ns,
-                                         count=c.count, sum=c.sum, bucket_counts=list(c.buckets),
-                                         explicit_bounds=self.bounds, min=c.min, max=c.max)
-                      for attrs, c in self.series.values()]
+            points = [
+                HistogramDataPoint(
+                    attributes=attrs,
+                    start_time_unix_nano=start_ns,
+                    time_unix_nano=now_ns,
+                    count=c.count,
+                    sum=c.sum,
+                    bucket_counts=list(c.buckets),
+                    explicit_bounds=self.bounds,
+                    min=c.min,
+                    max=c.max,
+                )
+                for attrs, c in self.series.values()
+            ]
         if not points:
             return None
-        return Metric(name=self.name, description=self.description, unit=self.unit,
-                      data=Histogram(data_points=points, aggregation_temporality=AggregationTemporality.CUMULATIVE))
+        return Metric(
+            name=self.name,
+            description=self.description,
+            unit=self.unit,
+            data=Histogram(data_points=points, aggregation_temporality=AggregationTemporality.CUMULATIVE),
+        )
 
 
 class MetricsExport:
     """Sends the instruments every `interval_s` from its own thread, and once more at shutdown."""
 
-    def __init__(self, instruments: list[GenAIHistogram], exporter: MetricExporter, resource: Resource,
-                 scope: InstrumentationScope, interval_s: float) -> None:
+    def __init__(
+        self,
+        instruments: list[GenAIHistogram],
+        exporter: MetricExporter,
+        resource: Resource,
+        scope: InstrumentationScope,
+        interval_s: float,
+    ) -> None:
         self.instruments = instruments
         self.exporter = exporter
         self.resource = resource
@@ -121,9 +141,15 @@ class MetricsExport:
         metrics = [m for m in (i.metric(self.start_ns, now) for i in self.instruments) if m is not None]
         if not metrics:
             return None
-        return MetricsData(resource_metrics=[ResourceMetrics(
-            resource=self.resource, schema_url=self.resource.schema_url,
-            scope_metrics=[ScopeMetrics(scope=self.scope, metrics=metrics, schema_url=self.scope.schema_url)])])
+        return MetricsData(
+            resource_metrics=[
+                ResourceMetrics(
+                    resource=self.resource,
+                    schema_url=self.resource.schema_url,
+                    scope_metrics=[ScopeMetrics(scope=self.scope, metrics=metrics, schema_url=self.scope.schema_url)],
+                )
+            ]
+        )
 
     def export_now(self) -> None:
         data = self.data()

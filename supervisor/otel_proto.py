@@ -59,10 +59,15 @@ def add_span(spans: Any, span: ReadableSpan) -> None:
     context = span.context
     assert context is not None
     parent = span.parent
-    out = spans.add(trace_id=context.trace_id.to_bytes(16, "big"), span_id=context.span_id.to_bytes(8, "big"),
-                    name=span.name, kind=KIND[span.kind.value], start_time_unix_nano=span.start_time,
-                    end_time_unix_nano=span.end_time,
-                    flags=HAS_IS_REMOTE | IS_REMOTE if parent is not None and parent.is_remote else HAS_IS_REMOTE)
+    out = spans.add(
+        trace_id=context.trace_id.to_bytes(16, "big"),
+        span_id=context.span_id.to_bytes(8, "big"),
+        name=span.name,
+        kind=KIND[span.kind.value],
+        start_time_unix_nano=span.start_time,
+        end_time_unix_nano=span.end_time,
+        flags=HAS_IS_REMOTE | IS_REMOTE if parent is not None and parent.is_remote else HAS_IS_REMOTE,
+    )
     if context.trace_state:
         out.trace_state = context.trace_state.to_header()
     if parent is not None:

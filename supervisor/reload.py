@@ -43,13 +43,16 @@ def reload(daemon: Daemon) -> ReloadResult:
     path = None if old.source in ("", str(DEFAULTS_PATH)) else old.source
     try:
         config = load_config(path, overrides=old.overrides)
-        catalog = Catalog.load(config.models, providers=daemon.catalog.providers,
-                               configured=daemon.catalog.configured)
+        catalog = Catalog.load(config.models, providers=daemon.catalog.providers, configured=daemon.catalog.configured)
     except ConfigError as exc:
         log.warning("reload refused, the running configuration stays: %s", exc)
         daemon.bus("config.reload_failed", error_class="invalid_request", detail=str(exc))
-        return ReloadResult(ok=False, error=ErrorInfo(error_class="invalid_request", message=str(exc)),
-                            pricing_version=daemon.catalog.pricing_version, config_path=old.source)
+        return ReloadResult(
+            ok=False,
+            error=ErrorInfo(error_class="invalid_request", message=str(exc)),
+            pricing_version=daemon.catalog.pricing_version,
+            config_path=old.source,
+        )
     spawned = getattr(daemon, "spawned_config", None) or old
     daemon.spawned_config = spawned  # what the daemon and its running workers were started with
     restart = _restart_needed(spawned, config)
@@ -68,8 +71,9 @@ def reload(daemon: Daemon) -> ReloadResult:
     detail = f"pricing {catalog.pricing_version}" + (f"; needs a restart: {', '.join(restart)}" if restart else "")
     log.info("reloaded %s: %s", config.source, detail)
     daemon.bus("config.reloaded", detail=detail)
-    return ReloadResult(ok=True, pricing_version=catalog.pricing_version, config_path=config.source,
-                        restart_needed=restart)
+    return ReloadResult(
+        ok=True, pricing_version=catalog.pricing_version, config_path=config.source, restart_needed=restart
+    )
 
 
 def _policies(spawned: Config, now: Config, name: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
@@ -77,8 +81,10 @@ def _policies(spawned: Config, now: Config, name: str) -> tuple[dict[str, Any] |
     if name not in spawned.providers:
         return None, None
     retry, timeouts = now.provider_retry(name), now.provider_timeouts(name)
-    return (msgspec.to_builtins(retry) if retry != spawned.provider_retry(name) else None,
-            msgspec.to_builtins(timeouts) if timeouts != spawned.provider_timeouts(name) else None)
+    return (
+        msgspec.to_builtins(retry) if retry != spawned.provider_retry(name) else None,
+        msgspec.to_builtins(timeouts) if timeouts != spawned.provider_timeouts(name) else None,
+    )
 
 
 def _restart_needed(started: Config, new: Config) -> list[str]:

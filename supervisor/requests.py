@@ -31,14 +31,49 @@ from ..protocol.tokens import estimate_content_tokens, estimate_request_tokens
 
 class RequestState:
     __slots__ = (
-        "request_id", "client_id", "provider", "model", "stream", "operation_id",
-        "generation", "ring", "last_seq", "ended", "ended_at", "cancel_deadline", "submitted_at", "trace",
-        "ring_bytes", "evicted", "job", "job_bytes", "resolved", "owner", "size", "progress", "first_event",
-        "span", "otel_attrs", "attempts", "otel_chunks",
+        "request_id",
+        "client_id",
+        "provider",
+        "model",
+        "stream",
+        "operation_id",
+        "generation",
+        "ring",
+        "last_seq",
+        "ended",
+        "ended_at",
+        "cancel_deadline",
+        "submitted_at",
+        "trace",
+        "ring_bytes",
+        "evicted",
+        "job",
+        "job_bytes",
+        "resolved",
+        "owner",
+        "size",
+        "progress",
+        "first_event",
+        "span",
+        "otel_attrs",
+        "attempts",
+        "otel_chunks",
     )
 
-    def __init__(self, request_id: str, client_id: str, provider: str, model: str, stream: bool,
-                 operation_id: str, ring_events: int, now: float, *, owner: int = 0, size: int = 0) -> None:
+    def __init__(
+        self,
+        request_id: str,
+        client_id: str,
+        provider: str,
+        model: str,
+        stream: bool,
+        operation_id: str,
+        ring_events: int,
+        now: float,
+        *,
+        owner: int = 0,
+        size: int = 0,
+    ) -> None:
         self.request_id = request_id
         self.client_id = client_id
         self.provider = provider
@@ -150,8 +185,9 @@ FRAME_OVERHEAD = 56
 
 
 class RequestTable:
-    def __init__(self, ring_events: int, keep_s: float, max_ended: int, max_bytes: int = 64 << 20,
-                 ring_bytes: int = 16 << 20) -> None:
+    def __init__(
+        self, ring_events: int, keep_s: float, max_ended: int, max_bytes: int = 64 << 20, ring_bytes: int = 16 << 20
+    ) -> None:
         self.ring_events = ring_events
         self.ring_bytes = ring_bytes
         self.keep_s = keep_s

@@ -151,9 +151,13 @@ class Router:
     def _dispatch(self, data: bytes, pipe_id: int) -> Any:
         size = len(data)
         if size > self.max_bytes:
-            return ProtocolError(error=_error(
-                "invalid_request", f"message of {size} bytes exceeds the limit of {self.max_bytes} bytes "
-                "(limits.max_message_bytes; a message of exactly the limit is accepted)"))
+            return ProtocolError(
+                error=_error(
+                    "invalid_request",
+                    f"message of {size} bytes exceeds the limit of {self.max_bytes} bytes "
+                    "(limits.max_message_bytes; a message of exactly the limit is accepted)",
+                )
+            )
         try:
             msg = codec.decode_control_request(data)
         except codec.DecodeError as exc:
@@ -220,8 +224,11 @@ class Router:
 
     def hello(self, msg: Hello, pipe_id: int) -> Any:
         if msg.protocol > PROTOCOL_VERSION:
-            return ProtocolError(error=_error(
-                "invalid_request", f"protocol {msg.protocol} is newer than this daemon's {PROTOCOL_VERSION}"))
+            return ProtocolError(
+                error=_error(
+                    "invalid_request", f"protocol {msg.protocol} is newer than this daemon's {PROTOCOL_VERSION}"
+                )
+            )
         if self.needs_token:
             if not self.token or not msg.token or not hmac.compare_digest(msg.token.encode(), self.token.encode()):
                 return ProtocolError(error=_error("authentication", "this endpoint needs a valid token in hello"))
@@ -234,9 +241,12 @@ class Router:
             client_id=client_id,
             server_version=_version(),
             event_endpoint=self.d.events_url,
-            limits=Limits(max_message_bytes=self.max_bytes, max_event_bytes=cfg.limits.max_event_bytes,
-                          replay_ring_events=cfg.replay.ring_events,
-                          replay_keep_s=cfg.replay.keep_s),
+            limits=Limits(
+                max_message_bytes=self.max_bytes,
+                max_event_bytes=cfg.limits.max_event_bytes,
+                replay_ring_events=cfg.replay.ring_events,
+                replay_keep_s=cfg.replay.keep_s,
+            ),
             providers=sorted(self.d.slots),
         )
 
@@ -248,16 +258,26 @@ class Router:
         except UnknownModel as exc:
             return _error("not_found", str(exc))
         if not info.wire_name.strip():
-            return _error("invalid_request", f"the model name is empty: {model!r} names provider {info.provider!r} "
-                          f"but no model of it (e.g. {info.provider}:<model>; `trunkline models --provider "
-                          f"{info.provider}` lists them)")
+            return _error(
+                "invalid_request",
+                f"the model name is empty: {model!r} names provider {info.provider!r} "
+                f"but no model of it (e.g. {info.provider}:<model>; `trunkline models --provider "
+                f"{info.provider}` lists them)",
+            )
         slot = self.d.slots.get(info.provider)
         if slot is None:
-            return _error("not_configured", f"provider {info.provider!r} is not configured on this daemon "
-                          f"(configured: {', '.join(sorted(self.d.slots))})", provider=info.provider)
+            return _error(
+                "not_configured",
+                f"provider {info.provider!r} is not configured on this daemon "
+                f"(configured: {', '.join(sorted(self.d.slots))})",
+                provider=info.provider,
+            )
         if slot.state == "not_configured":
-            return _error("not_configured", f"provider {info.provider!r} is not configured: {slot.last_error}",
-                          provider=info.provider)
+            return _error(
+                "not_configured",
+                f"provider {info.provider!r} is not configured: {slot.last_error}",
+                provider=info.provider,
+            )
         return info
 
     def submit(self, msg: Submit, pipe_id: int, size: int = 0) -> Any:
@@ -267,9 +287,14 @@ class Router:
         known = d.requests.get(msg.request_id)
         if known is not None:
             if known.client_id != msg.client_id:
-                return Rejected(request_id=msg.request_id, error=_error(
-                    "invalid_request", f"request_id {msg.request_id!r} is in use by another client; choose another "
-                    "(a ULID or a UUID never collides)"))
+                return Rejected(
+                    request_id=msg.request_id,
+                    error=_error(
+                        "invalid_request",
+                        f"request_id {msg.request_id!r} is in use by another client; choose another "
+                        "(a ULID or a UUID never collides)",
+                    ),
+                )
             return Accepted(request_id=msg.request_id, provider=known.provider, model=known.model, duplicate=True)
         if not d.accepting:
             return Rejected(request_id=msg.request_id, error=_error("unavailable", "the daemon is shutting down"))
@@ -289,20 +314,42 @@ class Router:
         slot = d.slots[resolved.provider]
         if slot.state == "unavailable":
             wait = max((slot.retry_at or 0.0) - trio.current_time(), 0.0)
-            return Rejected(request_id=msg.request_id, error=_error(
-                "unavailable", f"provider {slot.name} is unavailable ({slot.last_error}); next start in {wait:.0f}s",
-                retry_after_s=round(wait, 3), provider=slot.name))
+            return Rejected(
+                request_id=msg.request_id,
+                error=_error(
+                    "unavailable",
+                    f"provider {slot.name} is unavailable ({slot.last_error}); next start in {wait:.0f}s",
+                    retry_after_s=round(wait, 3),
+                    provider=slot.name,
+                ),
+            )
         over = self.over_client_limits(pipe_id, size)
         if over is not None:
             return Rejected(request_id=msg.request_id, error=over)
         operation_id = msg.operation_id or msg.request_id
-        state = RequestState(msg.request_id, msg.client_id, slot.name, resolved.id, msg.stream, operation_id,
-                             d.requests.ring_events, trio.current_time(), owner=pipe_id, size=size)
+        state = RequestState(
+            msg.request_id,
+            msg.client_id,
+            slot.name,
+            resolved.id,
+            msg.stream,
+            operation_id,
+            d.requests.ring_events,
+            trio.current_time(),
+            owner=pipe_id,
+            size=size,
+        )
         if trace.ENABLED:
             state.trace = {"supervisor_received": self.received_ns}
         state.resolved = resolved
-        state.job = Job(request_id=msg.request_id, client_id=msg.client_id, request=msg.request, model=resolved,
-                        stream=msg.stream, operation_id=operation_id)
+        state.job = Job(
+            request_id=msg.request_id,
+            client_id=msg.client_id,
+            request=msg.request,
+            model=resolved,
+            stream=msg.stream,
+            operation_id=operation_id,
+        )
         if slot.name in d.job_policies:  # a reload changed them since the worker started
             state.job.retry, state.job.timeouts = d.job_policies[slot.name]
         if d.telemetry is not None:
@@ -324,13 +371,19 @@ class Router:
         limits = self.d.config.limits
         running, held = self.d.requests.load_of(pipe_id)
         if running >= limits.max_requests_per_client:
-            return _error("rate_limit", f"this connection already has {running} requests running, the limit "
-                          f"(limits.max_requests_per_client = {limits.max_requests_per_client}); submit again "
-                          "when one has ended")
+            return _error(
+                "rate_limit",
+                f"this connection already has {running} requests running, the limit "
+                f"(limits.max_requests_per_client = {limits.max_requests_per_client}); submit again "
+                "when one has ended",
+            )
         if held + size > limits.max_bytes_per_client:
-            return _error("rate_limit", f"this connection's running requests hold {held} bytes of submits; "
-                          f"{size} more would pass the limit (limits.max_bytes_per_client = "
-                          f"{limits.max_bytes_per_client}); submit again when one has ended")
+            return _error(
+                "rate_limit",
+                f"this connection's running requests hold {held} bytes of submits; "
+                f"{size} more would pass the limit (limits.max_bytes_per_client = "
+                f"{limits.max_bytes_per_client}); submit again when one has ended",
+            )
         return None
 
     def cancel(self, msg: Cancel, pipe_id: int) -> CancelResult:
@@ -376,8 +429,13 @@ class Router:
             return ReadyResult(ok=False, model=msg.model, error=resolved)
         slot = self.d.slots[resolved.provider]
         if slot.state == "unavailable":
-            return ReadyResult(ok=False, model=resolved.id, error=_error(
-                "unavailable", f"provider {slot.name} is unavailable ({slot.last_error})", provider=slot.name))
+            return ReadyResult(
+                ok=False,
+                model=resolved.id,
+                error=_error(
+                    "unavailable", f"provider {slot.name} is unavailable ({slot.last_error})", provider=slot.name
+                ),
+            )
         result = await slot.call(CheckReady(call_id=0, model=resolved), READY_TIMEOUT_S)
         return ReadyResult(ok=result.ok, model=resolved.id, error=result.error)
 
@@ -387,8 +445,7 @@ class Router:
             return Rejected(error=resolved)
         slot = self.d.slots[resolved.provider]
         if slot.state == "running":
-            result = await slot.call(EstimateTokens(call_id=0, request=msg.request, model=resolved),
-                                     COUNT_TIMEOUT_S)
+            result = await slot.call(EstimateTokens(call_id=0, request=msg.request, model=resolved), COUNT_TIMEOUT_S)
             if result.ok:
                 return TokenCount(input_tokens=result.input_tokens, exact=result.exact)
         return TokenCount(input_tokens=estimate_request_tokens(msg.request), exact=False)
@@ -403,8 +460,12 @@ def _refusal(error: ErrorInfo, pipe_id: int) -> str:
 
 
 def _not_yours(client_id: str) -> ErrorInfo:
-    return _error("invalid_request", f"client_id {client_id!r} was not given to this connection: say hello on it "
-                  "first and use the client_id its welcome names", provider_code=UNKNOWN_CLIENT)
+    return _error(
+        "invalid_request",
+        f"client_id {client_id!r} was not given to this connection: say hello on it "
+        "first and use the client_id its welcome names",
+        provider_code=UNKNOWN_CLIENT,
+    )
 
 
 class _Deferred:
@@ -435,6 +496,8 @@ def trace_context_problem(carrier: dict[str, str]) -> str | None:
     do not parse are not refused: W3C has them ignored, and the call starts a new trace."""
     for key, value in carrier.items():
         if len(key) > 64 or len(value) > TRACE_CONTEXT_VALUE_CHARS:
-            return (f"trace_context.{key[:64]} is too long: keys take at most 64 characters, values at most "
-                    f"{TRACE_CONTEXT_VALUE_CHARS}")
+            return (
+                f"trace_context.{key[:64]} is too long: keys take at most 64 characters, values at most "
+                f"{TRACE_CONTEXT_VALUE_CHARS}"
+            )
     return None

@@ -138,9 +138,16 @@ class WorkerSlot:
         finally:
             self._calls.pop(call_id, None)
         if not box:
-            return CallResult(call_id=call_id, ok=False, error=ErrorInfo(
-                error_class="timeout", message=f"worker {self.name} did not answer within {timeout_s:g}s",
-                retryable=True, provider=self.name))
+            return CallResult(
+                call_id=call_id,
+                ok=False,
+                error=ErrorInfo(
+                    error_class="timeout",
+                    message=f"worker {self.name} did not answer within {timeout_s:g}s",
+                    retryable=True,
+                    provider=self.name,
+                ),
+            )
         return box[0]
 
     async def _sender(self) -> None:
@@ -153,8 +160,11 @@ class WorkerSlot:
                     if type(msg) is Job:
                         state = self.daemon.requests.get(msg.request_id)
                         if state is not None and not state.ended:
-                            self.daemon.fail_request(state, "unavailable", f"provider {self.name} is unavailable: "
-                                                     f"{self.last_error or 'its worker keeps failing'}")
+                            self.daemon.fail_request(
+                                state,
+                                "unavailable",
+                                f"provider {self.name} is unavailable: {self.last_error or 'its worker keeps failing'}",
+                            )
                     continue  # anything else was a question for a worker that is not there: its caller times out
                 state = None
                 if type(msg) is Job:
@@ -208,8 +218,11 @@ class WorkerSlot:
             self.last_heartbeat = trio.current_time()
             if msg.unreachable != self.unreachable:  # type: ignore[union-attr]
                 self.unreachable = msg.unreachable  # type: ignore[union-attr]
-                daemon.bus("worker.unreachable" if self.unreachable else "worker.reachable", provider=self.name,
-                           detail=self.unreachable)
+                daemon.bus(
+                    "worker.unreachable" if self.unreachable else "worker.reachable",
+                    provider=self.name,
+                    detail=self.unreachable,
+                )
         elif t is Progress:
             state = daemon.requests.active.get(msg.request_id)  # type: ignore[union-attr]
             if state is not None and not state.ended and state.generation == self.generation:
@@ -287,8 +300,9 @@ class WorkerSlot:
         try:
             own = set(self.config.key_env_names())
             others = {name for p in self.daemon.config.providers.values() for name in p.key_env_names()} - own
-            self._proc = await spawn.start(self.settings(theirs.fileno()), pass_fds=(theirs.fileno(),),
-                                           other_keys=others)
+            self._proc = await spawn.start(
+                self.settings(theirs.fileno()), pass_fds=(theirs.fileno(),), other_keys=others
+            )
         except OSError as exc:
             self.last_error = f"cannot start worker: {exc}"
             ours.close()
@@ -322,8 +336,11 @@ class WorkerSlot:
             if state is None or state.ended:
                 self.in_flight.discard(request_id)
             elif state.generation == dead:
-                self.daemon.fail_request(state, "unavailable", f"the {self.name} worker died mid-request "
-                                         f"({self.last_error}); retry the request")
+                self.daemon.fail_request(
+                    state,
+                    "unavailable",
+                    f"the {self.name} worker died mid-request ({self.last_error}); retry the request",
+                )
         for pending in self._calls.values():
             pending[0].set()
         self.daemon.bus("worker.exited", provider=self.name, detail=self.last_error)
@@ -336,10 +353,15 @@ class WorkerSlot:
         for request_id in list(self.in_flight):
             state = self.daemon.requests.get(request_id)
             if state is not None and not state.ended:
-                self.daemon.fail_request(state, "unavailable", f"provider {self.name} is unavailable: "
-                                         f"{self.last_error}")
-        log.error("provider %s: %d restarts within %gs; marked unavailable", self.name,
-                  self.intensity.max_restarts, self.intensity.window_s)
+                self.daemon.fail_request(
+                    state, "unavailable", f"provider {self.name} is unavailable: {self.last_error}"
+                )
+        log.error(
+            "provider %s: %d restarts within %gs; marked unavailable",
+            self.name,
+            self.intensity.max_restarts,
+            self.intensity.window_s,
+        )
         self.daemon.bus("worker.unavailable", provider=self.name, detail=self.last_error)
 
     def check_heartbeat(self, now: float) -> None:
@@ -356,8 +378,11 @@ class WorkerSlot:
         if proc is None or proc.returncode is not None:
             self.state = "stopped"
             return
-        if self.state == "running" and self.link is not None and self.link.send(
-                codec.encode(Shutdown(grace_s=grace_s))):
+        if (
+            self.state == "running"
+            and self.link is not None
+            and self.link.send(codec.encode(Shutdown(grace_s=grace_s)))
+        ):
             await spawn.stop(proc, grace_s + 2.0)
         else:
             await spawn.stop(proc, 0.0)  # not up yet (or not listening): nothing to drain

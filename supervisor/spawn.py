@@ -24,17 +24,24 @@ def worker_command(name: str = "") -> list[str]:
     return [sys.executable, "-m", "trunkline.workers", *([name] if name else [])]
 
 
-def worker_environment(base: Mapping[str, str], own_keys: Iterable[str] = (), other_keys: Iterable[str] = ()) -> dict[str, str]:
+def worker_environment(
+    base: Mapping[str, str], own_keys: Iterable[str] = (), other_keys: Iterable[str] = ()
+) -> dict[str, str]:
     """What a worker inherits: everything but credentials, and of those only its own
     provider's key. A worker that is tricked into revealing its environment then
     holds nothing that belongs to another provider, and never the daemon's token."""
     own = set(own_keys)
     drop = set(other_keys) | {"TRUNKLINE_TOKEN"}
-    return {name: value for name, value in base.items()
-            if name in own or (name not in drop and not _SECRET_NAME.search(name))}
+    return {
+        name: value
+        for name, value in base.items()
+        if name in own or (name not in drop and not _SECRET_NAME.search(name))
+    }
 
 
-async def start(settings: WorkerSettings, pass_fds: tuple[int, ...] = (), other_keys: Iterable[str] = ()) -> trio.Process:
+async def start(
+    settings: WorkerSettings, pass_fds: tuple[int, ...] = (), other_keys: Iterable[str] = ()
+) -> trio.Process:
     """A new worker process; its settings travel in the environment, its API key
     stays where it already is (the inherited environment), never on a command line;
     `other_keys` (other providers' key variables) and anything named like a
@@ -44,8 +51,9 @@ async def start(settings: WorkerSettings, pass_fds: tuple[int, ...] = (), other_
     # A session of its own: signals meant for the daemon's process group (Ctrl-C in
     # its terminal, a service manager's TERM) reach the supervisor only, which then
     # drains and stops its workers in order.
-    return await trio.lowlevel.open_process(worker_command(settings.name), env=env, stdin=subprocess.DEVNULL,
-                                            start_new_session=True, pass_fds=pass_fds)
+    return await trio.lowlevel.open_process(
+        worker_command(settings.name), env=env, stdin=subprocess.DEVNULL, start_new_session=True, pass_fds=pass_fds
+    )
 
 
 async def stop(proc: trio.Process, grace_s: float) -> None:

@@ -100,8 +100,14 @@ class Telemetry:
     processor (the SDK's in-memory exporter behind it) and metric exporter; the daemon
     makes OTLP ones."""
 
-    def __init__(self, config: TelemetryConfig, providers: dict[str, ProviderConfig], *,
-                 span_processor: SpanProcessor | None = None, metric_exporter: MetricExporter | None = None) -> None:
+    def __init__(
+        self,
+        config: TelemetryConfig,
+        providers: dict[str, ProviderConfig],
+        *,
+        span_processor: SpanProcessor | None = None,
+        metric_exporter: MetricExporter | None = None,
+    ) -> None:
         self.capture_content = config.capture_content
         self.providers = {name: _provider_attributes(name, provider) for name, provider in providers.items()}
         self.resource = Resource.create({"service.name": config.service_name, "service.version": __version__})
@@ -116,19 +122,32 @@ class Telemetry:
             self.tracer_provider.add_span_processor(self.spans)
         self.metrics: MetricsExport | None = None
         if config.metrics:
-            self.token_usage = GenAIHistogram("gen_ai.client.token.usage", "{token}", "Input and output tokens used",
-                                              TOKEN_BUCKETS)
-            self.duration = GenAIHistogram("gen_ai.client.operation.duration", "s", "GenAI operation duration",
-                                           SECONDS_BUCKETS)
-            self.first_chunk = GenAIHistogram("gen_ai.client.operation.time_to_first_chunk", "s",
-                                              "Streams: time to the first chunk of the response", SECONDS_BUCKETS)
-            self.per_chunk = GenAIHistogram("gen_ai.client.operation.time_per_output_chunk", "s",
-                                            "Streams: time from each chunk of the response to the next",
-                                            SECONDS_BUCKETS)
+            self.token_usage = GenAIHistogram(
+                "gen_ai.client.token.usage", "{token}", "Input and output tokens used", TOKEN_BUCKETS
+            )
+            self.duration = GenAIHistogram(
+                "gen_ai.client.operation.duration", "s", "GenAI operation duration", SECONDS_BUCKETS
+            )
+            self.first_chunk = GenAIHistogram(
+                "gen_ai.client.operation.time_to_first_chunk",
+                "s",
+                "Streams: time to the first chunk of the response",
+                SECONDS_BUCKETS,
+            )
+            self.per_chunk = GenAIHistogram(
+                "gen_ai.client.operation.time_per_output_chunk",
+                "s",
+                "Streams: time from each chunk of the response to the next",
+                SECONDS_BUCKETS,
+            )
             interval = config.metric_interval_s or _env_interval_s()
-            self.metrics = MetricsExport([self.token_usage, self.duration, self.first_chunk, self.per_chunk],
-                                         metric_exporter or _metric_exporter(config), self.resource, self.scope,
-                                         interval)
+            self.metrics = MetricsExport(
+                [self.token_usage, self.duration, self.first_chunk, self.per_chunk],
+                metric_exporter or _metric_exporter(config),
+                self.resource,
+                self.scope,
+                interval,
+            )
 
     def start(self) -> None:
         """Begin the periodic metrics export (the daemon calls it as it starts serving)."""
@@ -170,11 +189,13 @@ class Telemetry:
             span_attrs["gen_ai.output.type"] = "json"
         if state.provider != attrs["gen_ai.provider.name"]:
             span_attrs["trunkline.provider"] = state.provider
-        for key, value in (("gen_ai.request.max_tokens", request.max_tokens),
-                           ("gen_ai.request.temperature", request.temperature),
-                           ("gen_ai.request.top_p", request.top_p),
-                           ("gen_ai.request.seed", request.seed),
-                           ("gen_ai.conversation.id", request.session_id)):
+        for key, value in (
+            ("gen_ai.request.max_tokens", request.max_tokens),
+            ("gen_ai.request.temperature", request.temperature),
+            ("gen_ai.request.top_p", request.top_p),
+            ("gen_ai.request.seed", request.seed),
+            ("gen_ai.conversation.id", request.session_id),
+        ):
             if value is not None:
                 span_attrs[key] = value
         if request.stop_sequences:
@@ -197,8 +218,13 @@ class Telemetry:
             return
         if sampling.attributes:
             span_attrs.update(sampling.attributes)
-        context = SpanContext(trace_id, provider.id_generator.generate_span_id(), is_remote=False,
-                              trace_flags=TraceFlags(TraceFlags.SAMPLED), trace_state=sampling.trace_state)
+        context = SpanContext(
+            trace_id,
+            provider.id_generator.generate_span_id(),
+            is_remote=False,
+            trace_flags=TraceFlags(TraceFlags.SAMPLED),
+            trace_state=sampling.trace_state,
+        )
         state.span = _OpenSpan(name, context, parent, span_attrs)
 
     def bus(self, event: BusEvent, state: RequestState | None) -> None:
@@ -280,10 +306,21 @@ class Telemetry:
             span_attrs["error.type"] = error_type
             message = terminal.error.message if type(terminal) is ErrorEvent else "ended without a terminal event"
             status = Status(StatusCode.ERROR, message[:500])
-        self.spans.on_end(ReadableSpan(
-            name=span.name, context=span.context, parent=span.parent, resource=self.resource,
-            attributes=span_attrs, events=tuple(span.events), kind=SpanKind.CLIENT, status=status,
-            start_time=span.start_ns, end_time=time.time_ns(), instrumentation_scope=self.scope))
+        self.spans.on_end(
+            ReadableSpan(
+                name=span.name,
+                context=span.context,
+                parent=span.parent,
+                resource=self.resource,
+                attributes=span_attrs,
+                events=tuple(span.events),
+                kind=SpanKind.CLIENT,
+                status=status,
+                start_time=span.start_ns,
+                end_time=time.time_ns(),
+                instrumentation_scope=self.scope,
+            )
+        )
 
     def _common(self, state: RequestState) -> dict[str, Any]:
         """The attributes both the span and every metric carry."""
@@ -291,7 +328,8 @@ class Telemetry:
         assert job is not None
         provider = self.providers.get(state.provider) or {"gen_ai.provider.name": state.provider}
         return {
-            "gen_ai.operation.name": "generate_content" if provider.get("gen_ai.provider.name") == "gcp.gemini"
+            "gen_ai.operation.name": "generate_content"
+            if provider.get("gen_ai.provider.name") == "gcp.gemini"
             else "chat",
             **provider,
             "gen_ai.request.model": job.model.wire_name or state.model,
@@ -334,9 +372,11 @@ def _response_attributes(response: Response) -> dict[str, Any]:
         out["gen_ai.response.id"] = response.id
     if response.model:
         out["gen_ai.response.model"] = response.model
-    for key, value in (("gen_ai.usage.cache_read.input_tokens", usage.cache_read_tokens),
-                       ("gen_ai.usage.cache_creation.input_tokens", usage.cache_write_tokens),
-                       ("gen_ai.usage.reasoning.output_tokens", usage.reasoning_tokens)):
+    for key, value in (
+        ("gen_ai.usage.cache_read.input_tokens", usage.cache_read_tokens),
+        ("gen_ai.usage.cache_creation.input_tokens", usage.cache_write_tokens),
+        ("gen_ai.usage.reasoning.output_tokens", usage.reasoning_tokens),
+    ):
         if value:
             out[key] = value
     if usage.estimated:
@@ -366,24 +406,35 @@ def _env_interval_s() -> float:
     except ValueError:
         value = 0.0
     if not 0 < value <= 86400:
-        raise ConfigError(f"telemetry: OTEL_METRIC_EXPORT_INTERVAL={raw!r} is not a number of milliseconds in "
-                          "(0, 86400000]")
+        raise ConfigError(
+            f"telemetry: OTEL_METRIC_EXPORT_INTERVAL={raw!r} is not a number of milliseconds in (0, 86400000]"
+        )
     return value
 
 
 def otlp_protocol(config: TelemetryConfig) -> str:
     chosen = config.otlp_protocol or traces_variable("PROTOCOL") or "http/protobuf"
     if chosen not in ("http/protobuf", "http/json"):
-        raise ConfigError(f"telemetry: the OTLP protocol {chosen!r} is not supported; use http/protobuf or "
-                          "http/json (OTLP over HTTP, usually port 4318)")
+        raise ConfigError(
+            f"telemetry: the OTLP protocol {chosen!r} is not supported; use http/protobuf or "
+            "http/json (OTLP over HTTP, usually port 4318)"
+        )
     return chosen
 
 
 def otlp_compression(config: TelemetryConfig, signal: str) -> str:
     """gzip or none: the config's, else the signal's OTEL_EXPORTER_OTLP_*_COMPRESSION, else
     OTEL_EXPORTER_OTLP_COMPRESSION."""
-    chosen = (config.otlp_compression or os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_COMPRESSION")
-              or os.environ.get("OTEL_EXPORTER_OTLP_COMPRESSION") or "none").strip().lower()
+    chosen = (
+        (
+            config.otlp_compression
+            or os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_COMPRESSION")
+            or os.environ.get("OTEL_EXPORTER_OTLP_COMPRESSION")
+            or "none"
+        )
+        .strip()
+        .lower()
+    )
     if chosen not in ("gzip", "none"):
         raise ConfigError(f"telemetry: the OTLP compression {chosen!r} is not supported; use gzip or none")
     return chosen
@@ -393,11 +444,18 @@ def _span_exporter(config: TelemetryConfig) -> OtlpSpanExporter:
     try:
         tls = env_tls()
     except OSError as exc:  # ssl.SSLError is one too
-        raise ConfigError(f"telemetry: cannot load the certificate an OTEL_EXPORTER_OTLP_*CERTIFICATE or "
-                          f"*CLIENT_KEY variable names: {exc}") from None
-    return OtlpSpanExporter(_signal_url(config, "traces") or env_traces_url(), config.otlp_headers or env_headers(),
-                            EXPORT_TIMEOUT_S, protocol=otlp_protocol(config),
-                            compression=otlp_compression(config, "traces"), tls=tls)
+        raise ConfigError(
+            f"telemetry: cannot load the certificate an OTEL_EXPORTER_OTLP_*CERTIFICATE or "
+            f"*CLIENT_KEY variable names: {exc}"
+        ) from None
+    return OtlpSpanExporter(
+        _signal_url(config, "traces") or env_traces_url(),
+        config.otlp_headers or env_headers(),
+        EXPORT_TIMEOUT_S,
+        protocol=otlp_protocol(config),
+        compression=otlp_compression(config, "traces"),
+        tls=tls,
+    )
 
 
 def _metric_exporter(config: TelemetryConfig) -> Any:
@@ -405,6 +463,9 @@ def _metric_exporter(config: TelemetryConfig) -> Any:
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 
     gzip = otlp_compression(config, "metrics") == "gzip"
-    return OTLPMetricExporter(endpoint=_signal_url(config, "metrics"), headers=config.otlp_headers or None,
-                              timeout=EXPORT_TIMEOUT_S,
-                              compression=Compression.Gzip if gzip else Compression.NoCompression)
+    return OTLPMetricExporter(
+        endpoint=_signal_url(config, "metrics"),
+        headers=config.otlp_headers or None,
+        timeout=EXPORT_TIMEOUT_S,
+        compression=Compression.Gzip if gzip else Compression.NoCompression,
+    )

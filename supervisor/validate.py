@@ -58,8 +58,19 @@ MAX_TIMEOUT_S = 86_400.0
 MEDIA_TYPES: dict[str, frozenset[str]] = {
     "image": frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"}),
     "document": frozenset({"application/pdf", "text/plain", "text/markdown", "text/csv", "text/html"}),
-    "audio": frozenset({"audio/wav", "audio/x-wav", "audio/mpeg", "audio/mp3", "audio/ogg", "audio/flac",
-                        "audio/webm", "audio/mp4", "audio/aac"}),
+    "audio": frozenset(
+        {
+            "audio/wav",
+            "audio/x-wav",
+            "audio/mpeg",
+            "audio/mp3",
+            "audio/ogg",
+            "audio/flac",
+            "audio/webm",
+            "audio/mp4",
+            "audio/aac",
+        }
+    ),
 }
 URL_SCHEMES = ("https", "http", "data")
 #: Bytes one media part may decode to (Anthropic's request limit, the largest we know
@@ -69,6 +80,7 @@ MAX_MEDIA_BYTES = 32 * 1024 * 1024
 MAX_URL_CHARS = 8192
 _BASE64 = (string.ascii_letters + string.digits + "+/").encode()
 _URL_FORBIDDEN = re.compile(r"[\x00-\x20\x7f]")
+
 
 class Invalid(Exception):
     def __init__(self, message: str, error_class: ErrorClass = "invalid_request") -> None:
@@ -189,8 +201,10 @@ def check_media(part: ImagePart | AudioPart | DocumentPart, where: str) -> None:
     """A media part: base64 `data` or a URL, never a local path, of an accepted type."""
     kind = part.__struct_config__.tag
     if part.path is not None:
-        raise Invalid(f"{where}: the daemon does not read local files (path {part.path[:200]!r}); send the bytes as "
-                      "base64 `data` instead (the Python client does this for `path` parts)")
+        raise Invalid(
+            f"{where}: the daemon does not read local files (path {part.path[:200]!r}); send the bytes as "
+            "base64 `data` instead (the Python client does this for `path` parts)"
+        )
     if not (part.url or part.data):
         raise Invalid(f"{where}: {_article(kind)} needs a url or base64 data")
     if part.url and part.data:
@@ -212,8 +226,9 @@ def _article(kind: str) -> str:
 def _check_media_type(media_type: str, kind: str, where: str) -> None:
     accepted = MEDIA_TYPES[kind]
     if media_type.lower() not in accepted:
-        raise Invalid(f"{where}: {media_type[:100]!r} is not an accepted {kind} type "
-                      f"(one of {', '.join(sorted(accepted))})")
+        raise Invalid(
+            f"{where}: {media_type[:100]!r} is not an accepted {kind} type (one of {', '.join(sorted(accepted))})"
+        )
 
 
 def _check_base64(data: str, where: str) -> None:
@@ -278,8 +293,7 @@ def check_tools(request: Request) -> None:
                 raise Invalid(f"tool_choice names {choice.name!r}, which is not among the tools")
 
 
-def _number(value: Any, where: str, low: float, high: float, *, integer: bool = False,
-            low_open: bool = False) -> None:
+def _number(value: Any, where: str, low: float, high: float, *, integer: bool = False, low_open: bool = False) -> None:
     if integer:
         if type(value) is not int:
             raise Invalid(f"{where} must be an integer, got {_shown(value)}")
@@ -368,8 +382,9 @@ def check_capabilities(request: Request, model: ModelInfo, stream: bool) -> None
         estimate = estimate_request_tokens(_since_compaction(request))
         if estimate > limit * CONTEXT_MARGIN:
             what = "context" if limit == model.context_window else "input limit"
-            raise Invalid(f"the prompt is about {estimate} tokens, over the {limit}-token {what} of {name}",
-                          "context_length")
+            raise Invalid(
+                f"the prompt is about {estimate} tokens, over the {limit}-token {what} of {name}", "context_length"
+            )
 
 
 def check_rules(request: Request, model: ModelInfo) -> None:
@@ -384,8 +399,14 @@ def _since_compaction(request: Request) -> Request:
     """What the model will read: a provider's compaction part stands for everything
     before it (the provider drops those turns), so a compacted history longer than
     the context is not refused for its old turns."""
-    last = max((i for i, m in enumerate(request.messages)
-                if any(type(p) is ProviderPart and p.kind == "compaction" for p in m.content)), default=None)
+    last = max(
+        (
+            i
+            for i, m in enumerate(request.messages)
+            if any(type(p) is ProviderPart and p.kind == "compaction" for p in m.content)
+        ),
+        default=None,
+    )
     if last is None:
         return request
     kept = [m for m in request.messages[:last] if m.role in ("system", "developer")] + request.messages[last:]

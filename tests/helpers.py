@@ -91,12 +91,23 @@ class DaemonProcess:
         return f"ipc://{self.runtime_dir / 'control.ipc'}"
 
     def command(self) -> list[str]:
-        return [sys.executable, "-m", "trunkline.cli", "serve", "--config", str(self.config_path),
-                "--runtime-dir", str(self.runtime_dir)]
+        return [
+            sys.executable,
+            "-m",
+            "trunkline.cli",
+            "serve",
+            "--config",
+            str(self.config_path),
+            "--runtime-dir",
+            str(self.runtime_dir),
+        ]
 
     async def start(self, nursery: trio.Nursery, timeout_s: float = 20.0) -> DaemonProcess:
         self.proc = await trio.lowlevel.open_process(
-            self.command(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=self.env,
+            self.command(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=self.env,
         )
         nursery.start_soon(self._read_output)
         with trio.fail_after(timeout_s):
@@ -123,8 +134,11 @@ class DaemonProcess:
         return "\n".join(self.lines)
 
     def worker_pid(self, name: str) -> int | None:
-        out = subprocess.run(["pgrep", "-P", str(self.proc.pid if self.proc else 0), "-f", "trunkline.workers"],
-                             capture_output=True, text=True)
+        out = subprocess.run(
+            ["pgrep", "-P", str(self.proc.pid if self.proc else 0), "-f", "trunkline.workers"],
+            capture_output=True,
+            text=True,
+        )
         pids = [int(p) for p in out.stdout.split()]
         return pids[0] if pids else None
 
@@ -204,8 +218,14 @@ def through_pipeline(chunks: list[bytes], translator: Any, framing: str, emitter
     from trunkline.workers.errors import ProviderError
 
     job = emitter.job
-    call = Call(job, provider, 1, job.operation_id, Deadlines(connect_s=5, request_s=60, stream_idle_s=30),
-                warnings=emitter.warnings)
+    call = Call(
+        job,
+        provider,
+        1,
+        job.operation_id,
+        Deadlines(connect_s=5, request_s=60, stream_idle_s=30),
+        warnings=emitter.warnings,
+    )
     pipeline = Pipeline(translator, framing, emitter.emit, keep_raw=False)  # type: ignore[arg-type]
     try:
         for chunk in chunks:

@@ -50,8 +50,13 @@ def test_quick_bench_writes_every_section(tmp_path: Path) -> None:
     out = tmp_path / "latest.md"
     # The peers are switched off so the test never depends on bench/.venv; the report
     # must still say why they are missing.
-    run = subprocess.run([sys.executable, "-m", "bench", "--quick", "--no-peers", "--out", str(out)], cwd=REPO,
-                         capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--no-peers", "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-4000:]
     report = out.read_text()
     missing = [s for s in SECTIONS if s not in report]
@@ -61,13 +66,12 @@ def test_quick_bench_writes_every_section(tmp_path: Path) -> None:
     assert "LiteLLM proxy: **skipped**: peers disabled" in report
     # Every system that ran has a row with a sample count, and trunkline's did not fail.
     assert "| trunkline | " in report
-    memory = report[report.index("## 5. Memory"):report.index("### Soak")]
+    memory = report[report.index("## 5. Memory") : report.index("### Soak")]
     where = [memory.find(row) for row in MEMORY_ROWS]
     assert -1 not in where and where == sorted(where), dict(zip(MEMORY_ROWS, where))
     assert "| supervisor + workers, PSS |" in memory
     assert re.search(r"\| supervisor \+ 5 idle workers, RSS \| < 150 MB \| [\d.]+ MiB \(PSS [\d.]+ MiB\) \|", report)
     assert out.with_suffix(".json").exists()
-
 
 
 async def test_the_soak_keeps_counts_and_sums_not_samples() -> None:

@@ -8,8 +8,13 @@ from pathlib import Path
 
 from helpers import REPO
 
-FOLDERS = {"protocol": "protocol", "config": "config", "supervisor": "supervisor", "workers": "workers",
-           "client": "clients/python/trunkline"}
+FOLDERS = {
+    "protocol": "protocol",
+    "config": "config",
+    "supervisor": "supervisor",
+    "workers": "workers",
+    "client": "clients/python/trunkline",
+}
 
 
 def imports_of(folder: str) -> dict[Path, set[str]]:

@@ -37,8 +37,9 @@ def test_the_readme_has_the_tour_programs():
 async def test_a_readme_program_runs_as_written(daemon, code, expected):
     env = {**daemon.env, "TRUNKLINE_RUNTIME_DIR": str(daemon.runtime_dir)}
     with trio.fail_after(60):
-        result = await trio.run_process([sys.executable, "-c", code], capture_stdout=True, capture_stderr=True,
-                                        check=False, env=env)
+        result = await trio.run_process(
+            [sys.executable, "-c", code], capture_stdout=True, capture_stderr=True, check=False, env=env
+        )
     assert result.returncode == 0, result.stderr.decode()
     assert result.stderr.decode() == ""
     if expected is not None:

@@ -156,8 +156,9 @@ class Adapter:
 IDLE_SLACK = 0.01
 
 
-async def consume(source: AsyncIterable[T], idle_s: float, what: str, handle: Callable[[T], None],
-                  backlog: Backlog | None = None) -> None:
+async def consume(
+    source: AsyncIterable[T], idle_s: float, what: str, handle: Callable[[T], None], backlog: Backlog | None = None
+) -> None:
     """Hand every item of `source` to `handle`, failing with a `timeout` error when the
     source is silent for `idle_s`. One cancel scope for the whole stream (a scope per
     item costs more than the item on a fast stream), its deadline pushed on only when

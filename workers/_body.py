@@ -18,8 +18,11 @@ PIECE = 64 * 1024
 
 
 def too_large(what: str, limit: int) -> ProviderError:
-    return ProviderError("invalid_response", f"{what} sent a response larger than limits.max_response_bytes "
-                         f"({limit} bytes, counted decompressed); the rest was not read")
+    return ProviderError(
+        "invalid_response",
+        f"{what} sent a response larger than limits.max_response_bytes "
+        f"({limit} bytes, counted decompressed); the rest was not read",
+    )
 
 
 class BodyDecoder:
@@ -41,8 +44,9 @@ class BodyDecoder:
             self._inflate = _Deflate()
         else:
             # We only ask for gzip and deflate.
-            raise ProviderError("invalid_response", f"{what} sent a body in an encoding we did not ask for: "
-                                f"{content_encoding!r}")
+            raise ProviderError(
+                "invalid_response", f"{what} sent a body in an encoding we did not ask for: {content_encoding!r}"
+            )
 
     @property
     def over(self) -> bool:
@@ -71,8 +75,9 @@ class BodyDecoder:
                 if not piece and data:  # pragma: no cover - zlib always progresses with room left
                     break
         except zlib.error as exc:
-            raise ProviderError("invalid_response", f"{self._what} sent a compressed body that could not be "
-                                f"decompressed: {exc}") from None
+            raise ProviderError(
+                "invalid_response", f"{self._what} sent a compressed body that could not be decompressed: {exc}"
+            ) from None
         return self._keep(out)
 
     def _keep(self, pieces: list[bytes]) -> list[bytes]:
@@ -96,8 +101,9 @@ class BodyDecoder:
         try:
             rest = self._inflate.flush(PIECE)
         except zlib.error as exc:
-            raise ProviderError("invalid_response", f"{self._what} sent a compressed body that could not be "
-                                f"decompressed: {exc}") from None
+            raise ProviderError(
+                "invalid_response", f"{self._what} sent a compressed body that could not be decompressed: {exc}"
+            ) from None
         return self._keep([rest]) if rest else []
 
 

@@ -145,8 +145,10 @@ class Pipeline:
         self.flush()
         if not self.payloads and self.received:
             what, unit = _FORMS[self.framing]
-            raise ProviderError("invalid_response", f"{who} answered with something that is not {what} "
-                                f"({self.received} bytes, no {unit})")
+            raise ProviderError(
+                "invalid_response",
+                f"{who} answered with something that is not {what} ({self.received} bytes, no {unit})",
+            )
         ending = self.translator.finish()
         for out in ending.events:
             self.emit(out)
@@ -157,8 +159,11 @@ class Pipeline:
         return skeleton
 
 
-_FORMS = {"sse": ("an event stream", "`data:` line"), "ndjson": ("a JSON-lines stream", "JSON line"),
-          "sse_or_json": ("a stream of JSON objects", "JSON object or `data:` line")}
+_FORMS = {
+    "sse": ("an event stream", "`data:` line"),
+    "ndjson": ("a JSON-lines stream", "JSON line"),
+    "sse_or_json": ("a stream of JSON objects", "JSON object or `data:` line"),
+}
 
 
 def estimated_usage(call: Call, generated: str, who: str) -> Usage:
@@ -169,4 +174,5 @@ def estimated_usage(call: Call, generated: str, who: str) -> Usage:
         call.warnings.append(warning)
     prompt, out = estimate_request_tokens(call.request), estimate_text_tokens(generated)
     return Usage(input_tokens=prompt, output_tokens=out, total_tokens=prompt + out).mark_estimated(
-        "input_tokens", "output_tokens", "total_tokens")
+        "input_tokens", "output_tokens", "total_tokens"
+    )

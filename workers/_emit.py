@@ -45,10 +45,14 @@ Sink = Callable[[str, list[bytes], int, bool], None]
 def invalid_arguments(call: ToolCallPart) -> WarningInfo:
     """The warning on a response with a tool call whose arguments are not a JSON object."""
     raw = call.raw_arguments or ""
-    return WarningInfo(code="tool_arguments_invalid", message=(
-        f"the arguments of tool call {call.name!r} ({call.id}) are not a JSON object, so `arguments` is null and "
-        f"`raw_arguments` keeps the text: {raw[:200]!r}; answer the call with an error result (is_error) and "
-        "the model can try again"))
+    return WarningInfo(
+        code="tool_arguments_invalid",
+        message=(
+            f"the arguments of tool call {call.name!r} ({call.id}) are not a JSON object, so `arguments` is null and "
+            f"`raw_arguments` keeps the text: {raw[:200]!r}; answer the call with an error result (is_error) and "
+            "the model can try again"
+        ),
+    )
 
 
 class Emitter:
@@ -141,13 +145,19 @@ class Emitter:
         limit = self.max_event_bytes
         if type(ev) is Finish and ev.response.raw is not None:  # type: ignore[attr-defined]
             ev.response.raw = None  # type: ignore[attr-defined]
-            ev.response.warnings.append(WarningInfo(  # type: ignore[attr-defined]
-                code="raw_dropped", message=f"the provider's raw body was left out: with it the response was "
-                f"{size} bytes, more than the daemon's largest event ({limit} bytes)"))
+            ev.response.warnings.append(
+                WarningInfo(  # type: ignore[attr-defined]
+                    code="raw_dropped",
+                    message=f"the provider's raw body was left out: with it the response was "
+                    f"{size} bytes, more than the daemon's largest event ({limit} bytes)",
+                )
+            )
             self._send(ev)
             return
-        message = (f"an event of {size} bytes is larger than the daemon's largest event ({limit} bytes, "
-                   "from limits.max_response_bytes); it was not sent")
+        message = (
+            f"an event of {size} bytes is larger than the daemon's largest event ({limit} bytes, "
+            "from limits.max_response_bytes); it was not sent"
+        )
         self.max_event_bytes = 0  # what follows must go out, whatever its size
         if type(ev) is Finish:
             billed = ev.response  # type: ignore[attr-defined]
@@ -158,8 +168,10 @@ class Emitter:
             if self.job.stream and self.started:
                 self._close_open_parts()
             billed = self.partial("error")
-        error = ErrorEvent(error=ErrorInfo(error_class="invalid_response", message=message, retryable=False,
-                                           provider=self.provider), partial=billed)
+        error = ErrorEvent(
+            error=ErrorInfo(error_class="invalid_response", message=message, retryable=False, provider=self.provider),
+            partial=billed,
+        )
         error.request_id = self.job.request_id
         error.seq = self._seq
         if len(frame_event(self._topic, error)) > limit:
@@ -231,8 +243,9 @@ class Emitter:
             return
         self._send(Finish(response=self.finalize(response)))
 
-    def partial(self, reason: str = "error", raw: str | None = None,
-                content: list[ContentPart] | None = None) -> Response:
+    def partial(
+        self, reason: str = "error", raw: str | None = None, content: list[ContentPart] | None = None
+    ) -> Response:
         """The response so far (`content`: what a whole-response request gathered before
         it failed; else what was streamed). A stream cut short reports no usage of its
         own, yet was billed: its usage is estimated from the prompt and what arrived, and
@@ -246,7 +259,8 @@ class Emitter:
             message=Message(role="assistant", content=content),
             finish_reason=FinishReason(reason=reason, raw=raw),  # type: ignore[arg-type]
             usage=Usage(input_tokens=prompt, output_tokens=output, total_tokens=prompt + output).mark_estimated(
-                "input_tokens", "output_tokens", "total_tokens"),
+                "input_tokens", "output_tokens", "total_tokens"
+            ),
         )
         return self.finalize(resp)
 

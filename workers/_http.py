@@ -57,9 +57,11 @@ class HttpAdapter(Adapter):
         super().__init__(*args, **kwargs)
         self.base_url = (self.config.resolved_base_url() or self.default_base_url).rstrip("/")
         t = self.timeouts
-        limits = httpx.Limits(max_connections=self.config.max_connections,
-                              max_keepalive_connections=min(self.config.max_connections, KEEPALIVE_MAX),
-                              keepalive_expiry=60.0)
+        limits = httpx.Limits(
+            max_connections=self.config.max_connections,
+            max_keepalive_connections=min(self.config.max_connections, KEEPALIVE_MAX),
+            keepalive_expiry=60.0,
+        )
         # Reads are bounded by the stream idle timeout; the whole request by the runtime's deadline.
         timeout = httpx.Timeout(connect=t.connect_s, read=t.stream_idle_s, write=t.connect_s, pool=t.connect_s)
         # Provider calls go straight to the connection pool (the client shares it): the
@@ -69,12 +71,19 @@ class HttpAdapter(Adapter):
         # (httpx applies environment proxies only to a client that builds its own pool).
         self._direct = transport is not None or not _proxied(self.base_url)
         self.transport = (transport or httpx.AsyncHTTPTransport(limits=limits)) if self._direct else None
-        self.client = httpx.AsyncClient(transport=self.transport, limits=limits, timeout=timeout,
-                                        headers={"user-agent": USER_AGENT, "accept-encoding": ACCEPT_ENCODING,
-                                                 **self.config.headers},
-                                        follow_redirects=False)
-        self._base_headers = {"user-agent": USER_AGENT, "accept": "*/*", "accept-encoding": ACCEPT_ENCODING,
-                              **{k.lower(): v for k, v in self.config.headers.items()}}
+        self.client = httpx.AsyncClient(
+            transport=self.transport,
+            limits=limits,
+            timeout=timeout,
+            headers={"user-agent": USER_AGENT, "accept-encoding": ACCEPT_ENCODING, **self.config.headers},
+            follow_redirects=False,
+        )
+        self._base_headers = {
+            "user-agent": USER_AGENT,
+            "accept": "*/*",
+            "accept-encoding": ACCEPT_ENCODING,
+            **{k.lower(): v for k, v in self.config.headers.items()},
+        }
         self._timeout = timeout.as_dict()
         self._urls: dict[str, httpx.URL] = {}
 
@@ -115,8 +124,13 @@ class HttpAdapter(Adapter):
         url = self._urls.get(path)
         if url is None:
             url = self._urls[path] = httpx.URL(self.url(path))
-        request = httpx.Request("POST", url, headers={**self._base_headers, **headers}, content=content,
-                                extensions={"timeout": self._timeout})
+        request = httpx.Request(
+            "POST",
+            url,
+            headers={**self._base_headers, **headers},
+            content=content,
+            extensions={"timeout": self._timeout},
+        )
         assert self.transport is not None
         response = await self.transport.handle_async_request(request)
         response.request = request
@@ -173,8 +187,9 @@ class HttpAdapter(Adapter):
         body = b"".join(pieces)
         return body[:cap] if cap is not None else body
 
-    async def post_json(self, call: Call, path: str, body: dict[str, Any],
-                        headers: dict[str, str] | None = None) -> tuple[Any, httpx.Headers]:
+    async def post_json(
+        self, call: Call, path: str, body: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> tuple[Any, httpx.Headers]:
         """POST and return the decoded JSON reply, or raise the classified error."""
         idle = call.deadlines.stream_idle_s
         try:
@@ -192,8 +207,7 @@ class HttpAdapter(Adapter):
         try:
             return msgspec.json.decode(content), response.headers
         except msgspec.DecodeError as exc:
-            raise invalid_response(f"{self.name} sent a body that is not JSON ({exc}): "
-                                   f"{content[:200]!r}") from None
+            raise invalid_response(f"{self.name} sent a body that is not JSON ({exc}): {content[:200]!r}") from None
 
     async def get_json(self, path: str, headers: dict[str, str] | None = None) -> Any:
         return await self._json_outside_job("GET", path, None, headers)
@@ -203,12 +217,14 @@ class HttpAdapter(Adapter):
         cancel) and return the decoded JSON, read within the response limit."""
         return await self._json_outside_job("POST", path, body, {"content-type": "application/json"})
 
-    async def _json_outside_job(self, method: str, path: str, body: dict[str, Any] | None,
-                                headers: dict[str, str] | None) -> Any:
+    async def _json_outside_job(
+        self, method: str, path: str, body: dict[str, Any] | None, headers: dict[str, str] | None
+    ) -> Any:
         content_in = msgspec.json.encode(body) if body is not None else None
         try:
-            async with self.client.stream(method, self.url(path), content=content_in,
-                                          headers={**self.auth_headers(), **(headers or {})}) as response:
+            async with self.client.stream(
+                method, self.url(path), content=content_in, headers={**self.auth_headers(), **(headers or {})}
+            ) as response:
                 idle = self.timeouts.stream_idle_s
                 if response.status_code >= 400:
                     raise await self.error_of(response, idle)
@@ -220,9 +236,17 @@ class HttpAdapter(Adapter):
         except msgspec.DecodeError:
             raise invalid_response(f"{self.name} sent a body that is not JSON: {content[:200]!r}") from None
 
-    async def post_stream(self, call: Call, path: str, body: dict[str, Any], feed: Callable[[bytes], None],
-                          headers: dict[str, str] | None = None, *, formats: tuple[str, ...] = ("event-stream",),
-                          whole: Callable[[bytes], None] | None = None) -> httpx.Headers:
+    async def post_stream(
+        self,
+        call: Call,
+        path: str,
+        body: dict[str, Any],
+        feed: Callable[[bytes], None],
+        headers: dict[str, str] | None = None,
+        *,
+        formats: tuple[str, ...] = ("event-stream",),
+        whole: Callable[[bytes], None] | None = None,
+    ) -> httpx.Headers:
         """POST and hand each decompressed piece of the streamed reply to `feed` as it
         arrives, never more than `max_response_bytes` in all.
 
@@ -246,9 +270,11 @@ class HttpAdapter(Adapter):
                         whole(await self._read(response, idle))
                         return response.headers
                     excerpt = await self._read(response, idle, 200)
-                    raise invalid_response(f"{self.name} answered {response.status_code} with "
-                                           f"{response.headers.get('content-type')!r} where {formats[0]} was "
-                                           f"expected: {excerpt!r}")
+                    raise invalid_response(
+                        f"{self.name} answered {response.status_code} with "
+                        f"{response.headers.get('content-type')!r} where {formats[0]} was "
+                        f"expected: {excerpt!r}"
+                    )
                 await self.read_stream(call, response, feed)
                 return response.headers
         except httpx.TransportError as exc:
@@ -256,10 +282,19 @@ class HttpAdapter(Adapter):
         finally:
             call.upstream_open = False
 
-    async def run_stream(self, call: Call, emit: Emit, whole: bool, *, path: str, built: Built,
-                         translator: StreamTranslator, framing: Framing = "sse",
-                         formats: tuple[str, ...] = ("event-stream",),
-                         parse_whole: Callable[[bytes], Response] | None = None) -> Response:
+    async def run_stream(
+        self,
+        call: Call,
+        emit: Emit,
+        whole: bool,
+        *,
+        path: str,
+        built: Built,
+        translator: StreamTranslator,
+        framing: Framing = "sse",
+        formats: tuple[str, ...] = ("event-stream",),
+        parse_whole: Callable[[bytes], Response] | None = None,
+    ) -> Response:
         """One streamed attempt the way every provider runs it: POST `built`, pass the
         body through the pipeline (decode, translate, emit), and return the finish
         skeleton; or, when the server sent one JSON body and `parse_whole` reads it,
@@ -301,8 +336,7 @@ class HttpAdapter(Adapter):
 
     async def error_of(self, response: httpx.Response, idle_s: float) -> ProviderError:
         """An error response classified from at most `EXCERPT_BYTES` of its body."""
-        return self.classify(response.status_code, response.headers,
-                             await self._read(response, idle_s, EXCERPT_BYTES))
+        return self.classify(response.status_code, response.headers, await self._read(response, idle_s, EXCERPT_BYTES))
 
     async def complete(self, call: Call) -> Response:
         """A whole-response request, streamed from the provider all the same: a long

@@ -57,8 +57,15 @@ def events_of(response: Response) -> list[Event]:
             out.append(ToolCallStart(index=index, name=call.name, provider_id=call.provider_id))
             if raw:
                 out.append(ToolCallDelta(index=index, partial_json=raw))
-            out.append(ToolCallEnd(index=index, name=call.name, provider_id=call.provider_id,
-                                   arguments=call.arguments, raw_arguments=raw))
+            out.append(
+                ToolCallEnd(
+                    index=index,
+                    name=call.name,
+                    provider_id=call.provider_id,
+                    arguments=call.arguments,
+                    raw_arguments=raw,
+                )
+            )
         elif t is ProviderPart:
             kept: ProviderPart = part  # type: ignore[assignment]
             out.append(ProviderPartEvent(index=index, api=kept.api, kind=kept.kind, data=kept.data, model=kept.model))

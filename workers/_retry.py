@@ -62,16 +62,21 @@ def decide(
     if error.hold is not None:
         return Decision(False, reason=error.hold)
     if error.output:
-        return Decision(False, reason="not retried: the provider had already sent part of its answer, "
-                        "which a retry would bill again")
+        return Decision(
+            False,
+            reason="not retried: the provider had already sent part of its answer, which a retry would bill again",
+        )
     if limit <= 0:
         return Decision(False, reason="not retried: max_retries is 0")
     if retries_done >= limit:
         return Decision(False, reason=f"gave up after {retries_done + 1} attempts")
     if error.error_class == "timeout" and not policy.retry_timeouts:
         return Decision(False, reason="timeouts are not retried unless retry.retry_timeouts is on")
-    if error.sent and error.error_class not in SAFE_AFTER_SEND and not (
-            error.error_class == "timeout" and policy.retry_timeouts):
+    if (
+        error.sent
+        and error.error_class not in SAFE_AFTER_SEND
+        and not (error.error_class == "timeout" and policy.retry_timeouts)
+    ):
         return Decision(False, reason="not retried: the provider had the request and may have billed it")
     if error.retry_after is not None:
         if error.retry_after > policy.retry_after_cap_s:

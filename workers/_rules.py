@@ -34,8 +34,9 @@ def reasoning_on(request: Request, model: ModelInfo) -> bool:
     return effort != "none"
 
 
-def sampling(params: dict[str, float | None], request: Request, model: ModelInfo,
-             warnings: list[WarningInfo]) -> dict[str, float]:
+def sampling(
+    params: dict[str, float | None], request: Request, model: ModelInfo, warnings: list[WarningInfo]
+) -> dict[str, float]:
     """The sampling parameters of `params` (name -> value) the model takes on this call."""
     kept = {name: value for name, value in params.items() if value is not None}
     rules = model.rules
@@ -44,18 +45,25 @@ def sampling(params: dict[str, float | None], request: Request, model: ModelInfo
     if rules.sampling is not None:
         for name in [n for n in kept if n not in rules.sampling]:
             del kept[name]
-            warn(warnings, "sampling_unsupported",
-                 f"{model.id} does not take {name} (rule `sampling`); it was left out")
+            warn(
+                warnings, "sampling_unsupported", f"{model.id} does not take {name} (rule `sampling`); it was left out"
+            )
     if kept and rules.sampling_needs_no_reasoning and effective_effort(request, model) != "none":
-        warn(warnings, "sampling_unsupported",
-             f"{model.id} takes {' and '.join(kept)} only with reasoning_effort none "
-             "(rule `sampling_needs_no_reasoning`); left out")
+        warn(
+            warnings,
+            "sampling_unsupported",
+            f"{model.id} takes {' and '.join(kept)} only with reasoning_effort none "
+            "(rule `sampling_needs_no_reasoning`); left out",
+        )
         kept = {}
     if rules.sampling_exclusive and len(kept) > 1:
         first = next(n for n in SAMPLING_ORDER if n in kept)
         for name in [n for n in kept if n != first]:
             del kept[name]
-            warn(warnings, "sampling_unsupported",
-                 f"{model.id} takes one sampling parameter per request (rule `sampling_exclusive`); "
-                 f"{first} was sent and {name} left out")
+            warn(
+                warnings,
+                "sampling_unsupported",
+                f"{model.id} takes one sampling parameter per request (rule `sampling_exclusive`); "
+                f"{first} was sent and {name} left out",
+            )
     return kept

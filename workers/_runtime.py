@@ -136,8 +136,9 @@ class Outbox:
             await conn.wait_pending_below(self.HIGH_WATER)
 
     def _relay_message(self, batches: list[_Batch]) -> bytes:
-        relays = [Relay(request_id=b.request_id, frames=b.frames, last_seq=b.last_seq, terminal=b.terminal)
-                  for b in batches]
+        relays = [
+            Relay(request_id=b.request_id, frames=b.frames, last_seq=b.last_seq, terminal=b.terminal) for b in batches
+        ]
         return codec.encode(relays[0] if len(relays) == 1 else RelayBatch(relays=relays))
 
     def flush_now(self, everything: bool = False) -> None:
@@ -256,21 +257,34 @@ class JobRunner:
     async def run(self, job: Job) -> None:
         """Run one job to its terminal event. Whatever goes wrong inside fails this job
         alone (class `other`, one log line naming it), never the worker and its other jobs."""
-        emitter = Emitter(job, self.adapter.name, self.outbox.push_frames, self._canonical(job),
-                          max_event_bytes=max_event_bytes(self.adapter.max_response_bytes))
+        emitter = Emitter(
+            job,
+            self.adapter.name,
+            self.outbox.push_frames,
+            self._canonical(job),
+            max_event_bytes=max_event_bytes(self.adapter.max_response_bytes),
+        )
         try:
             await self._run(job, emitter)
         except Exception as exc:  # noqa: BLE001 - the second wall behind validation
-            log.error("request %s: the worker failed on it: %s", job.request_id,
-                      redact(f"{type(exc).__name__}: {exc}", self.adapter.secrets)[:300])
+            log.error(
+                "request %s: the worker failed on it: %s",
+                job.request_id,
+                redact(f"{type(exc).__name__}: {exc}", self.adapter.secrets)[:300],
+            )
             log.debug("request %s: traceback", job.request_id, exc_info=True)
             self.scopes.pop(job.request_id, None)
             self.calls.pop(job.request_id, None)
             if not self.scopes:
                 self._idle.set()
-            emitter.fail(ErrorInfo(error_class="other", provider=self.adapter.name,
-                                   message=f"the {self.adapter.name} worker failed on this request "
-                                   f"({type(exc).__name__}); other requests are unaffected"))
+            emitter.fail(
+                ErrorInfo(
+                    error_class="other",
+                    provider=self.adapter.name,
+                    message=f"the {self.adapter.name} worker failed on this request "
+                    f"({type(exc).__name__}); other requests are unaffected",
+                )
+            )
             self.outbox.flush_now()
 
     async def _run(self, job: Job, emitter: Emitter) -> None:
@@ -299,10 +313,14 @@ class JobRunner:
                     self._idle.set()
         if scope.cancelled_caught or not emitter.terminal:
             emitter.cancelled()
-            self.outbox.bus("llm.call_cancelled", request_id=job.request_id, provider=self.adapter.name,
-                            model=job.model.id, operation_id=job.operation_id,
-                            detail="upstream closed" if call is None or not call.upstream_open
-                            else "upstream still open")
+            self.outbox.bus(
+                "llm.call_cancelled",
+                request_id=job.request_id,
+                provider=self.adapter.name,
+                model=job.model.id,
+                operation_id=job.operation_id,
+                detail="upstream closed" if call is None or not call.upstream_open else "upstream still open",
+            )
 
     async def _attempts(self, job: Job, emitter: Emitter, deadlines: Deadlines) -> None:
         adapter = self.adapter
@@ -310,13 +328,25 @@ class JobRunner:
         deadline = trio.current_time() + deadlines.request_s
         wire_ids = self._wire_ids(job)
         retries = 0
-        common = {"request_id": job.request_id, "provider": adapter.name, "model": job.model.id,
-                  "operation_id": job.operation_id}
+        common = {
+            "request_id": job.request_id,
+            "provider": adapter.name,
+            "model": job.model.id,
+            "operation_id": job.operation_id,
+        }
         while True:
             # The call shares the emitter's warning list, so what the request translator
             # notes is in `stream_start` and in the final response.
-            call = Call(job, adapter.name, retries + 1, job.operation_id, deadlines, wire_ids,
-                        warnings=emitter.warnings, backlog=self.outbox if job.stream else None)
+            call = Call(
+                job,
+                adapter.name,
+                retries + 1,
+                job.operation_id,
+                deadlines,
+                wire_ids,
+                warnings=emitter.warnings,
+                backlog=self.outbox if job.stream else None,
+            )
             self.calls[job.request_id] = call
             self.outbox.bus("llm.call_started", attempt_id=call.attempt_id, attempt=call.attempt, **common)
             started_ns = trace.now_ns() if trace.ENABLED else 0
@@ -332,13 +362,27 @@ class JobRunner:
                     emitter.rate_limit = call.rate_limit
                     emitter.complete(response)
                 if trace.ENABLED:
-                    self.outbox.bus("trace.worker", request_id=job.request_id, detail=trace.detail({
-                        "job_received": self.received_ns.pop(job.request_id, 0), "attempt_started": started_ns,
-                        "reply_done": replied_ns, "terminal_emitted": trace.now_ns()}))
-                self.outbox.bus("llm.call_completed", attempt_id=call.attempt_id, attempt=call.attempt,
-                                retry_count=retries, latency_ms=emitter.acc.finished.latency_ms
-                                if emitter.acc.finished else None,
-                                usage=emitter.acc.finished.usage if emitter.acc.finished else None, **common)
+                    self.outbox.bus(
+                        "trace.worker",
+                        request_id=job.request_id,
+                        detail=trace.detail(
+                            {
+                                "job_received": self.received_ns.pop(job.request_id, 0),
+                                "attempt_started": started_ns,
+                                "reply_done": replied_ns,
+                                "terminal_emitted": trace.now_ns(),
+                            }
+                        ),
+                    )
+                self.outbox.bus(
+                    "llm.call_completed",
+                    attempt_id=call.attempt_id,
+                    attempt=call.attempt,
+                    retry_count=retries,
+                    latency_ms=emitter.acc.finished.latency_ms if emitter.acc.finished else None,
+                    usage=emitter.acc.finished.usage if emitter.acc.finished else None,
+                    **common,
+                )
                 self.outbox.flush_now()
                 return
             except ProviderError as err:
@@ -346,8 +390,12 @@ class JobRunner:
             except trio.Cancelled:
                 raise
             except Exception as exc:  # a response the translator could not read
-                log.error("request %s: provider %s: unexpected failure: %s", job.request_id, adapter.name,
-                          redact(f"{type(exc).__name__}: {exc}", adapter.secrets)[:300])
+                log.error(
+                    "request %s: provider %s: unexpected failure: %s",
+                    job.request_id,
+                    adapter.name,
+                    redact(f"{type(exc).__name__}: {exc}", adapter.secrets)[:300],
+                )
                 log.debug("request %s: traceback", job.request_id, exc_info=True)
                 error = ProviderError("invalid_response", f"could not read the provider's response: {exc!r}")
             emitter.rate_limit = call.rate_limit or emitter.rate_limit
@@ -357,24 +405,48 @@ class JobRunner:
                 error.gathered = call.gathered.content() or None
             # Output already received was billed: a retry would bill it again, whatever the class.
             error.output = emitter.started or bool(error.gathered)
-            self.outbox.bus("llm.call_failed", attempt_id=call.attempt_id, attempt=call.attempt,
-                            error_class=error.error_class, retry_count=retries,
-                            detail=redact(error.message, adapter.secrets), **common)
+            self.outbox.bus(
+                "llm.call_failed",
+                attempt_id=call.attempt_id,
+                attempt=call.attempt,
+                error_class=error.error_class,
+                retry_count=retries,
+                detail=redact(error.message, adapter.secrets),
+                **common,
+            )
             if emitter.started:
-                emitter.fail(self._info(error, "the stream had already begun, so it was not retried"
-                                        if error.retryable else ""))
+                emitter.fail(
+                    self._info(error, "the stream had already begun, so it was not retried" if error.retryable else "")
+                )
                 return
-            decision = decide(error, retries, policy, max_retries=job.request.max_retries,
-                              time_left_s=deadline - trio.current_time(), rng=self.rng)
+            decision = decide(
+                error,
+                retries,
+                policy,
+                max_retries=job.request.max_retries,
+                time_left_s=deadline - trio.current_time(),
+                rng=self.rng,
+            )
             if not decision.retry:
                 note = decision.reason if error.retryable else ""
                 emitter.fail(self._info(error, note), error.gathered)
                 return
             if decision.from_retry_after:
-                self.outbox.bus("llm.rate_limited", wait_s=decision.wait_s, error_class=error.error_class,
-                                attempt=call.attempt, **common)
-            self.outbox.bus("llm.retrying", wait_s=decision.wait_s, error_class=error.error_class,
-                            attempt=call.attempt + 1, retry_count=retries + 1, **common)
+                self.outbox.bus(
+                    "llm.rate_limited",
+                    wait_s=decision.wait_s,
+                    error_class=error.error_class,
+                    attempt=call.attempt,
+                    **common,
+                )
+            self.outbox.bus(
+                "llm.retrying",
+                wait_s=decision.wait_s,
+                error_class=error.error_class,
+                attempt=call.attempt + 1,
+                retry_count=retries + 1,
+                **common,
+            )
             await trio.sleep(decision.wait_s)
             retries += 1
 
@@ -512,8 +584,11 @@ async def _answer_count(adapter: Adapter, outbox: Outbox, msg: EstimateTokens) -
         try:
             exact = await adapter.count_tokens_exact(msg.request, msg.model)
         except ProviderError as err:
-            log.info("provider %s could not count tokens (%s); estimating", adapter.name,
-                     redact(err.message, adapter.secrets))
+            log.info(
+                "provider %s could not count tokens (%s); estimating",
+                adapter.name,
+                redact(err.message, adapter.secrets),
+            )
         except Exception:  # noqa: BLE001 - the estimate still answers
             log.exception("provider %s: token count failed; estimating", adapter.name)
     if exact is not None:
@@ -538,7 +613,9 @@ def main() -> None:
     settings = msgspec.json.decode(raw, type=WorkerSettings)
     if settings.supervisor_pid and os.getppid() != settings.supervisor_pid:
         raise SystemExit("trunkline worker: the supervisor that started this worker is gone")
-    logging.basicConfig(level=settings.log_level.upper(), format=f"%(asctime)s worker[{settings.name}] %(levelname)s %(message)s")
+    logging.basicConfig(
+        level=settings.log_level.upper(), format=f"%(asctime)s worker[{settings.name}] %(levelname)s %(message)s"
+    )
     if settings.log_level != "debug":
         # httpx logs every request at INFO: a line per call is noise at this level, and costs CPU.
         logging.getLogger("httpx").setLevel(logging.WARNING)

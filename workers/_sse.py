@@ -176,8 +176,12 @@ class SseDecoder:
         self._retry: int | None = None
 
     def _dispatch(self) -> RawEvent:
-        return (self._event.decode("utf-8", "replace") or "message", b"\n".join(self._data),
-                None if self._id is None else self._id.decode("utf-8", "replace"), self._retry)
+        return (
+            self._event.decode("utf-8", "replace") or "message",
+            b"\n".join(self._data),
+            None if self._id is None else self._id.decode("utf-8", "replace"),
+            self._retry,
+        )
 
     def _parse(self, lines: list[bytes]) -> list[RawEvent]:
         out: list[RawEvent] = []
@@ -248,7 +252,6 @@ class NdjsonDecoder:
         rest = bytes(self._buf)
         self._buf.clear()
         return [rest.removesuffix(b"\r")] if rest.strip() else []
-
 
 
 _STRUCTURAL = re.compile(rb'["\\{}\[\]]')

@@ -122,8 +122,14 @@ def parse_retry_after(headers: Mapping[str, str], now: float | None = None) -> f
 
 #: Transport failures that happen before the provider has the whole request body.
 NOT_SENT: tuple[type[httpx.TransportError], ...] = (
-    httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.WriteError, httpx.WriteTimeout,
-    httpx.ProxyError, httpx.UnsupportedProtocol, httpx.LocalProtocolError,
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.PoolTimeout,
+    httpx.WriteError,
+    httpx.WriteTimeout,
+    httpx.ProxyError,
+    httpx.UnsupportedProtocol,
+    httpx.LocalProtocolError,
 )
 
 # Each httpx transport error, by what it means to a caller.

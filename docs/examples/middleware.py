@@ -35,8 +35,13 @@ class LoggingMiddleware(Middleware):
     async def complete(self, request: Request, call_next: Any) -> Response:
         log.info("-> %s (%d messages)", request.model, len(request.messages))
         response = await call_next(request)
-        log.info("<- %s %s: %d tokens, $%s", response.model, response.finish_reason.reason,
-                 response.usage.total_tokens, response.cost_usd)
+        log.info(
+            "<- %s %s: %d tokens, $%s",
+            response.model,
+            response.finish_reason.reason,
+            response.usage.total_tokens,
+            response.cost_usd,
+        )
         return response
 
     async def stream(self, request: Request, call_next: Any) -> AsyncIterator[Any]:
@@ -45,9 +50,14 @@ class LoggingMiddleware(Middleware):
         async for event in call_next(request):
             events += 1
             if type(event) is Finish:
-                log.info("<- %s %s: %d tokens, $%s, %d events", event.response.model,
-                         event.response.finish_reason.reason, event.response.usage.total_tokens,
-                         event.response.cost_usd, events)
+                log.info(
+                    "<- %s %s: %d tokens, $%s, %d events",
+                    event.response.model,
+                    event.response.finish_reason.reason,
+                    event.response.usage.total_tokens,
+                    event.response.cost_usd,
+                    events,
+                )
             yield event
 
 

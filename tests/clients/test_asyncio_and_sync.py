@@ -40,15 +40,23 @@ SYNC_PROGRAM = textwrap.dedent("""
 
 
 async def test_client_works_under_asyncio(daemon):
-    result = await trio.run_process([sys.executable, "-c", ASYNCIO_PROGRAM, str(daemon.runtime_dir)],
-                                    capture_stdout=True, capture_stderr=True, check=False)
+    result = await trio.run_process(
+        [sys.executable, "-c", ASYNCIO_PROGRAM, str(daemon.runtime_dir)],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr.decode()
     assert result.stdout.decode().strip() == "from asyncio | streamed too | running"
 
 
 async def test_sync_client(daemon):
-    result = await trio.run_process([sys.executable, "-c", SYNC_PROGRAM, str(daemon.runtime_dir)],
-                                    capture_stdout=True, capture_stderr=True, check=False)
+    result = await trio.run_process(
+        [sys.executable, "-c", SYNC_PROGRAM, str(daemon.runtime_dir)],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr.decode()
     assert result.stdout.decode().strip() == "blocking call | 3 | ['mock:echo', 'mock:basic']"
 
@@ -104,8 +112,12 @@ async def test_clients_used_the_wrong_way_say_what_to_write_instead(daemon):
     """A SyncClient inside an event loop used to hang for good; a client used without its
     `with` block raised a bare AssertionError."""
     with trio.fail_after(60):
-        result = await trio.run_process([sys.executable, "-c", MISUSE_PROGRAM, str(daemon.runtime_dir)],
-                                        capture_stdout=True, capture_stderr=True, check=False)
+        result = await trio.run_process(
+            [sys.executable, "-c", MISUSE_PROGRAM, str(daemon.runtime_dir)],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
     assert result.returncode == 0, result.stderr.decode()
     lines = dict(line.split(": ", 1) for line in result.stdout.decode().splitlines())
     assert "runs a trio event loop" in lines["trio"] and "`async with Client() as client:`" in lines["trio"]

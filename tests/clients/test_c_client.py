@@ -52,10 +52,17 @@ class FakeDaemon:
             kind = msg.get("type")
             if kind == "hello":
                 reply: dict[str, Any] = {
-                    "type": "welcome", "client_id": CLIENT_ID, "event_endpoint": self.events,
-                    "limits": {"max_message_bytes": 1 << 24, "replay_ring_events": 1000, "replay_keep_s": 60.0,
-                               "max_event_bytes": 1 << 26},
-                    "providers": ["mock"]}
+                    "type": "welcome",
+                    "client_id": CLIENT_ID,
+                    "event_endpoint": self.events,
+                    "limits": {
+                        "max_message_bytes": 1 << 24,
+                        "replay_ring_events": 1000,
+                        "replay_keep_s": 60.0,
+                        "max_event_bytes": 1 << 26,
+                    },
+                    "providers": ["mock"],
+                }
             elif kind == "probe":
                 self.pub.send(TOPIC + msgspec.msgpack.encode({"type": "probe", "client_id": CLIENT_ID}))
                 reply = {"type": "probe_sent"}
@@ -64,16 +71,27 @@ class FakeDaemon:
                 reply = {"type": "accepted", "request_id": msg["request_id"], "provider": "mock", "model": "mock:echo"}
             elif kind == "replay":
                 events = self.published.get(msg["request_id"], [])
-                reply = {"type": "replay_result", "request_id": msg["request_id"], "state": "ended",
-                         "events": events[msg.get("from_seq", 0):], "last_seq": len(events) - 1}
+                reply = {
+                    "type": "replay_result",
+                    "request_id": msg["request_id"],
+                    "state": "ended",
+                    "events": events[msg.get("from_seq", 0) :],
+                    "last_seq": len(events) - 1,
+                }
             else:
                 reply = {"type": "protocol_error", "error": {"error_class": "invalid_request", "message": "?"}}
             self.rep.send(msgspec.msgpack.encode(reply))
 
     def publish_request(self, rid: str) -> None:
-        events = [{"type": "stream_start", "request_id": rid, "model": "echo", "provider": "mock"},
-                  {"type": "finish", "request_id": rid, "seq": 1,
-                   "response": {"message": {"role": "assistant", "content": []}}}]
+        events = [
+            {"type": "stream_start", "request_id": rid, "model": "echo", "provider": "mock"},
+            {
+                "type": "finish",
+                "request_id": rid,
+                "seq": 1,
+                "response": {"message": {"role": "assistant", "content": []}},
+            },
+        ]
         self.published[rid] = events
         self.pub.send(TOPIC + msgspec.msgpack.encode(events))
 
@@ -84,8 +102,12 @@ class FakeDaemon:
 
 class TlProcess:
     def __init__(self, argv: list[str], env: dict[str, str] | None = None) -> None:
-        env = {**os.environ, "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1", "UBSAN_OPTIONS": "halt_on_error=1",
-               **(env or {})}
+        env = {
+            **os.environ,
+            "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1",
+            "UBSAN_OPTIONS": "halt_on_error=1",
+            **(env or {}),
+        }
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
 
     def send(self, cmd: dict[str, Any]) -> dict[str, Any]:
@@ -101,9 +123,17 @@ class TlProcess:
 def session() -> Iterator[tuple[FakeDaemon, TlProcess]]:
     # Built with AddressSanitizer and UBSan: a decoding bug that reads or writes out of
     # bounds aborts the client here instead of passing by luck.
-    build = subprocess.run(["make", "-C", str(C_DIR), "BUILD=build/sanitized",
-                            "CFLAGS=-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer"],
-                           capture_output=True, text=True)
+    build = subprocess.run(
+        [
+            "make",
+            "-C",
+            str(C_DIR),
+            "BUILD=build/sanitized",
+            "CFLAGS=-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer",
+        ],
+        capture_output=True,
+        text=True,
+    )
     if build.returncode != 0:
         pytest.fail(f"the C client did not build (run `make test`):\n{build.stderr[-4000:]}")
     where = Path(tempfile.mkdtemp(prefix="tl-c-", dir="/tmp"))
@@ -131,14 +161,19 @@ json_like = st.recursive(
     max_leaves=12,
 )
 event_like = st.fixed_dictionaries(
-    {}, optional={"type": st.sampled_from(["text_delta", "finish", "error", "probe", "bus"]) | st.text(max_size=8),
-                  "request_id": st.text(max_size=6) | st.integers(-(2**63), 2**63 - 1),
-                  "seq": json_like, "text": json_like})
+    {},
+    optional={
+        "type": st.sampled_from(["text_delta", "finish", "error", "probe", "bus"]) | st.text(max_size=8),
+        "request_id": st.text(max_size=6) | st.integers(-(2**63), 2**63 - 1),
+        "seq": json_like,
+        "text": json_like,
+    },
+)
 payloads = st.one_of(
-    st.binary(max_size=80),                                     # any bytes
-    _garbage_of(json_like),                                     # valid msgpack, any shape
-    _garbage_of(event_like),                                    # maps that look like events
-    _garbage_of(st.lists(event_like, max_size=5)),              # arrays of them
+    st.binary(max_size=80),  # any bytes
+    _garbage_of(json_like),  # valid msgpack, any shape
+    _garbage_of(event_like),  # maps that look like events
+    _garbage_of(st.lists(event_like, max_size=5)),  # arrays of them
     _garbage_of(event_like).map(lambda b: b[: max(1, len(b) // 2)]),  # cut short
     st.sampled_from([b"\xdd\xff\xff\xff\xff", b"\xdf\xff\xff\xff\xff", b"\xdb\xff\xff\xff\xff", b"\xc1", b""]),
 )
@@ -163,17 +198,24 @@ def test_any_event_bytes_are_skipped_and_the_request_still_arrives(session, garb
 def test_a_client_started_inside_a_trace_sends_its_trace_context(session):
     daemon, untraced = session
     parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-    tl = TlProcess([str(C_DIR / "build" / "sanitized" / "tl"), "conform"],
-                   env={"TRACEPARENT": parent, "TRACESTATE": "ci=1"})
+    tl = TlProcess(
+        [str(C_DIR / "build" / "sanitized" / "tl"), "conform"], env={"TRACEPARENT": parent, "TRACESTATE": "ci=1"}
+    )
     try:
         assert tl.send({"cmd": "connect", "control": daemon.control, "silence_s": 2.0})["ok"]
-        assert tl.send({"cmd": "submit", "id": "traced", "request": {"model": "mock:echo", "messages": []},
-                        "stream": False})["reply"] == "accepted"
+        assert (
+            tl.send(
+                {"cmd": "submit", "id": "traced", "request": {"model": "mock:echo", "messages": []}, "stream": False}
+            )["reply"]
+            == "accepted"
+        )
     finally:
         tl.proc.kill()
         tl.proc.wait(timeout=10)
-    assert untraced.send({"cmd": "submit", "id": "plain", "request": {"model": "mock:echo", "messages": []}})[
-        "reply"] == "accepted"
+    assert (
+        untraced.send({"cmd": "submit", "id": "plain", "request": {"model": "mock:echo", "messages": []}})["reply"]
+        == "accepted"
+    )
     traced = daemon.submits["traced"]
     assert traced["trace_context"] == {"traceparent": parent, "tracestate": "ci=1"} and traced["stream"] is False
     assert "trace_context" not in daemon.submits["plain"]
@@ -188,20 +230,38 @@ async def test_tl_chat_streams_a_reply_from_a_real_daemon(daemon):
     assert build.returncode == 0, build.stderr[-4000:]
     env = {**os.environ, "TRUNKLINE_CONTROL": daemon.control}
     with trio.fail_after(30):
-        done = await trio.run_process([str(C_DIR / "build" / "tl"), "chat", "echo", "hello from C"],
-                                      capture_stdout=True, capture_stderr=True, env=env, check=False)
+        done = await trio.run_process(
+            [str(C_DIR / "build" / "tl"), "chat", "echo", "hello from C"],
+            capture_stdout=True,
+            capture_stderr=True,
+            env=env,
+            check=False,
+        )
     assert done.returncode == 0, done.stderr.decode()
     assert done.stdout.decode() == "hello from C\n"
     with trio.fail_after(30):
-        done = await trio.run_process([str(C_DIR / "build" / "tl"), "chat", "no-such-model", "x"],
-                                      capture_stdout=True, capture_stderr=True, env=env, check=False)
+        done = await trio.run_process(
+            [str(C_DIR / "build" / "tl"), "chat", "no-such-model", "x"],
+            capture_stdout=True,
+            capture_stderr=True,
+            env=env,
+            check=False,
+        )
     assert done.returncode == 1 and "not_found" in done.stderr.decode()
 
 
 def sanitized_tl() -> Path:
-    build = subprocess.run(["make", "-C", str(C_DIR), "BUILD=build/sanitized",
-                            "CFLAGS=-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer"],
-                           capture_output=True, text=True)
+    build = subprocess.run(
+        [
+            "make",
+            "-C",
+            str(C_DIR),
+            "BUILD=build/sanitized",
+            "CFLAGS=-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert build.returncode == 0, build.stderr[-4000:]
     return C_DIR / "build" / "sanitized" / "tl"
 
@@ -232,19 +292,38 @@ async def test_tl_chat_over_tls_with_the_environment_the_cli_reads(start_daemon,
     stranger, _, _ = ca_files(tmp_path / "stranger")
     port = free_port()
     control = f"tls+tcp://127.0.0.1:{port}"
-    await start_daemon({"endpoints": {"control": control, "events": f"tls+tcp://0.0.0.0:{free_port()}",
-                                      "tls_cert_file": cert, "tls_key_file": key}},
-                       env={"TRUNKLINE_TOKEN": "c-tls-token"})
+    await start_daemon(
+        {
+            "endpoints": {
+                "control": control,
+                "events": f"tls+tcp://0.0.0.0:{free_port()}",
+                "tls_cert_file": cert,
+                "tls_key_file": key,
+            }
+        },
+        env={"TRUNKLINE_TOKEN": "c-tls-token"},
+    )
     tl = sanitized_tl()
-    base = {**os.environ, "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1", "UBSAN_OPTIONS": "halt_on_error=1",
-            "TRUNKLINE_CONTROL": control, "TRUNKLINE_TOKEN": "c-tls-token", "TRUNKLINE_TLS_CA_FILE": ca,
-            "TRUNKLINE_TLS_SERVER_NAME": "localhost"}
+    base = {
+        **os.environ,
+        "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1",
+        "UBSAN_OPTIONS": "halt_on_error=1",
+        "TRUNKLINE_CONTROL": control,
+        "TRUNKLINE_TOKEN": "c-tls-token",
+        "TRUNKLINE_TLS_CA_FILE": ca,
+        "TRUNKLINE_TLS_SERVER_NAME": "localhost",
+    }
 
     async def chat(**env: str | None) -> subprocess.CompletedProcess[bytes]:
         merged = {k: v for k, v in {**base, **env}.items() if v is not None}
         with trio.fail_after(30):
-            return await trio.run_process([str(tl), "chat", "echo", "hello over TLS from C"], capture_stdout=True,
-                                          capture_stderr=True, env=merged, check=False)
+            return await trio.run_process(
+                [str(tl), "chat", "echo", "hello over TLS from C"],
+                capture_stdout=True,
+                capture_stderr=True,
+                env=merged,
+                check=False,
+            )
 
     ok = await chat()
     assert ok.returncode == 0, ok.stderr.decode()

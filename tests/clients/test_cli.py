@@ -21,8 +21,9 @@ pytestmark = pytest.mark.e2e
 
 async def cli(*args: str, runtime_dir=None, check: bool = False) -> subprocess.CompletedProcess:
     extra = ["--runtime-dir", str(runtime_dir)] if runtime_dir is not None else []
-    return await trio.run_process([sys.executable, "-m", "trunkline.cli", *args, *extra], capture_stdout=True,
-                                  capture_stderr=True, check=check)
+    return await trio.run_process(
+        [sys.executable, "-m", "trunkline.cli", *args, *extra], capture_stdout=True, capture_stderr=True, check=check
+    )
 
 
 async def test_ask_streams_the_answer_and_summarises_usage_on_stderr(daemon):
@@ -34,8 +35,9 @@ async def test_ask_streams_the_answer_and_summarises_usage_on_stderr(daemon):
 
 
 async def test_ask_no_stream_and_json(daemon):
-    result = await cli("ask", "echo", "x y", "--no-stream", "--json", "--system", "be brief",
-                       runtime_dir=daemon.runtime_dir)
+    result = await cli(
+        "ask", "echo", "x y", "--no-stream", "--json", "--system", "be brief", runtime_dir=daemon.runtime_dir
+    )
     assert result.returncode == 0, result.stderr
     body = json.loads(result.stdout)
     assert body["message"]["content"] == [{"type": "text", "text": "x y"}]
@@ -50,17 +52,28 @@ async def test_ask_failure_prints_the_error_class(daemon):
 
 async def test_ctrl_c_cancels_the_request_and_exits_130(daemon):
     proc = await trio.lowlevel.open_process(
-        [sys.executable, "-c", (
-            "import sys, trunkline.cli as c, trunkline.client as k\n"
-            "orig = k.build_request\n"
-            "def slow(*a, **f):\n"
-            "    r = orig(*a, **f)\n"
-            "    r.provider_options = {'mock': {'steps': [{'text': f'w{i} ', 'delay': 0.05} for i in range(400)]}}\n"
-            "    return r\n"
-            "k.build_request = slow\n"
-            "sys.exit(c.main(sys.argv[1:]))\n"),
-         "ask", "mock:echo", "x", "--runtime-dir", str(daemon.runtime_dir)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        [
+            sys.executable,
+            "-c",
+            (
+                "import sys, trunkline.cli as c, trunkline.client as k\n"
+                "orig = k.build_request\n"
+                "def slow(*a, **f):\n"
+                "    r = orig(*a, **f)\n"
+                "    r.provider_options = {'mock': {'steps': [{'text': f'w{i} ', 'delay': 0.05} for i in range(400)]}}\n"
+                "    return r\n"
+                "k.build_request = slow\n"
+                "sys.exit(c.main(sys.argv[1:]))\n"
+            ),
+            "ask",
+            "mock:echo",
+            "x",
+            "--runtime-dir",
+            str(daemon.runtime_dir),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     with trio.fail_after(20):
         seen = b""
         while b"w2" not in seen:
@@ -100,8 +113,13 @@ async def test_runtime_dir_from_the_environment(daemon):
     import os
 
     env = {**os.environ, "TRUNKLINE_RUNTIME_DIR": str(daemon.runtime_dir)}
-    result = await trio.run_process([sys.executable, "-m", "trunkline.cli", "status"], capture_stdout=True,
-                                    capture_stderr=True, env=env, check=False)
+    result = await trio.run_process(
+        [sys.executable, "-m", "trunkline.cli", "status"],
+        capture_stdout=True,
+        capture_stderr=True,
+        env=env,
+        check=False,
+    )
     assert result.returncode == 0 and "mock" in result.stdout.decode()
 
 
@@ -113,7 +131,10 @@ async def test_a_reader_that_goes_away_ends_the_command_quietly(daemon):
         with trio.fail_after(30):
             result = await trio.run_process(
                 [sys.executable, "-m", "trunkline.cli", "status", "--runtime-dir", str(daemon.runtime_dir)],
-                stdout=write_end, capture_stderr=True, check=False)
+                stdout=write_end,
+                capture_stderr=True,
+                check=False,
+            )
     finally:
         os.close(write_end)
     assert result.returncode == 128 + signal.SIGPIPE
@@ -121,7 +142,10 @@ async def test_a_reader_that_goes_away_ends_the_command_quietly(daemon):
     with trio.fail_after(30):
         piped = await trio.run_process(
             ["sh", "-c", f"{sys.executable} -m trunkline.cli models --runtime-dir {daemon.runtime_dir} | head -1"],
-            capture_stdout=True, capture_stderr=True, check=False)
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
     assert piped.stderr.decode() == "" and len(piped.stdout.decode().splitlines()) == 1
 
 
@@ -131,8 +155,9 @@ async def test_ps_shows_which_provider_each_worker_serves(start_daemon):
     with trio.fail_after(20):
         while names != {"mock": "tl-mock", "ollama": "tl-ollama"}:  # each names itself as it starts
             await trio.sleep(0.05)
-            workers = subprocess.run(["pgrep", "-P", str(daemon.proc.pid), "-f", "trunkline.workers"],
-                                     capture_output=True, text=True).stdout.split()
+            workers = subprocess.run(
+                ["pgrep", "-P", str(daemon.proc.pid), "-f", "trunkline.workers"], capture_output=True, text=True
+            ).stdout.split()
             names = {}
             for pid in workers:
                 try:
@@ -144,9 +169,23 @@ async def test_ps_shows_which_provider_each_worker_serves(start_daemon):
 
 async def test_ask_reads_a_large_prompt_from_stdin_or_a_file(daemon, tmp_path):
     big = " ".join(f"w{i}" for i in range(20_000))  # far past what a command line comfortably holds
-    piped = await trio.run_process([sys.executable, "-m", "trunkline.cli", "ask", "mock:echo", "-", "--no-stream",
-                                    "--runtime-dir", str(daemon.runtime_dir)], stdin=big.encode(),
-                                   capture_stdout=True, capture_stderr=True, check=False)
+    piped = await trio.run_process(
+        [
+            sys.executable,
+            "-m",
+            "trunkline.cli",
+            "ask",
+            "mock:echo",
+            "-",
+            "--no-stream",
+            "--runtime-dir",
+            str(daemon.runtime_dir),
+        ],
+        stdin=big.encode(),
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
     assert piped.returncode == 0, piped.stderr
     assert piped.stdout.decode().strip() == big
     prompt = tmp_path / "prompt.txt"
@@ -165,7 +204,9 @@ async def test_tail_prints_the_bus_as_it_happens(daemon):
 
     proc = await trio.lowlevel.open_process(
         [sys.executable, "-m", "trunkline.cli", "tail", "--name", "llm.", "--runtime-dir", str(daemon.runtime_dir)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     assert proc.stdout is not None and proc.stderr is not None
     lines: list[str] = []
     try:
@@ -202,12 +243,18 @@ async def test_a_prompt_that_cannot_be_read_is_one_line_and_exit_2(tmp_path):
     cases = {
         "an empty prompt": (["ask", "mock:echo", ""], None, "the prompt is empty"),
         "no prompt": (["ask", "mock:echo"], None, "the prompt is empty"),
-        "a missing file": (["ask", "mock:echo", "--file", str(tmp_path / "nope.txt")], None,
-                           f"cannot read --file {tmp_path / 'nope.txt'}: No such file or directory"),
+        "a missing file": (
+            ["ask", "mock:echo", "--file", str(tmp_path / "nope.txt")],
+            None,
+            f"cannot read --file {tmp_path / 'nope.txt'}: No such file or directory",
+        ),
         "a directory": (["ask", "mock:echo", "--file", str(tmp_path)], None, f"--file {tmp_path} is a directory"),
         "a binary file": (["ask", "mock:echo", "x", "--file", str(binary)], None, "is not text (it holds NUL bytes)"),
-        "a file that is not UTF-8": (["ask", "mock:echo", "--file", str(latin1)], None,
-                                     "is not UTF-8 text (byte 0xe9 at offset 3)"),
+        "a file that is not UTF-8": (
+            ["ask", "mock:echo", "--file", str(latin1)],
+            None,
+            "is not UTF-8 text (byte 0xe9 at offset 3)",
+        ),
         "an empty file": (["ask", "mock:echo", "summarise", "--file", str(empty)], None, f"--file {empty} is empty"),
         "binary standard input": (["ask", "mock:echo", "-"], b"\xff\xfe\x00", "standard input is not text"),
     }
@@ -215,7 +262,11 @@ async def test_a_prompt_that_cannot_be_read_is_one_line_and_exit_2(tmp_path):
         with trio.fail_after(30):
             result = await trio.run_process(
                 [sys.executable, "-m", "trunkline.cli", *args, "--runtime-dir", str(tmp_path / "no-daemon")],
-                stdin=stdin or b"", capture_stdout=True, capture_stderr=True, check=False)
+                stdin=stdin or b"",
+                capture_stdout=True,
+                capture_stderr=True,
+                check=False,
+            )
         err = result.stderr.decode()
         assert result.returncode == 2, (name, result.returncode, err)
         assert err.startswith("trunkline ask: ") and words in err, (name, err)
@@ -227,17 +278,20 @@ async def test_json_prints_a_failure_as_the_protocols_error_with_the_same_status
         result = await cli("ask", "no-such-model", "x", "--json", *extra, runtime_dir=daemon.runtime_dir)
         assert result.returncode == 1, result.stderr
         body = json.loads(result.stdout)
-        assert body["error"]["error_class"] == "not_found" and "unknown model 'no-such-model'" in \
-            body["error"]["message"]
+        assert (
+            body["error"]["error_class"] == "not_found" and "unknown model 'no-such-model'" in body["error"]["message"]
+        )
         assert body["error"]["retryable"] is False and set(body["error"]) >= {"retry_after_s", "provider"}
         assert result.stderr.decode().startswith("trunkline: not_found: ")
     # An error after the stream began keeps its partial response.
-    failed = await scripted_ask(daemon, [{"text": "partial"}, {"error": {"error_class": "server_error",
-                                                                         "message": "boom"}}], "--json")
+    failed = await scripted_ask(
+        daemon, [{"text": "partial"}, {"error": {"error_class": "server_error", "message": "boom"}}], "--json"
+    )
     assert failed.returncode == 1, failed.stderr
     body = json.loads(failed.stdout)
-    assert body["error"]["error_class"] == "server_error" and body["partial"]["message"]["content"][0]["text"] == \
-        "partial"
+    assert (
+        body["error"]["error_class"] == "server_error" and body["partial"]["message"]["content"][0]["text"] == "partial"
+    )
     assert body["request_id"]
     gone = await cli("status", "--json", runtime_dir=tmp_path / "no-daemon")
     assert gone.returncode == 3 and json.loads(gone.stdout)["error"]["retryable"] is True
@@ -256,11 +310,15 @@ async def scripted_ask(daemon, steps: list, *args: str) -> subprocess.CompletedP
         f"    r.provider_options = {{'mock': {{'steps': {steps!r}}}}}\n"
         "    return r\n"
         "k.build_request = scripted\n"
-        "sys.exit(c.main(sys.argv[1:]))\n")
+        "sys.exit(c.main(sys.argv[1:]))\n"
+    )
     with trio.fail_after(30):
         return await trio.run_process(
             [sys.executable, "-c", program, "ask", "mock:echo", "x", *args, "--runtime-dir", str(daemon.runtime_dir)],
-            capture_stdout=True, capture_stderr=True, check=False)
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
 
 
 async def test_a_streamed_error_leaves_no_blank_line(daemon):
@@ -300,7 +358,9 @@ async def test_a_mistyped_provider_is_resolved_or_answered_with_the_nearest_name
 async def test_tail_says_when_the_daemon_goes_away(daemon):
     proc = await trio.lowlevel.open_process(
         [sys.executable, "-m", "trunkline.cli", "tail", "--runtime-dir", str(daemon.runtime_dir)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     assert proc.stderr is not None
     try:
         with trio.fail_after(30):
@@ -339,8 +399,18 @@ async def test_serve_takes_its_endpoints_token_and_certificate_from_the_command_
     (tmp_path / "server.pem").write_bytes(b"".join(blob.bytes() for blob in cert.cert_chain_pems))
     control, events = f"tls+tcp://127.0.0.1:{free_port()}", f"tls+tcp://0.0.0.0:{free_port()}"
     daemon = DaemonProcess(env={"TRUNKLINE_TOKEN": ""})  # its file names no endpoint, no certificate, no token
-    options = ["--control-endpoint", control, "--events-endpoint", events, "--token", "token-from-the-cli",
-               "--tls-cert-file", str(tmp_path / "server.pem"), "--tls-key-file", str(tmp_path / "server.key")]
+    options = [
+        "--control-endpoint",
+        control,
+        "--events-endpoint",
+        events,
+        "--token",
+        "token-from-the-cli",
+        "--tls-cert-file",
+        str(tmp_path / "server.pem"),
+        "--tls-key-file",
+        str(tmp_path / "server.key"),
+    ]
     file_only = daemon.command
     daemon.command = lambda: [*file_only(), *options]  # type: ignore[method-assign]
     reach = {"control_endpoint": control, "tls_ca_file": str(tmp_path / "ca.pem"), "tls_server_name": "localhost"}
@@ -367,10 +437,14 @@ async def test_serve_refuses_options_it_cannot_apply(tmp_path):
     where = ["--runtime-dir", str(tmp_path / "rt")]
     cases = {
         "a client's CA": ([*base, "serve", "--tls-ca-file", "ca.pem", *where], "--tls-ca-file is a client's option"),
-        "given before the command": ([*base, "--tls-server-name", "x", "serve", *where],
-                                     "--tls-server-name is a client's option"),
-        "a bad endpoint": ([*base, "serve", "--control-endpoint", "tcp://nowhere", *where],
-                           "--control-endpoint: 'tcp://nowhere' is not an endpoint"),
+        "given before the command": (
+            [*base, "--tls-server-name", "x", "serve", *where],
+            "--tls-server-name is a client's option",
+        ),
+        "a bad endpoint": (
+            [*base, "serve", "--control-endpoint", "tcp://nowhere", *where],
+            "--control-endpoint: 'tcp://nowhere' is not an endpoint",
+        ),
         "an empty token": ([*base, "serve", "--token", " ", *where], "--token is empty"),
     }
     for name, (argv, words) in cases.items():

@@ -23,8 +23,9 @@ def with_parts(*parts) -> Request:
 def test_path_parts_become_base64_data(tmp_path):
     (tmp_path / "cat.png").write_bytes(PNG)
     (tmp_path / "notes.txt").write_text("hello")
-    request = with_parts(ImagePart(path=str(tmp_path / "cat.png")),
-                         DocumentPart(path=str(tmp_path / "notes.txt"), name="n"))
+    request = with_parts(
+        ImagePart(path=str(tmp_path / "cat.png")), DocumentPart(path=str(tmp_path / "notes.txt"), name="n")
+    )
     out = inline_local_files_sync(request, 1024)
     image, doc = out.messages[0].content[1:]
     assert (image.path, image.media_type, base64.b64decode(image.data)) == (None, "image/png", PNG)
@@ -35,10 +36,17 @@ def test_path_parts_become_base64_data(tmp_path):
 def test_images_inside_tool_results_are_read_too(tmp_path):
     (tmp_path / "shot.png").write_bytes(PNG)
     call = ToolCallPart(id="tu_1", name="screenshot")
-    request = Request(model="mock:echo", messages=[
-        Message.user("x"), Message(role="assistant", content=[call]),
-        Message(role="tool", content=[ToolResultPart(tool_call_id="tu_1",
-                                                     content=[ImagePart(path=str(tmp_path / "shot.png"))])])])
+    request = Request(
+        model="mock:echo",
+        messages=[
+            Message.user("x"),
+            Message(role="assistant", content=[call]),
+            Message(
+                role="tool",
+                content=[ToolResultPart(tool_call_id="tu_1", content=[ImagePart(path=str(tmp_path / "shot.png"))])],
+            ),
+        ],
+    )
     out = inline_local_files_sync(request, 1024)
     assert base64.b64decode(out.messages[2].content[0].content[0].data) == PNG
 

@@ -60,8 +60,9 @@ async def test_a_three_round_loop_runs_each_tool_once_and_sends_every_result_bac
     recorder = Recorder()
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir, middleware=[recorder]) as client:
-            result = await trunkline.generate("mock:echo", "1+2+3+4?", tools=[add], max_tool_rounds=3,
-                                              client=client, **script)
+            result = await trunkline.generate(
+                "mock:echo", "1+2+3+4?", tools=[add], max_tool_rounds=3, client=client, **script
+            )
     assert result.text == "10" and result.finish_reason.reason == "stop"
     assert ran == [("add", 3), ("add", 6), ("add", 10)]
     assert len(result.steps) == 4 and len(recorder.requests) == 4
@@ -90,8 +91,7 @@ async def test_max_tool_rounds_bounds_the_loop_and_zero_runs_nothing(daemon):
             assert [c.name for c in one.tool_calls] == ["ping"] and one.tool_results == []
             assert one.finish_reason.reason == "tool_calls"
             ran.clear()
-            none = await trunkline.generate("mock:echo", "go", tools=[ping], max_tool_rounds=0, client=client,
-                                            **script)
+            none = await trunkline.generate("mock:echo", "go", tools=[ping], max_tool_rounds=0, client=client, **script)
     assert ran == [] and len(none.steps) == 1 and none.tool_calls[0].arguments == {"n": 1}
 
 
@@ -106,8 +106,9 @@ async def test_parallel_calls_run_concurrently_and_return_in_one_continuation(da
         return f"{who} met"
 
     recorder = Recorder()
-    script = turns([call("meet", who="a"), call("meet", who="b"), call("nope"), call("meet", who=5)],
-                   [{"text": "done"}])
+    script = turns(
+        [call("meet", who="a"), call("meet", who="b"), call("nope"), call("meet", who=5)], [{"text": "done"}]
+    )
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir, middleware=[recorder]) as client:
             result = await trunkline.generate("mock:echo", "meet", tools=[meet], client=client, **script)
@@ -154,8 +155,9 @@ async def test_a_passive_tool_ends_the_loop_and_hands_the_calls_back(daemon):
     script = turns([call("active", q="x"), call("approve")], [{"text": "never reached"}])
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir) as client:
-            result = await trunkline.generate("mock:echo", "go", tools=[active, approve], max_tool_rounds=5,
-                                              client=client, **script)
+            result = await trunkline.generate(
+                "mock:echo", "go", tools=[active, approve], max_tool_rounds=5, client=client, **script
+            )
     assert ran == [] and len(result.steps) == 1
     assert [c.name for c in result.tool_calls] == ["active", "approve"]
 
@@ -170,12 +172,10 @@ async def test_retries_apply_to_one_step_only(daemon):
 
     script = turns([call("count", n=1)], [{"text": "ok"}])
     # the second model call fails once with a retryable error; the worker retries that call alone
-    script["provider_options"]["mock"]["turns"][1].insert(0, {"error": {"error_class": "server_error",
-                                                                         "attempts": 1}})
+    script["provider_options"]["mock"]["turns"][1].insert(0, {"error": {"error_class": "server_error", "attempts": 1}})
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir) as client:
-            result = await trunkline.generate("mock:echo", "go", tools=[count], client=client, max_retries=2,
-                                              **script)
+            result = await trunkline.generate("mock:echo", "go", tools=[count], client=client, max_retries=2, **script)
     assert result.text == "ok" and ran == [1]
 
 
@@ -201,8 +201,11 @@ async def test_cancelling_generate_cancels_the_request_and_the_running_tools(dae
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir) as client:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(lambda: trunkline.generate(
-                    "mock:echo", "go", tools=[wait_forever], client=client, **turns([call("wait_forever", x=1)])))
+                nursery.start_soon(
+                    lambda: trunkline.generate(
+                        "mock:echo", "go", tools=[wait_forever], client=client, **turns([call("wait_forever", x=1)])
+                    )
+                )
                 await tool_started.wait()
                 nursery.cancel_scope.cancel()
             assert tool_cancelled.is_set()
@@ -270,8 +273,13 @@ async def test_a_loop_can_continue_on_another_model(daemon):
 
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir) as client:
-            first = await trunkline.generate("mock:echo", "remember x", tools=[note], client=client,
-                                             **turns([call("note", text="x")], [{"text": "Noted."}]))
+            first = await trunkline.generate(
+                "mock:echo",
+                "remember x",
+                tools=[note],
+                client=client,
+                **turns([call("note", text="x")], [{"text": "Noted."}]),
+            )
             history = [*first.messages, Message.user("and now?")]
             second = await trunkline.generate("mock:basic", messages=history, client=client)
     assert second.text == "and now?"  # the basic mock echoes; the tool turns were accepted as history
@@ -281,9 +289,12 @@ async def test_mock_turns_run_out_with_a_clear_error(daemon):
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir) as client:
             with pytest.raises(InvalidRequestError, match="turns scripts 1 turn"):
-                await trunkline.generate("mock:echo", messages=[Message.user("a"), Message.assistant("b"),
-                                                                Message.user("c")],
-                                         client=client, **turns([{"text": "x"}]))
+                await trunkline.generate(
+                    "mock:echo",
+                    messages=[Message.user("a"), Message.assistant("b"), Message.user("c")],
+                    client=client,
+                    **turns([{"text": "x"}]),
+                )
 
 
 async def test_set_default_client_puts_its_middleware_under_the_module_calls(daemon):
@@ -334,9 +345,13 @@ DEFAULT_CLIENT_PROGRAM = textwrap.dedent("""
 async def test_the_default_client_connects_lazily_and_closes_at_exit(daemon, backend):
     env = {"TRUNKLINE_RUNTIME_DIR": str(daemon.runtime_dir)}
     with trio.fail_after(60):
-        result = await trio.run_process([sys.executable, "-c", DEFAULT_CLIENT_PROGRAM, backend],
-                                        capture_stdout=True, capture_stderr=True, check=False,
-                                        env={**daemon.env, **env})
+        result = await trio.run_process(
+            [sys.executable, "-c", DEFAULT_CLIENT_PROGRAM, backend],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            env={**daemon.env, **env},
+        )
     assert result.returncode == 0, result.stderr.decode()
     assert result.stdout.decode().split("\n")[:2] == ["lazy default | streamed | both ran ['1', '2']", "exited"]
     assert result.stderr.decode() == ""
@@ -369,7 +384,11 @@ SYNC_PROGRAM = textwrap.dedent("""
 
 async def test_the_sync_client_has_the_same_calls(daemon):
     with trio.fail_after(60):
-        result = await trio.run_process([sys.executable, "-c", SYNC_PROGRAM, str(daemon.runtime_dir)],
-                                        capture_stdout=True, capture_stderr=True, check=False)
+        result = await trio.run_process(
+            [sys.executable, "-c", SYNC_PROGRAM, str(daemon.runtime_dir)],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
     assert result.returncode == 0, result.stderr.decode()
     assert result.stdout.decode().strip() == "{\"answer\": 42} Answer(answer=42) 1 {'answer': 42}"

@@ -27,12 +27,18 @@ CAT = "https://example.com/cat.png"
 
 #: The image of test_image_input as each provider's wire carries it.
 IMAGE_AS_SENT: dict[str, dict[str, Any]] = {
-    "anthropic": {"base64": {"type": "base64", "media_type": "image/png", "data": PNG},
-                  "url": {"type": "url", "url": CAT}},
-    "openai": {"base64": {"type": "input_image", "image_url": f"data:image/png;base64,{PNG}", "detail": "auto"},
-               "url": {"type": "input_image", "image_url": CAT, "detail": "auto"}},
-    "gemini": {"base64": {"inlineData": {"mimeType": "image/png", "data": PNG}},
-               "url": {"fileData": {"fileUri": CAT, "mimeType": "image/png"}}},
+    "anthropic": {
+        "base64": {"type": "base64", "media_type": "image/png", "data": PNG},
+        "url": {"type": "url", "url": CAT},
+    },
+    "openai": {
+        "base64": {"type": "input_image", "image_url": f"data:image/png;base64,{PNG}", "detail": "auto"},
+        "url": {"type": "input_image", "image_url": CAT, "detail": "auto"},
+    },
+    "gemini": {
+        "base64": {"inlineData": {"mimeType": "image/png", "data": PNG}},
+        "url": {"fileData": {"fileUri": CAT, "mimeType": "image/png"}},
+    },
 }
 
 
@@ -61,8 +67,9 @@ async def test_simple_text(provider: Harness):
     fields = provider.script(Turn(text="Hello there."))
     with trio.fail_after(30):
         async with Client(provider.daemon.runtime_dir) as client:
-            result = await trunkline.generate(provider.model, "Say hello in one sentence.", max_tokens=100,
-                                              client=client, **fields)
+            result = await trunkline.generate(
+                provider.model, "Say hello in one sentence.", max_tokens=100, client=client, **fields
+            )
     assert result.text == "Hello there." and result.finish_reason.reason == "stop"
     assert result.usage.input_tokens > 0 and result.usage.output_tokens > 0
     for body in provider.sent():
@@ -84,13 +91,13 @@ async def test_streaming_text(provider: Harness):
 
 @pytest.mark.parametrize("source", ["base64", "url"])
 async def test_image_input(provider: Harness, source: str):
-    image = ImagePart(data=PNG, media_type="image/png") if source == "base64" else \
-        ImagePart(url=CAT)
+    image = ImagePart(data=PNG, media_type="image/png") if source == "base64" else ImagePart(url=CAT)
     fields = provider.script(Turn(text="A tiny black square."))
     with trio.fail_after(30):
         async with Client(provider.daemon.runtime_dir) as client:
-            result = await trunkline.generate(provider.model, messages=[Message.user("What do you see?", image)],
-                                              client=client, **fields)
+            result = await trunkline.generate(
+                provider.model, messages=[Message.user("What do you see?", image)], client=client, **fields
+            )
     assert result.text == "A tiny black square."
     for body in provider.sent():
         assert provider.images(body) == [IMAGE_AS_SENT[provider.name][source]]
@@ -101,11 +108,12 @@ async def test_single_tool_call_with_execution(provider: Harness):
     fields = provider.script(Turn(calls=[("get_weather", {"city": "Paris"})]), Turn(text="It is 18C in Paris."))
     with trio.fail_after(30):
         async with Client(provider.daemon.runtime_dir) as client:
-            result = await trunkline.generate(provider.model, "Weather in Paris?", tools=[weather_tool(log)],
-                                              client=client, **fields)
+            result = await trunkline.generate(
+                provider.model, "Weather in Paris?", tools=[weather_tool(log)], client=client, **fields
+            )
     assert log == [{"city": "Paris"}]
     assert len(result.steps) == 2 and result.text == "It is 18C in Paris."
-    call, = result.steps[0].tool_calls
+    (call,) = result.steps[0].tool_calls
     assert result.steps[0].tool_results[0].tool_call_id == call.id
     assert result.steps[0].tool_results[0].content == "18C and clear in Paris"
     sent = provider.sent()
@@ -117,13 +125,20 @@ async def test_single_tool_call_with_execution(provider: Harness):
 
 async def test_parallel_tool_calls(provider: Harness):
     log: list[dict[str, Any]] = []
-    fields = provider.script(Turn(calls=[("get_weather", {"city": "San Francisco"}),
-                                         ("get_weather", {"city": "New York"})]),
-                             Turn(text="San Francisco: 18C. New York: 18C."))
+    fields = provider.script(
+        Turn(calls=[("get_weather", {"city": "San Francisco"}), ("get_weather", {"city": "New York"})]),
+        Turn(text="San Francisco: 18C. New York: 18C."),
+    )
     with trio.fail_after(30):
         async with Client(provider.daemon.runtime_dir) as client:
-            result = await trunkline.generate(provider.model, "Weather in San Francisco and New York?",
-                                              tools=[weather_tool(log)], max_tool_rounds=3, client=client, **fields)
+            result = await trunkline.generate(
+                provider.model,
+                "Weather in San Francisco and New York?",
+                tools=[weather_tool(log)],
+                max_tool_rounds=3,
+                client=client,
+                **fields,
+            )
     assert sorted(c["city"] for c in log) == ["New York", "San Francisco"]
     assert len(result.steps) >= 2 and "San Francisco" in result.text and "New York" in result.text
     first = result.steps[0]
@@ -139,12 +154,19 @@ async def test_parallel_tool_calls(provider: Harness):
 async def test_a_loop_of_three_rounds(provider: Harness):
     log: list[dict[str, Any]] = []
     cities = ["Oslo", "Rome", "Lima"]
-    fields = provider.script(*[Turn(calls=[("get_weather", {"city": c})]) for c in cities],
-                             Turn(text="Done with three cities."))
+    fields = provider.script(
+        *[Turn(calls=[("get_weather", {"city": c})]) for c in cities], Turn(text="Done with three cities.")
+    )
     with trio.fail_after(30):
         async with Client(provider.daemon.runtime_dir) as client:
-            result = await trunkline.generate(provider.model, "Three cities, one at a time.",
-                                              tools=[weather_tool(log)], max_tool_rounds=5, client=client, **fields)
+            result = await trunkline.generate(
+                provider.model,
+                "Three cities, one at a time.",
+                tools=[weather_tool(log)],
+                max_tool_rounds=5,
+                client=client,
+                **fields,
+            )
     assert [c["city"] for c in log] == cities
     assert len(result.steps) == 4 and result.text == "Done with three cities."
     assert [m.role for m in result.messages] == ["user"] + ["assistant", "tool"] * 3 + ["assistant"]
@@ -152,18 +174,19 @@ async def test_a_loop_of_three_rounds(provider: Harness):
     if sent:
         # the prompt, then each round's call and result
         assert len(sent) == 4 and [len(provider.conversation(b)) for b in sent] == [1, 3, 5, 7]
-        assert provider.tool_results(sent[3]) == [(provider.call_id(n, 0), f"18C and clear in {c}")
-                                                  for n, c in enumerate(cities)]
+        assert provider.tool_results(sent[3]) == [
+            (provider.call_id(n, 0), f"18C and clear in {c}") for n, c in enumerate(cities)
+        ]
 
 
 async def test_streaming_with_tool_calls(provider: Harness):
     log: list[dict[str, Any]] = []
-    fields = provider.script(Turn(text="Checking.", calls=[("get_weather", {"city": "Kyiv"})]),
-                             Turn(text="Kyiv: 18C."))
+    fields = provider.script(Turn(text="Checking.", calls=[("get_weather", {"city": "Kyiv"})]), Turn(text="Kyiv: 18C."))
     with trio.fail_after(30):
         async with Client(provider.daemon.runtime_dir) as client:
-            async with trunkline.stream(provider.model, "Weather in Kyiv?", tools=[weather_tool(log)],
-                                        client=client, **fields) as s:
+            async with trunkline.stream(
+                provider.model, "Weather in Kyiv?", tools=[weather_tool(log)], client=client, **fields
+            ) as s:
                 events = [e async for e in s]
                 result = await s.result()
     assert log == [{"city": "Kyiv"}]
@@ -187,13 +210,15 @@ async def test_generate_object(provider: Harness):
     fields = provider.script(Turn(text='{"name": "Alice", "age": 30}'))
     with trio.fail_after(30):
         async with Client(provider.daemon.runtime_dir) as client:
-            result = await trunkline.generate_object(provider.model, "Extract: Alice is 30 years old",
-                                                     schema=Person, client=client, **fields)
+            result = await trunkline.generate_object(
+                provider.model, "Extract: Alice is 30 years old", schema=Person, client=client, **fields
+            )
             assert result.object == Person(name="Alice", age=30)
             fields = provider.script(Turn(text='{"name": "Alice", "age": "thirty"}'))
             with pytest.raises(NoObjectGeneratedError) as caught:
-                await trunkline.generate_object(provider.model, "Extract: Alice is thirty",
-                                                schema=Person, client=client, **fields)
+                await trunkline.generate_object(
+                    provider.model, "Extract: Alice is thirty", schema=Person, client=client, **fields
+                )
     assert caught.value.text == '{"name": "Alice", "age": "thirty"}'
     assert "age: 'thirty' is not of type 'integer'" in caught.value.validation_error
     for body in provider.sent():
@@ -208,8 +233,9 @@ async def test_stream_object(provider: Harness):
     fields = provider.script(Turn(text='{"name": "Alice", "age": 30}'))
     with trio.fail_after(30):
         async with Client(provider.daemon.runtime_dir) as client:
-            async with trunkline.stream_object(provider.model, "Extract: Alice is 30", schema=Person,
-                                               client=client, **fields) as s:
+            async with trunkline.stream_object(
+                provider.model, "Extract: Alice is 30", schema=Person, client=client, **fields
+            ) as s:
                 partials = [p async for p in s]
                 person = await s.object()
     assert person == Person(name="Alice", age=30)
@@ -220,12 +246,12 @@ async def test_stream_object(provider: Harness):
 
 
 async def test_reasoning_tokens(provider: Harness):
-    fields = provider.script(Turn(reasoning="Two plus two is four, since 2+2=4.", text="4",
-                                  output_tokens=40, reasoning_tokens=25))
+    fields = provider.script(
+        Turn(reasoning="Two plus two is four, since 2+2=4.", text="4", output_tokens=40, reasoning_tokens=25)
+    )
     with trio.fail_after(30):
         async with Client(provider.daemon.runtime_dir) as client:
-            result = await trunkline.generate(provider.model, "2+2?", reasoning_effort="low", client=client,
-                                              **fields)
+            result = await trunkline.generate(provider.model, "2+2?", reasoning_effort="low", client=client, **fields)
     assert result.text == "4" and result.reasoning == "Two plus two is four, since 2+2=4."
     usage = result.usage
     assert 0 < usage.reasoning_tokens <= usage.output_tokens == 40
@@ -257,12 +283,15 @@ async def test_rate_limit_is_a_rate_limit_error(provider: Harness):
 
 async def test_usage_is_accurate_per_step_and_in_total(provider: Harness):
     log: list[dict[str, Any]] = []
-    fields = provider.script(Turn(calls=[("get_weather", {"city": "Oslo"})], input_tokens=300, output_tokens=20),
-                             Turn(text="Cold.", input_tokens=350, output_tokens=7))
+    fields = provider.script(
+        Turn(calls=[("get_weather", {"city": "Oslo"})], input_tokens=300, output_tokens=20),
+        Turn(text="Cold.", input_tokens=350, output_tokens=7),
+    )
     with trio.fail_after(30):
         async with Client(provider.daemon.runtime_dir) as client:
-            result = await trunkline.generate(provider.model, "Oslo?", tools=[weather_tool(log)], client=client,
-                                              **fields)
+            result = await trunkline.generate(
+                provider.model, "Oslo?", tools=[weather_tool(log)], client=client, **fields
+            )
     assert [(s.usage.input_tokens, s.usage.output_tokens) for s in result.steps] == [(300, 20), (350, 7)]
     total = result.total_usage
     assert (total.input_tokens, total.output_tokens, total.total_tokens) == (650, 27, 677)
@@ -271,14 +300,17 @@ async def test_usage_is_accurate_per_step_and_in_total(provider: Harness):
 
 
 async def test_cache_reads_on_the_second_turn(provider: Harness):
-    fields = provider.script(Turn(text="First.", input_tokens=2000, cache_write_tokens=1800),
-                             Turn(text="Second.", input_tokens=2050, cache_read_tokens=1800))
+    fields = provider.script(
+        Turn(text="First.", input_tokens=2000, cache_write_tokens=1800),
+        Turn(text="Second.", input_tokens=2050, cache_read_tokens=1800),
+    )
     system = "You are a careful assistant. " * 100
     with trio.fail_after(30):
         async with Client(provider.daemon.runtime_dir) as client:
             first = await trunkline.generate(provider.model, "Turn one.", system=system, client=client, **fields)
-            second = await trunkline.generate(provider.model, messages=[*first.messages, Message.user("Turn two.")],
-                                              client=client, **fields)
+            second = await trunkline.generate(
+                provider.model, messages=[*first.messages, Message.user("Turn two.")], client=client, **fields
+            )
     assert first.usage.cache_write_tokens == (1800 if provider.reports_cache_writes else 0)
     assert first.usage.cache_read_tokens == 0
     assert second.usage.cache_read_tokens == 1800 > second.usage.input_tokens / 2
@@ -291,12 +323,15 @@ async def test_cache_reads_on_the_second_turn(provider: Harness):
 async def test_provider_options_pass_through(provider: Harness):
     options, check = provider.options()
     fields = provider.script(Turn(text="ok"))
-    merged = {**fields.get("provider_options", {}), **{k: {**fields.get("provider_options", {}).get(k, {}), **v}
-                                                         for k, v in options.items()}}
+    merged = {
+        **fields.get("provider_options", {}),
+        **{k: {**fields.get("provider_options", {}).get(k, {}), **v} for k, v in options.items()},
+    }
     with trio.fail_after(30):
         async with Client(provider.daemon.runtime_dir) as client:
-            result = await trunkline.generate(provider.model, "hi", client=client,
-                                              **{**fields, "provider_options": merged})
+            result = await trunkline.generate(
+                provider.model, "hi", client=client, **{**fields, "provider_options": merged}
+            )
     assert result.text == "ok"
     check(result.response, provider.sent())
 
@@ -313,19 +348,36 @@ async def test_a_loop_continues_on_another_provider(real_provider: Harness):
     weather = weather_tool(log)
     with trio.fail_after(30):
         async with Client(real_provider.daemon.runtime_dir) as client:
-            on_mock = await trunkline.generate(mock.model, "Weather in Oslo?", tools=[weather], client=client,
-                                               **mock.script(Turn(calls=[("get_weather", {"city": "Oslo"})]),
-                                                             Turn(text="Oslo is clear.")))
+            on_mock = await trunkline.generate(
+                mock.model,
+                "Weather in Oslo?",
+                tools=[weather],
+                client=client,
+                **mock.script(Turn(calls=[("get_weather", {"city": "Oslo"})]), Turn(text="Oslo is clear.")),
+            )
             fields = real_provider.script(Turn(calls=[("get_weather", {"city": "Rome"})]), Turn(text="Rome too."))
-            there = await trunkline.generate(real_provider.model, messages=[*on_mock.messages,
-                                                                            Message.user("And Rome?")],
-                                             tools=[weather], client=client, **fields)
-            back = await trunkline.generate("mock:basic", messages=[*there.messages, Message.user("Thanks!")],
-                                            client=client)
+            there = await trunkline.generate(
+                real_provider.model,
+                messages=[*on_mock.messages, Message.user("And Rome?")],
+                tools=[weather],
+                client=client,
+                **fields,
+            )
+            back = await trunkline.generate(
+                "mock:basic", messages=[*there.messages, Message.user("Thanks!")], client=client
+            )
     assert log == [{"city": "Oslo"}, {"city": "Rome"}]
     assert there.text == "Rome too." and back.text == "Thanks!"
-    assert [m.role for m in there.messages] == ["user", "assistant", "tool", "assistant", "user", "assistant",
-                                                "tool", "assistant"]
+    assert [m.role for m in there.messages] == [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
     body = real_provider.sent()[-1]
     uses = real_provider.tool_calls(body)
     # the mock's call and the provider's, each answered, in order
@@ -350,13 +402,22 @@ async def test_a_loop_continues_from_one_real_provider_to_the_next(two_providers
     weather = weather_tool(log)
     with trio.fail_after(30):
         async with Client(here.daemon.runtime_dir) as first, Client(there.daemon.runtime_dir) as second:
-            fields = here.script(Turn(reasoning="Oslo first.", calls=[("get_weather", {"city": "Oslo"})],
-                                      reasoning_tokens=5), Turn(text="Oslo is clear."))
-            start = await trunkline.generate(here.model, "Weather in Oslo?", tools=[weather], reasoning_effort="low",
-                                             client=first, **fields)
+            fields = here.script(
+                Turn(reasoning="Oslo first.", calls=[("get_weather", {"city": "Oslo"})], reasoning_tokens=5),
+                Turn(text="Oslo is clear."),
+            )
+            start = await trunkline.generate(
+                here.model, "Weather in Oslo?", tools=[weather], reasoning_effort="low", client=first, **fields
+            )
             fields = there.script(Turn(calls=[("get_weather", {"city": "Rome"})]), Turn(text="Rome too."))
-            moved = await trunkline.generate(there.model, messages=[*start.messages, Message.user("And Rome?")],
-                                             tools=[weather], reasoning_effort="low", client=second, **fields)
+            moved = await trunkline.generate(
+                there.model,
+                messages=[*start.messages, Message.user("And Rome?")],
+                tools=[weather],
+                reasoning_effort="low",
+                client=second,
+                **fields,
+            )
     assert log == [{"city": "Oslo"}, {"city": "Rome"}] and moved.text == "Rome too."
     assert "thinking_dropped" in {w.code for w in moved.steps[0].response.warnings}
     body = there.sent()[-1]

@@ -63,8 +63,9 @@ async def test_requests_go_in_registration_order_and_responses_come_back_in_reve
     trail: list[str] = []
     counter = Counter()
     with trio.fail_after(30):
-        async with Client(daemon.runtime_dir, middleware=[Mark("outer", trail), Mark("inner", trail),
-                                                          counter]) as client:
+        async with Client(
+            daemon.runtime_dir, middleware=[Mark("outer", trail), Mark("inner", trail), counter]
+        ) as client:
             response = await client.complete("mock:echo", "hello there")
             assert trail == ["outer>", "inner>", "<inner", "<outer"]
             assert counter.sent[0].metadata == {"outer": "1", "inner": "2"}  # changes reach the daemon

@@ -43,11 +43,16 @@ SYNC_PROGRAM = (
     "from trunkline import SyncClient\n"
     "with SyncClient(sys.argv[1]) as client:\n"
     "    print(client.get_model_info('mock:echo').id, client.latest_model('mock').id,\n"
-    "          client.get_model_info('nope:nothing'))\n")
+    "          client.get_model_info('nope:nothing'))\n"
+)
 
 
 async def test_the_sync_client_has_them_too(daemon):
-    result = await trio.run_process([sys.executable, "-c", SYNC_PROGRAM, str(daemon.runtime_dir)],
-                                    capture_stdout=True, capture_stderr=True, check=False)
+    result = await trio.run_process(
+        [sys.executable, "-c", SYNC_PROGRAM, str(daemon.runtime_dir)],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr.decode()
     assert result.stdout.decode().split() == ["mock:echo", "mock:echo", "None"]

@@ -19,7 +19,8 @@ json_values = st.recursive(
     max_leaves=25,
 )
 documents = st.tuples(json_values, st.booleans(), st.sampled_from([None, 0, 2])).map(
-    lambda t: json.dumps(t[0], ensure_ascii=t[1], indent=t[2]))
+    lambda t: json.dumps(t[0], ensure_ascii=t[1], indent=t[2])
+)
 
 
 def shows_no_more_than(partial: Any, whole: Any) -> bool:
@@ -27,11 +28,15 @@ def shows_no_more_than(partial: Any, whole: Any) -> bool:
     if partial is None:
         return True
     if isinstance(whole, dict):
-        return isinstance(partial, dict) and all(k in whole and shows_no_more_than(v, whole[k])
-                                                 for k, v in partial.items())
+        return isinstance(partial, dict) and all(
+            k in whole and shows_no_more_than(v, whole[k]) for k, v in partial.items()
+        )
     if isinstance(whole, list):
-        return isinstance(partial, list) and len(partial) <= len(whole) and all(
-            shows_no_more_than(p, w) for p, w in zip(partial, whole))
+        return (
+            isinstance(partial, list)
+            and len(partial) <= len(whole)
+            and all(shows_no_more_than(p, w) for p, w in zip(partial, whole))
+        )
     if isinstance(whole, str):
         return isinstance(partial, str) and whole.startswith(partial)
     return True  # a number may still be growing; a literal is whole or absent
@@ -55,18 +60,21 @@ def test_any_text_gives_a_value_or_a_value_error(text: str) -> None:
         pass
 
 
-@pytest.mark.parametrize(("prefix", "shown"), [
-    ("", None),
-    ('{"name": "Al', {"name": "Al"}),
-    ('{"name": "Alice", "ag', {"name": "Alice"}),
-    ('{"name": "Alice", "age":', {"name": "Alice"}),
-    ('{"name": "Alice", "age": 3', {"name": "Alice", "age": 3}),
-    ('{"tags": ["a", "b', {"tags": ["a", "b"]}),
-    ('{"ok": tr', {}),
-    ('{"x": 1.', {}),
-    ('"caf\\u00', "caf"),
-    ('"tab\\', "tab"),
-])
+@pytest.mark.parametrize(
+    ("prefix", "shown"),
+    [
+        ("", None),
+        ('{"name": "Al', {"name": "Al"}),
+        ('{"name": "Alice", "ag', {"name": "Alice"}),
+        ('{"name": "Alice", "age":', {"name": "Alice"}),
+        ('{"name": "Alice", "age": 3', {"name": "Alice", "age": 3}),
+        ('{"tags": ["a", "b', {"tags": ["a", "b"]}),
+        ('{"ok": tr', {}),
+        ('{"x": 1.', {}),
+        ('"caf\\u00', "caf"),
+        ('"tab\\', "tab"),
+    ],
+)
 def test_what_a_prefix_shows(prefix: str, shown: Any) -> None:
     assert parse_partial(prefix) == shown
 

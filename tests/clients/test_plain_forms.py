@@ -18,18 +18,36 @@ def get_weather(city: str) -> str:
 
 
 async def test_dict_messages_plain_functions_openai_tools_and_string_tool_choice(daemon):
-    call = {"mock": {"turns": [[{"tool_call": {"name": "get_weather", "arguments": {"city": "Paris"}}}],
-                               [{"text": "It is sunny."}]]}}
-    openai_tool = {"type": "function", "function": {"name": "lookup", "description": "Look a word up.",
-                                                    "parameters": {"type": "object",
-                                                                   "properties": {"q": {"type": "string"}}}}}
+    call = {
+        "mock": {
+            "turns": [
+                [{"tool_call": {"name": "get_weather", "arguments": {"city": "Paris"}}}],
+                [{"text": "It is sunny."}],
+            ]
+        }
+    }
+    openai_tool = {
+        "type": "function",
+        "function": {
+            "name": "lookup",
+            "description": "Look a word up.",
+            "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+        },
+    }
     with trio.fail_after(20):
         async with Client(daemon.runtime_dir) as client:
-            echoed = await client.complete("mock:echo", [{"role": "system", "content": "Be brief."},
-                                                         {"role": "user", "content": "hello there"}])
-            result = await generate("mock:echo", messages=[{"role": "user", "content": "Weather in Paris?"}],
-                                    tools=[get_weather, openai_tool], tool_choice="required",
-                                    provider_options=call, max_tool_rounds=2, client=client)
+            echoed = await client.complete(
+                "mock:echo", [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "hello there"}]
+            )
+            result = await generate(
+                "mock:echo",
+                messages=[{"role": "user", "content": "Weather in Paris?"}],
+                tools=[get_weather, openai_tool],
+                tool_choice="required",
+                provider_options=call,
+                max_tool_rounds=2,
+                client=client,
+            )
     assert echoed.text == "hello there"
     first = result.steps[0]
     assert [c.name for c in first.tool_calls] == ["get_weather"]
@@ -46,10 +64,17 @@ def test_a_tool_decorated_function_stays_callable():
     assert add(2, 3) == 5 and add.name == "add" and add.parameters["required"] == ["a", "b"]
 
 
-@pytest.mark.parametrize(("given", "mode", "name"), [
-    ("required", "required", None), ("any", "required", None), ("none", "none", None), ("auto", "auto", None),
-    ("lookup", "tool", "lookup"), ({"type": "function", "function": {"name": "lookup"}}, "tool", "lookup"),
-])
+@pytest.mark.parametrize(
+    ("given", "mode", "name"),
+    [
+        ("required", "required", None),
+        ("any", "required", None),
+        ("none", "none", None),
+        ("auto", "auto", None),
+        ("lookup", "tool", "lookup"),
+        ({"type": "function", "function": {"name": "lookup"}}, "tool", "lookup"),
+    ],
+)
 def test_tool_choice_in_the_forms_people_write(given, mode, name):
     from trunkline import build_request
 
@@ -62,8 +87,9 @@ async def test_running_out_of_tool_rounds_with_calls_pending_is_a_warning(daemon
     script = {"mock": {"turns": [[{"tool_call": {"name": "get_weather", "arguments": {"city": "Paris"}}}], [again]]}}
     with trio.fail_after(20):
         async with Client(daemon.runtime_dir) as client:
-            result = await generate("mock:echo", "Weather?", tools=[get_weather], provider_options=script,
-                                    max_tool_rounds=1, client=client)
+            result = await generate(
+                "mock:echo", "Weather?", tools=[get_weather], provider_options=script, max_tool_rounds=1, client=client
+            )
     assert [c.arguments for c in result.tool_calls] == [{"city": "Oslo"}]  # asked for, never run
     (warning,) = [w for w in result.warnings if w.code == "tool_rounds_exhausted"]
     assert "max_tool_rounds=1" in warning.message and "get_weather" in warning.message
@@ -74,13 +100,18 @@ SYNC_STREAM = (
     "from trunkline import Message, SyncClient\n"
     "with SyncClient(sys.argv[1]) as client:\n"
     "    with client.stream('mock:echo', [Message.user('as Client.stream')]) as s:\n"
-    "        print(''.join(s.text_stream), '|', s.response().text)\n")
+    "        print(''.join(s.text_stream), '|', s.response().text)\n"
+)
 
 
 async def test_sync_stream_takes_messages_and_gives_the_response_as_client_stream_does(daemon):
     import sys
 
-    result = await trio.run_process([sys.executable, "-c", SYNC_STREAM, str(daemon.runtime_dir)],
-                                    capture_stdout=True, capture_stderr=True, check=False)
+    result = await trio.run_process(
+        [sys.executable, "-c", SYNC_STREAM, str(daemon.runtime_dir)],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr.decode()
     assert result.stdout.decode().strip() == "as Client.stream | as Client.stream"

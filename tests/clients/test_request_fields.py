@@ -31,12 +31,21 @@ async def test_openai_style_response_format_is_taken_as_ours(daemon):
     answer = {"mock": {"steps": [{"text": '{"name": "Ada"}'}]}}
     with trio.fail_after(20):
         async with Client(daemon.runtime_dir) as client:
-            as_object = await client.complete("mock:echo", "json please", provider_options=answer,
-                                              response_format={"type": "json_object"})
+            as_object = await client.complete(
+                "mock:echo", "json please", provider_options=answer, response_format={"type": "json_object"}
+            )
             as_schema = await client.complete(
-                "mock:echo", "json please", provider_options=answer,
-                response_format={"type": "json_schema", "json_schema": {
-                    "name": "person", "schema": {"type": "object", "properties": {"name": {"type": "string"}}}}})
+                "mock:echo",
+                "json please",
+                provider_options=answer,
+                response_format={
+                    "type": "json_schema",
+                    "json_schema": {
+                        "name": "person",
+                        "schema": {"type": "object", "properties": {"name": {"type": "string"}}},
+                    },
+                },
+            )
     assert as_object.text == as_schema.text == '{"name": "Ada"}'
 
 
@@ -44,10 +53,20 @@ def test_the_openai_spellings_become_the_request_fields():
     from trunkline import build_request
 
     plain = build_request("mock:echo", "x", response_format={"type": "json_object"}).response_format
-    schema = build_request("mock:echo", "x", response_format={"type": "json_schema", "json_schema": {
-        "name": "person", "schema": {"type": "object"}, "strict": True}}).response_format
+    schema = build_request(
+        "mock:echo",
+        "x",
+        response_format={
+            "type": "json_schema",
+            "json_schema": {"name": "person", "schema": {"type": "object"}, "strict": True},
+        },
+    ).response_format
     assert plain is not None and plain.kind == "json_object"
     assert schema is not None and (schema.kind, schema.name, schema.schema, schema.strict) == (
-        "json_schema", "person", {"type": "object"}, True)
+        "json_schema",
+        "person",
+        {"type": "object"},
+        True,
+    )
     with pytest.raises(TypeError, match="unknown request field `response_format.shema`; did you mean"):
         build_request("mock:echo", "x", response_format={"kind": "json_schema", "shema": {}})

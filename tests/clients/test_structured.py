@@ -8,8 +8,12 @@ import pytest
 from trunkline.errors import InvalidResponseError, NoObjectGeneratedError
 from trunkline.structured import object_schema
 
-PERSON = {"type": "object", "title": "Person", "properties": {"name": {"type": "string"},
-          "age": {"type": "integer", "minimum": 0}}, "required": ["name", "age"]}
+PERSON = {
+    "type": "object",
+    "title": "Person",
+    "properties": {"name": {"type": "string"}, "age": {"type": "integer", "minimum": 0}},
+    "required": ["name", "age"],
+}
 
 
 class Address(msgspec.Struct):
@@ -33,15 +37,19 @@ def test_a_struct_gives_its_schema_with_the_object_at_the_root_and_converts():
     spec = object_schema(Person)
     assert spec.json_schema["type"] == "object" and spec.json_schema["required"] == ["name", "age"]
     assert "Address" in spec.json_schema["$defs"]
-    assert spec.parse('{"name": "Al", "age": 3, "address": {"city": "Oslo"}}', None) == \
-        Person(name="Al", age=3, address=Address(city="Oslo"))
+    assert spec.parse('{"name": "Al", "age": 3, "address": {"city": "Oslo"}}', None) == Person(
+        name="Al", age=3, address=Address(city="Oslo")
+    )
 
 
-@pytest.mark.parametrize(("text", "reason"), [
-    ("Sure! Here it is: {", "the answer is not JSON"),
-    ('{"name": "Alice"}', "'age' is a required property"),
-    ('{"name": "Alice", "age": -1}', "age: -1 is less than the minimum of 0"),
-])
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("Sure! Here it is: {", "the answer is not JSON"),
+        ('{"name": "Alice"}', "'age' is a required property"),
+        ('{"name": "Alice", "age": -1}', "age: -1 is less than the minimum of 0"),
+    ],
+)
 def test_an_answer_that_is_not_json_or_does_not_fit_is_no_object(text, reason):
     with pytest.raises(NoObjectGeneratedError) as caught:
         object_schema(PERSON).parse(text, None)

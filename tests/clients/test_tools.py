@@ -17,8 +17,9 @@ from trunkline.tools import run_calls
 
 
 def call(name: str, arguments: dict | None, n: int = 0) -> ToolCallPart:
-    return ToolCallPart(id=f"tu_{n}", name=name, arguments=arguments, raw_arguments="{oops" if arguments is None
-                        else None)
+    return ToolCallPart(
+        id=f"tu_{n}", name=name, arguments=arguments, raw_arguments="{oops" if arguments is None else None
+    )
 
 
 def test_a_schema_from_type_hints_and_docstring():
@@ -48,8 +49,9 @@ def test_a_tool_is_sent_as_its_definition_alone():
     t = Tool(name="lookup", description="find", execute=lambda: None, timeout_s=3)
     request = Request(model="mock:echo", messages=[Message.user("x")], tools=[t])
     sent = msgspec.msgpack.decode(codec.encode(request))
-    assert sent["tools"] == [{"name": "lookup", "description": "find",
-                              "parameters": {"type": "object", "properties": {}}}]
+    assert sent["tools"] == [
+        {"name": "lookup", "description": "find", "parameters": {"type": "object", "properties": {}}}
+    ]
     assert not Tool(name="passive").active
 
 
@@ -77,8 +79,7 @@ async def test_calls_run_concurrently_and_results_keep_the_calls_order():
         return tag
 
     with trio.fail_after(5):
-        results = await run_calls([call("slow", {"tag": "a"}, 0), call("slow", {"tag": "b"}, 1)],
-                                  {"slow": slow}, [])
+        results = await run_calls([call("slow", {"tag": "a"}, 0), call("slow", {"tag": "b"}, 1)], {"slow": slow}, [])
     assert [(r.tool_call_id, r.content) for r in results] == [("tu_0", "a"), ("tu_1", "b")]
 
 
@@ -103,8 +104,9 @@ async def test_arguments_are_validated_before_the_handler_runs():
         ran.append((width, height))
         return width * height
 
-    results = await run_calls([call("area", {"width": "3", "height": 2}), call("area", {"width": 3}),
-                               call("area", None)], {"area": area}, [])
+    results = await run_calls(
+        [call("area", {"width": "3", "height": 2}), call("area", {"width": 3}), call("area", None)], {"area": area}, []
+    )
     assert ran == []
     assert [r.is_error for r in results] == [True, True, True]
     assert results[0].content == "invalid arguments for area: width: '3' is not of type 'integer'"
@@ -122,8 +124,9 @@ async def test_a_timeout_is_an_error_result(autojump_clock):
     async def quick(x: int) -> dict:
         return {"x": x}
 
-    results = await run_calls([call("stuck", {"x": 1}), call("quick", {"x": 2}, 1)],
-                              {"stuck": stuck, "quick": quick}, [])
+    results = await run_calls(
+        [call("stuck", {"x": 1}), call("quick", {"x": 2}, 1)], {"stuck": stuck, "quick": quick}, []
+    )
     assert results[0].is_error and results[0].content == "stuck did not finish within 30s"
     assert results[1].content == '{"x":2}' and not results[1].is_error
     assert trio.current_time() == pytest.approx(30)

@@ -54,8 +54,9 @@ async def test_a_client_survives_a_daemon_restart(daemon, nursery):
 
 async def test_tcp_endpoints_work_with_the_token_and_refuse_everything_without_it(start_daemon):
     control, events = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
-    daemon = await start_daemon({"endpoints": {"control": control, "events": events}},
-                                env={"TRUNKLINE_TOKEN": "s3cret-test-token"})
+    daemon = await start_daemon(
+        {"endpoints": {"control": control, "events": events}}, env={"TRUNKLINE_TOKEN": "s3cret-test-token"}
+    )
     with trio.fail_after(30):
         async with Client(control_endpoint=control, token="s3cret-test-token") as client:
             assert (await client.complete("mock:echo", "over tcp")).text == "over tcp"
@@ -69,8 +70,15 @@ async def test_tcp_endpoints_work_with_the_token_and_refuse_everything_without_i
         sock = pynng.Req0(resend_time=-1, recv_timeout=10_000)
         sock.dial(control, block=True)
         try:
-            await sock.asend(codec.encode(Submit(request_id="sneaky", client_id="c1", request=Request(
-                model="mock:echo", messages=[Message.user("x")]))))
+            await sock.asend(
+                codec.encode(
+                    Submit(
+                        request_id="sneaky",
+                        client_id="c1",
+                        request=Request(model="mock:echo", messages=[Message.user("x")]),
+                    )
+                )
+            )
             reply = codec.decode_control_reply(await sock.arecv())
         finally:
             sock.close()
@@ -80,14 +88,14 @@ async def test_tcp_endpoints_work_with_the_token_and_refuse_everything_without_i
 
 async def test_a_tcp_control_endpoint_without_a_token_does_not_start(start_daemon):
     with pytest.raises(RuntimeError, match="needs a token: set TRUNKLINE_TOKEN"):
-        await start_daemon({"endpoints": {"control": f"tcp://127.0.0.1:{free_port()}"}},
-                           env={"TRUNKLINE_TOKEN": ""})
+        await start_daemon({"endpoints": {"control": f"tcp://127.0.0.1:{free_port()}"}}, env={"TRUNKLINE_TOKEN": ""})
 
 
 async def test_many_calls_in_flight_on_one_connection_each_get_their_answer(daemon):
     results: dict[int, str] = {}
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir) as client:
+
             async def one(i: int) -> None:
                 if i % 5 == 0:
                     await client.ready("mock:echo")  # answered later than the others, by the worker
@@ -116,15 +124,22 @@ async def test_a_plain_nng_client_gets_the_same_service(daemon):
                 await req.asend(codec.encode(Probe(client_id=welcome.client_id)))
                 await req.arecv()
                 with trio.move_on_after(0.05):
-                    if type(codec.decode_event((await sub.arecv())[len(topic):])) is ProbeEvent:
+                    if type(codec.decode_event((await sub.arecv())[len(topic) :])) is ProbeEvent:
                         break
-            await req.asend(codec.encode(Submit(request_id="plain-1", client_id=welcome.client_id, request=Request(
-                model="mock:echo", messages=[Message.user("one two three")]))))
+            await req.asend(
+                codec.encode(
+                    Submit(
+                        request_id="plain-1",
+                        client_id=welcome.client_id,
+                        request=Request(model="mock:echo", messages=[Message.user("one two three")]),
+                    )
+                )
+            )
             assert codec.decode_control_reply(await req.arecv()).request_id == "plain-1"
             events = []
             while not events or type(events[-1]) is not Finish:
                 # One event, or an array of them, per message.
-                for ev in codec.decode_events((await sub.arecv())[len(topic):]):
+                for ev in codec.decode_events((await sub.arecv())[len(topic) :]):
                     if type(ev) is not ProbeEvent:
                         events.append(ev)
     finally:

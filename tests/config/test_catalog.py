@@ -14,9 +14,12 @@ from trunkline.protocol.messages import Price, Usage
 @pytest.fixture
 def catalog() -> Catalog:
     return Catalog.load(
-        {"local:llama3.2:3b": ModelEntry(wire_name="llama3.2:3b", aliases=["llama"]),
-         "other:echo": ModelEntry(wire_name="echo")},
-        providers={"mock", "local", "other", "anthropic"}, configured={"mock", "local", "other"},
+        {
+            "local:llama3.2:3b": ModelEntry(wire_name="llama3.2:3b", aliases=["llama"]),
+            "other:echo": ModelEntry(wire_name="echo"),
+        },
+        providers={"mock", "local", "other", "anthropic"},
+        configured={"mock", "local", "other"},
     )
 
 
@@ -44,8 +47,10 @@ def test_resolution_rules(catalog):
 
 
 def test_alias_beats_ambiguous_wire_name():
-    cat = Catalog.load({"other:echo2": ModelEntry(wire_name="shared"), "more:x": ModelEntry(wire_name="shared")},
-                       providers={"mock", "other", "more"})
+    cat = Catalog.load(
+        {"other:echo2": ModelEntry(wire_name="shared"), "more:x": ModelEntry(wire_name="shared")},
+        providers={"mock", "other", "more"},
+    )
     with pytest.raises(UnknownModel, match="several providers"):
         cat.resolve("shared")
 
@@ -92,26 +97,39 @@ def test_anthropic_five_minute_and_one_hour_cache_writes():
     # Sonnet 4.5: $3 in, $15 out, $0.30 cache read, $3.75 5-minute write, $6 1-hour write.
     # 10,000 prompt tokens = 5,000 plain + 2,000 read + 3,000 written (1,000 of them for 1 hour):
     # 5,000*3 + 2,000*0.30 + 2,000*3.75 + 1,000*6 + 500*15 = 15,000 + 600 + 7,500 + 6,000 + 7,500 = 36,600
-    assert cost("anthropic:claude-sonnet-4-5", input_tokens=10_000, cache_read_tokens=2_000,
-                cache_write_tokens=3_000, cache_write_long_tokens=1_000, output_tokens=500) == pytest.approx(0.0366)
+    assert cost(
+        "anthropic:claude-sonnet-4-5",
+        input_tokens=10_000,
+        cache_read_tokens=2_000,
+        cache_write_tokens=3_000,
+        cache_write_long_tokens=1_000,
+        output_tokens=500,
+    ) == pytest.approx(0.0366)
 
 
 def test_openai_long_context_bills_the_whole_request_at_the_higher_rates():
     # GPT-6 Sol: $2 / $10 / $0.20; over 272K input: input and cache 2x, output 1.5x.
     # 300,000 in (100,000 cached), 10,000 out: 200,000*4 + 100,000*0.40 + 10,000*15 = 990,000
-    assert cost("openai:gpt-6-sol", input_tokens=300_000, cache_read_tokens=100_000,
-                output_tokens=10_000) == pytest.approx(0.99)
+    assert cost(
+        "openai:gpt-6-sol", input_tokens=300_000, cache_read_tokens=100_000, output_tokens=10_000
+    ) == pytest.approx(0.99)
     # At exactly 272,000 the standard rates hold: 172,000*2 + 100,000*0.20 + 10,000*10 = 464,000
-    assert cost("openai:gpt-6-sol", input_tokens=272_000, cache_read_tokens=100_000,
-                output_tokens=10_000) == pytest.approx(0.464)
+    assert cost(
+        "openai:gpt-6-sol", input_tokens=272_000, cache_read_tokens=100_000, output_tokens=10_000
+    ) == pytest.approx(0.464)
 
 
 def test_openai_30_minute_and_12_hour_cache_writes():
     # GPT-6.1 Terra: $1 in, $5 out, writes $1.25 (30 min) and $2.50 (12 h).
     # 50,000 in: 10,000 plain + 40,000 written (10,000 for 12 h), 1,000 out:
     # 10,000*1 + 30,000*1.25 + 10,000*2.50 + 1,000*5 = 10,000 + 37,500 + 25,000 + 5,000 = 77,500
-    assert cost("openai:gpt-6.1-terra", input_tokens=50_000, cache_write_tokens=40_000,
-                cache_write_long_tokens=10_000, output_tokens=1_000) == pytest.approx(0.0775)
+    assert cost(
+        "openai:gpt-6.1-terra",
+        input_tokens=50_000,
+        cache_write_tokens=40_000,
+        cache_write_long_tokens=10_000,
+        output_tokens=1_000,
+    ) == pytest.approx(0.0775)
     # GPT-6 Luna's 30-minute write is $0.125: 8,000 written + 2,000 plain, no output:
     # 8,000*0.125 + 2,000*0.10 = 1,000 + 200 = 1,200
     assert cost("openai:gpt-6-luna", input_tokens=10_000, cache_write_tokens=8_000) == pytest.approx(0.0012)
@@ -130,8 +148,9 @@ def test_service_tiers_multiply_the_bill():
 def test_gemini_3_1_pro_long_context_tier():
     # Over 200K: $4 / $18 / $0.40. 250,000 in (50,000 cached), 2,000 out:
     # 200,000*4 + 50,000*0.40 + 2,000*18 = 800,000 + 20,000 + 36,000 = 856,000
-    assert cost("gemini:gemini-3.1-pro-preview", input_tokens=250_000, cache_read_tokens=50_000,
-                output_tokens=2_000) == pytest.approx(0.856)
+    assert cost(
+        "gemini:gemini-3.1-pro-preview", input_tokens=250_000, cache_read_tokens=50_000, output_tokens=2_000
+    ) == pytest.approx(0.856)
 
 
 def test_haiku_5_5_bills_every_token_at_5x_above_100k():
@@ -148,7 +167,8 @@ def test_a_scheduled_price_applies_from_its_day():
     assert cost("gemini-pro", day=date(2026, 11, 30), **usage) == pytest.approx(3.0)
     assert cost("gemini-pro", day=date(2026, 12, 1), **usage) == pytest.approx(6.0)
     assert cost("gemini-pro", day=date(2027, 3, 1), cache_read_tokens=500_000, **usage) == pytest.approx(
-        (500_000 * 4 + 500_000 * 0.20 + 100_000 * 20) / 1e6)
+        (500_000 * 4 + 500_000 * 0.20 + 100_000 * 20) / 1e6
+    )
 
 
 def test_catalog_corrections_of_issue_12():
@@ -157,26 +177,42 @@ def test_catalog_corrections_of_issue_12():
     assert (astra.context_window, astra.rules.max_input_tokens, astra.max_output) == (1_050_000, 922_000, 128_000)
     # 100,000 in, 10,000 out: 800,000 + 400,000 = $1.20
     assert cost("astra", input_tokens=100_000, output_tokens=10_000) == pytest.approx(1.2)
-    for model in ("gpt-6-astra", "gpt-6-sol", "gpt-6-luna", "gpt-6.1-sol", "gpt-6.1-terra", "gpt-6.2-sol",
-                  "gpt-6.2-astra"):
+    for model in (
+        "gpt-6-astra",
+        "gpt-6-sol",
+        "gpt-6-luna",
+        "gpt-6.1-sol",
+        "gpt-6.1-terra",
+        "gpt-6.2-sol",
+        "gpt-6.2-astra",
+    ):
         assert SHIPPED.resolve(f"openai:{model}").rules.max_input_tokens == 922_000
-    writes = {m: (SHIPPED.resolve(f"openai:{m}").price.cache_write, SHIPPED.resolve(f"openai:{m}").price.cache_write_long)
-              for m in ("gpt-6-sol", "gpt-6-luna", "gpt-6.1-terra", "gpt-6.2-sol")}
-    assert writes == {"gpt-6-sol": (2.5, None), "gpt-6-luna": (0.125, None), "gpt-6.1-terra": (1.25, 2.5),
-                      "gpt-6.2-sol": (2.5, 5.0)}
+    writes = {
+        m: (SHIPPED.resolve(f"openai:{m}").price.cache_write, SHIPPED.resolve(f"openai:{m}").price.cache_write_long)
+        for m in ("gpt-6-sol", "gpt-6-luna", "gpt-6.1-terra", "gpt-6.2-sol")
+    }
+    assert writes == {
+        "gpt-6-sol": (2.5, None),
+        "gpt-6-luna": (0.125, None),
+        "gpt-6.1-terra": (1.25, 2.5),
+        "gpt-6.2-sol": (2.5, 5.0),
+    }
     assert SHIPPED.resolve("anthropic:claude-sonnet-4-6").max_output == 128_000
     assert SHIPPED.resolve("anthropic:claude-opus-4-6").thinking == "adaptive"
 
 
 def test_user_catalog_entries_take_the_richer_price_form(tmp_path):
     path = tmp_path / "c.yaml"
-    path.write_text("models:\n  vllm:q:\n    wire_name: q\n    price: {input: 1.0, output: 2.0, long_context: "
-                    "{above_input_tokens: 10, input: 3.0}, scheduled: [{effective: '2030-01-01', input: 9.0}]}\n")
+    path.write_text(
+        "models:\n  vllm:q:\n    wire_name: q\n    price: {input: 1.0, output: 2.0, long_context: "
+        "{above_input_tokens: 10, input: 3.0}, scheduled: [{effective: '2030-01-01', input: 9.0}]}\n"
+    )
     config = load_config(path)
     catalog = Catalog.load(extra=config.models, providers={"vllm"})
     price = catalog.resolve("vllm:q").price
     assert compute_cost(Usage(input_tokens=20, output_tokens=1), price, day=date(2026, 1, 1)) == pytest.approx(
-        (20 * 3.0 + 1 * 2.0) / 1e6)
+        (20 * 3.0 + 1 * 2.0) / 1e6
+    )
     path.write_text("models:\n  vllm:q:\n    wire_name: q\n    price: {input: 1.0, long_context: {input: 3.0}}\n")
     with pytest.raises(ConfigError, match=r"models\.vllm:q.*above_input_tokens"):
         load_config(path)
@@ -189,8 +225,14 @@ def test_the_emitter_prices_a_response_with_the_service_tier_the_request_asked_f
     model = SHIPPED.resolve("openai:gpt-5.4")
 
     def priced(options: dict) -> Response:
-        job = Job(request_id="r", client_id="c", operation_id="o", model=model, stream=False,
-                  request=Request(model=model.id, messages=[Message.user("x")], provider_options=options))
+        job = Job(
+            request_id="r",
+            client_id="c",
+            operation_id="o",
+            model=model,
+            stream=False,
+            request=Request(model=model.id, messages=[Message.user("x")], provider_options=options),
+        )
         emitter = Emitter(job, "openai", lambda *_: None, lambda pid: "tu_1")
         return emitter.finalize(Response(usage=Usage(input_tokens=100_000, output_tokens=10_000)))
 

@@ -149,16 +149,21 @@ def check_events(rid: str, reply: dict[str, Any], expect: dict[str, Any]) -> Non
         if deltas != expect["text"]:
             raise ConformanceError(f"{rid}: the text deltas make {deltas[:200]!r}, expected {expect['text'][:200]!r}")
     if "terminal" in expect:
-        check_fields(f"{rid} terminal event", {"type": types[-1], "event": events[-1]},
-                     {k if k == "type" else f"event.{k}": v for k, v in expect["terminal"].items()})
+        check_fields(
+            f"{rid} terminal event",
+            {"type": types[-1], "event": events[-1]},
+            {k if k == "type" else f"event.{k}": v for k, v in expect["terminal"].items()},
+        )
     for item in expect.get("has", []):
         item = dict(item)
         want_type = item.pop("type")
         if not any(t == want_type and _matches(e, item) for e, t in zip(events, types)):
             raise ConformanceError(f"{rid}: no {want_type} event with {item}")
     if "recovered_at_least" in expect and reply.get("recovered", 0) < expect["recovered_at_least"]:
-        raise ConformanceError(f"{rid}: recovered {reply.get('recovered')} events by replay, "
-                               f"expected at least {expect['recovered_at_least']}")
+        raise ConformanceError(
+            f"{rid}: recovered {reply.get('recovered')} events by replay, "
+            f"expected at least {expect['recovered_at_least']}"
+        )
     if reply.get("lost", 0) > expect.get("lost_at_most", 0):
         raise ConformanceError(f"{rid}: {reply['lost']} events lost")
 
@@ -201,8 +206,12 @@ class Run:
         else:
             # The same runtime directory, config and endpoints: a restart, not a new daemon.
             d = DaemonProcess.__new__(DaemonProcess)
-            d.dir, d.runtime_dir, d.config_path, d.env = previous.dir, previous.runtime_dir, \
-                previous.config_path, previous.env
+            d.dir, d.runtime_dir, d.config_path, d.env = (
+                previous.dir,
+                previous.runtime_dir,
+                previous.config_path,
+                previous.env,
+            )
             d.proc, d.lines, d.ready, d.exited = None, [], trio.Event(), trio.Event()
             d._new_line = trio.Event()
             self.daemon = d
@@ -224,8 +233,9 @@ class Run:
         """The driver's own connection to the daemon's bus (for `wait_bus`)."""
         if self.watcher is None:
             assert self.daemon is not None
-            self.watcher = Client(control_endpoint=self.vars["control"], token=TOKEN, watch_bus=True,
-                                  client_name="conformance-driver")
+            self.watcher = Client(
+                control_endpoint=self.vars["control"], token=TOKEN, watch_bus=True, client_name="conformance-driver"
+            )
             await self.watcher.__aenter__()
         return self.watcher
 
@@ -237,9 +247,10 @@ class Run:
                 try:
                     await self.step(step)
                 except ConformanceError as exc:
-                    raise ConformanceError(f"{self.scenario['file']} step {i + 1} ({step['do']}): {exc}\n"
-                                           "client transcript (last lines):\n  "
-                                           + "\n  ".join(self.client.transcript[-12:])) from None
+                    raise ConformanceError(
+                        f"{self.scenario['file']} step {i + 1} ({step['do']}): {exc}\n"
+                        "client transcript (last lines):\n  " + "\n  ".join(self.client.transcript[-12:])
+                    ) from None
         finally:
             if self.watcher is not None:
                 await self.watcher.aclose()

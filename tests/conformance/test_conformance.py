@@ -26,8 +26,10 @@ SCENARIOS = load_scenarios()
 def c_client() -> list[str]:
     build = subprocess.run(["make", "-C", str(C_DIR)], capture_output=True, text=True)
     if build.returncode != 0:
-        pytest.fail("the C client did not build (run `make test`, which installs libnng-dev and "
-                    f"libmsgpack-dev):\n{build.stdout[-2000:]}\n{build.stderr[-4000:]}")
+        pytest.fail(
+            "the C client did not build (run `make test`, which installs libnng-dev and "
+            f"libmsgpack-dev):\n{build.stdout[-2000:]}\n{build.stderr[-4000:]}"
+        )
     return [str(C_DIR / "build" / "tl"), "conform"]
 
 

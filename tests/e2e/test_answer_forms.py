@@ -33,16 +33,22 @@ RESPONSES = "/v1/responses"
 def json_reply(body: object, status: int = 200, pieces: int = 1) -> Reply:
     data = json.dumps(body).encode()
     size = -(-len(data) // pieces)
-    return Reply(status, {"content-type": "application/json"}, [data[i:i + size] for i in range(0, len(data), size)])
+    return Reply(status, {"content-type": "application/json"}, [data[i : i + size] for i in range(0, len(data), size)])
 
 
 def chat_completion(content: str | None, tool_calls: list | None = None, finish: str = "stop") -> Reply:
     message: dict = {"role": "assistant", "content": content}
     if tool_calls:
         message["tool_calls"] = tool_calls
-    return json_reply({"id": "chatcmpl-1", "object": "chat.completion", "model": "local-model",
-                       "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-                       "usage": {"prompt_tokens": 9, "completion_tokens": 4, "total_tokens": 13}})
+    return json_reply(
+        {
+            "id": "chatcmpl-1",
+            "object": "chat.completion",
+            "model": "local-model",
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": {"prompt_tokens": 9, "completion_tokens": 4, "total_tokens": 13},
+        }
+    )
 
 
 @pytest.fixture
@@ -53,19 +59,31 @@ async def upstream(nursery) -> FakeUpstream:
 @pytest.fixture
 async def daemon(start_daemon, upstream):
     return await start_daemon(
-        {"providers": {"gemini": {"base_url": upstream.base_url},
-                       "local": {"type": "openai_compat", "base_url": upstream.base_url + "/v1"}},
-         "limits": {"max_response_bytes": 64 * 1024}},
-        env={"GEMINI_API_KEY": GEMINI_KEY, "GOOGLE_API_KEY": "", "OPENAI_API_KEY": OPENAI_KEY,
-             "OPENAI_BASE_URL": upstream.base_url + "/v1"})
+        {
+            "providers": {
+                "gemini": {"base_url": upstream.base_url},
+                "local": {"type": "openai_compat", "base_url": upstream.base_url + "/v1"},
+            },
+            "limits": {"max_response_bytes": 64 * 1024},
+        },
+        env={
+            "GEMINI_API_KEY": GEMINI_KEY,
+            "GOOGLE_API_KEY": "",
+            "OPENAI_API_KEY": OPENAI_KEY,
+            "OPENAI_BASE_URL": upstream.base_url + "/v1",
+        },
+    )
 
 
 async def test_gemini_streams_sent_as_application_json_are_read(daemon, upstream):
     usage = {"promptTokenCount": 5, "candidatesTokenCount": 4, "totalTokenCount": 9}
     array = [chunk({"text": "Bonjour, "}), chunk({"text": "le monde."}, finish="STOP", usage=usage)]
-    upstream.route("POST", GEMINI_STREAM,
-                   json_reply(array, pieces=7),  # the JSON-array stream, cut anywhere
-                   json_reply(chunk({"text": "Tout entier."}, finish="STOP", usage=usage)))  # one whole object
+    upstream.route(
+        "POST",
+        GEMINI_STREAM,
+        json_reply(array, pieces=7),  # the JSON-array stream, cut anywhere
+        json_reply(chunk({"text": "Tout entier."}, finish="STOP", usage=usage)),
+    )  # one whole object
     with trio.fail_after(20):
         async with Client(daemon.runtime_dir) as client:
             events = []
@@ -80,12 +98,30 @@ async def test_gemini_streams_sent_as_application_json_are_read(daemon, upstream
 
 
 async def test_a_whole_json_answer_to_a_streamed_openai_request_is_taken_both_ways(daemon, upstream):
-    body = {"id": "resp_whole", "object": "response", "status": "completed", "model": "gpt-5",
-            "output": [{"type": "message", "id": "msg_1", "role": "assistant", "status": "completed",
-                        "content": [{"type": "output_text", "text": "No stream here.", "annotations": []}]},
-                       {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "lookup",
-                        "arguments": "{\"q\": \"x\"}", "status": "completed"}],
-            "usage": {"input_tokens": 7, "output_tokens": 5, "total_tokens": 12}}
+    body = {
+        "id": "resp_whole",
+        "object": "response",
+        "status": "completed",
+        "model": "gpt-5",
+        "output": [
+            {
+                "type": "message",
+                "id": "msg_1",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": "No stream here.", "annotations": []}],
+            },
+            {
+                "type": "function_call",
+                "id": "fc_1",
+                "call_id": "call_1",
+                "name": "lookup",
+                "arguments": '{"q": "x"}',
+                "status": "completed",
+            },
+        ],
+        "usage": {"input_tokens": 7, "output_tokens": 5, "total_tokens": 12},
+    }
     upstream.route("POST", RESPONSES, json_reply(body), json_reply(body))
     lookup = Tool(name="lookup", parameters={"type": "object", "properties": {"q": {"type": "string"}}})
     with trio.fail_after(20):
@@ -123,16 +159,26 @@ async def test_tool_arguments_that_are_not_json_get_an_error_result_and_the_loop
         calls.append(q)
         return f"found {q}"
 
-    bad = [{"id": "call_bad", "type": "function", "function": {"name": "lookup", "arguments": "{\"q\": trunk"}}]
+    bad = [{"id": "call_bad", "type": "function", "function": {"name": "lookup", "arguments": '{"q": trunk'}}]
     upstream.route("POST", CHAT, chat_completion(None, bad, "tool_calls"), chat_completion("Sorry, fixed."))
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir) as client:
-            result = await generate("local:local-model", "look up trunk", tools=[Tool(
-                name="lookup", parameters={"type": "object", "properties": {"q": {"type": "string"}}},
-                execute=lookup)], max_tool_rounds=2, client=client)
+            result = await generate(
+                "local:local-model",
+                "look up trunk",
+                tools=[
+                    Tool(
+                        name="lookup",
+                        parameters={"type": "object", "properties": {"q": {"type": "string"}}},
+                        execute=lookup,
+                    )
+                ],
+                max_tool_rounds=2,
+                client=client,
+            )
     first = result.steps[0].response
     (call,) = first.tool_calls
-    assert call.arguments is None and call.raw_arguments == "{\"q\": trunk"
+    assert call.arguments is None and call.raw_arguments == '{"q": trunk'
     assert [w.code for w in first.warnings] == ["tool_arguments_invalid"]
     assert calls == []  # the tool never ran with arguments it could not have
     assert result.text == "Sorry, fixed."
@@ -149,7 +195,7 @@ async def test_a_resumed_background_stream_is_read_within_the_response_limit(dae
     first = Reply(200, {"content-type": "text/event-stream"}, [oa.sse([p]) for p in payloads], disconnect_after=cut)
     # The resumed stream goes on and on (comment lines carry no event): past
     # limits.max_response_bytes the read stops, however the stream got there.
-    endless = Reply.sse(oa.sse(payloads[cut:cut + 1]) + (b": padding " + b"x" * 1000 + b"\n") * 200, chunk_size=4096)
+    endless = Reply.sse(oa.sse(payloads[cut : cut + 1]) + (b": padding " + b"x" * 1000 + b"\n") * 200, chunk_size=4096)
     upstream.route("POST", RESPONSES, first)
     upstream.route("GET", "/v1/responses/resp_bg", endless)
     with trio.fail_after(30):
@@ -166,15 +212,32 @@ async def test_a_resumed_background_stream_is_read_within_the_response_limit(dae
 
 
 async def test_a_tool_history_without_tools_is_sent_to_anthropic_in_a_form_it_accepts(start_daemon, upstream):
-    daemon = await start_daemon({"providers": {"anthropic": {"base_url": upstream.base_url}}},
-                                env={"ANTHROPIC_API_KEY": "fake-anthropic-key-0123456789"})
-    upstream.route("POST", "/v1/messages", json_reply({
-        "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
-        "content": [{"type": "text", "text": "Paris is mild."}], "stop_reason": "end_turn",
-        "usage": {"input_tokens": 30, "output_tokens": 4}}))
+    daemon = await start_daemon(
+        {"providers": {"anthropic": {"base_url": upstream.base_url}}},
+        env={"ANTHROPIC_API_KEY": "fake-anthropic-key-0123456789"},
+    )
+    upstream.route(
+        "POST",
+        "/v1/messages",
+        json_reply(
+            {
+                "id": "msg_1",
+                "type": "message",
+                "role": "assistant",
+                "model": "claude-sonnet-4-5",
+                "content": [{"type": "text", "text": "Paris is mild."}],
+                "stop_reason": "end_turn",
+                "usage": {"input_tokens": 30, "output_tokens": 4},
+            }
+        ),
+    )
     call = ToolCallPart(id="tu_01A", name="get_weather", arguments={"city": "Paris"}, provider_id="call_from_openai")
-    history = [Message.user("Weather in Paris?"), Message(role="assistant", content=[call]),
-               Message.tool_result("tu_01A", "18°C"), Message.user("Summarise in three words.")]
+    history = [
+        Message.user("Weather in Paris?"),
+        Message(role="assistant", content=[call]),
+        Message.tool_result("tu_01A", "18°C"),
+        Message.user("Summarise in three words."),
+    ]
     with trio.fail_after(20):
         async with Client(daemon.runtime_dir) as client:
             response = await client.complete("anthropic:claude-sonnet-4-5", history)

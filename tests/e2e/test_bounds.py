@@ -37,8 +37,9 @@ def rss_mib(pid: int) -> float:
 
 
 async def spawn(script: str, *args: str) -> trio.Process:
-    return await trio.lowlevel.open_process([sys.executable, "-c", textwrap.dedent(script), *args],
-                                            stdout=subprocess.PIPE)
+    return await trio.lowlevel.open_process(
+        [sys.executable, "-c", textwrap.dedent(script), *args], stdout=subprocess.PIPE
+    )
 
 
 async def read_until(proc: trio.Process, word: bytes) -> None:
@@ -79,8 +80,12 @@ async def test_one_connection_too_many_is_refused_and_the_others_are_untouched(s
     listener = pynng.Sub0(reconnect_time_min=1000, reconnect_time_max=1000)
     try:
         with trio.fail_after(30):
-            async with Client(daemon.runtime_dir) as a, Client(daemon.runtime_dir) as b, \
-                    Client(daemon.runtime_dir) as c, Client(daemon.runtime_dir) as d:
+            async with (
+                Client(daemon.runtime_dir) as a,
+                Client(daemon.runtime_dir) as b,
+                Client(daemon.runtime_dir) as c,
+                Client(daemon.runtime_dir) as d,
+            ):
                 # Four clients hold four connections on each endpoint: a fifth is closed
                 # as soon as it is made, on either endpoint.
                 for sock, url in ((extra, daemon.control), (listener, daemon.control.replace("control", "events"))):
@@ -152,15 +157,20 @@ async def test_a_subscriber_that_never_reads_holds_only_its_queue(start_daemon):
     queue = 64
     # Finished requests' replay rings get a tiny budget, so what is measured is what the
     # subscribers hold.
-    daemon = await start_daemon({"limits": {"subscriber_queue": queue}, "replay": {"max_bytes": 1_000_000, "keep_s": 1.0}})
+    daemon = await start_daemon(
+        {"limits": {"subscriber_queue": queue}, "replay": {"max_bytes": 1_000_000, "keep_s": 1.0}}
+    )
     events_url = daemon.control.replace("control", "events")
     chunk = "x" * 4000
     requests = 150  # each 50 deltas of 4 KB, then its whole text twice (text_end, finish): ~60 MB in all
-    request = Request(model="mock:echo", messages=[Message.user("x")], provider_options=steps({"text": chunk}, repeat=50))
+    request = Request(
+        model="mock:echo", messages=[Message.user("x")], provider_options=steps({"text": chunk}, repeat=50)
+    )
     sleepers: list[trio.Process] = []
     try:
         with trio.fail_after(180):
             async with Client(daemon.runtime_dir) as innocent:
+
                 async def load() -> None:
                     for _ in range(requests):
                         async with innocent.stream(request) as stream:
@@ -220,7 +230,9 @@ async def test_idle_connections_never_keep_a_worker_from_restarting(nursery):
                     sock.dial(daemon.control, block=False)
                     hogs.append(sock)
                 await refused.wait()
-                crash = Request(model="mock:echo", messages=[Message.user("x")], provider_options=steps({"crash": True}))
+                crash = Request(
+                    model="mock:echo", messages=[Message.user("x")], provider_options=steps({"crash": True})
+                )
                 with pytest.raises(UnavailableError):
                     await innocent.complete(crash)
                 while (ev := await innocent.bus_events.receive()).name != "worker.up" or ev.provider != "mock":
@@ -247,10 +259,8 @@ async def test_the_daemon_raises_its_descriptor_limit_to_the_hard_limit(nursery)
 
 
 def submit_bytes(client_id: str, request_id: str, **request: object) -> bytes:
-    body = {"model": "mock:echo", "messages": [{"role": "user", "content": [{"type": "text", "text": "x"}]}],
-            **request}
-    return msgspec.msgpack.encode({"type": "submit", "request_id": request_id, "client_id": client_id,
-                                   "request": body})
+    body = {"model": "mock:echo", "messages": [{"role": "user", "content": [{"type": "text", "text": "x"}]}], **request}
+    return msgspec.msgpack.encode({"type": "submit", "request_id": request_id, "client_id": client_id, "request": body})
 
 
 async def test_a_list_too_long_is_refused_as_it_is_read_and_costs_nothing(daemon):
@@ -279,12 +289,14 @@ async def test_a_list_too_long_is_refused_as_it_is_read_and_costs_nothing(daemon
 
 
 async def test_a_connection_s_running_requests_and_their_bytes_are_bounded(start_daemon):
-    daemon = await start_daemon({"limits": {"max_requests_per_client": 3, "max_message_bytes": 65536,
-                                            "max_bytes_per_client": 100_000}})
+    daemon = await start_daemon(
+        {"limits": {"max_requests_per_client": 3, "max_message_bytes": 65536, "max_bytes_per_client": 100_000}}
+    )
 
     def slow(text: str = "x") -> Request:
-        return Request(model="mock:echo", messages=[Message.user(text)],
-                       provider_options=steps({"text": "a", "delay": 30}))
+        return Request(
+            model="mock:echo", messages=[Message.user(text)], provider_options=steps({"text": "a", "delay": 30})
+        )
 
     async def ended(stream) -> None:
         await stream.cancel()

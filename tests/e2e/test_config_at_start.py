@@ -24,9 +24,12 @@ async def test_the_daemon_logs_one_line_per_request(daemon):
         async with Client(daemon.runtime_dir) as client:
             done = await client.complete("mock:echo", "one two", request_id="req-logged-1")
             with pytest.raises(Exception):
-                await client.complete("mock:echo", "x", request_id="req-logged-2",
-                                      provider_options={"mock": {"steps": [{"error": {"error_class": "server_error",
-                                                                                     "attempts": 99}}]}})
+                await client.complete(
+                    "mock:echo",
+                    "x",
+                    request_id="req-logged-2",
+                    provider_options={"mock": {"steps": [{"error": {"error_class": "server_error", "attempts": 99}}]}},
+                )
         await daemon.wait_for_line("req-logged-2")
     lines = [line for line in daemon.output().splitlines() if "req-logged-" in line]
     assert len(lines) == 2, lines

@@ -41,8 +41,11 @@ def slow_text(n: int, delay: float = 0.02) -> dict:
 async def wait_bus(client: Client, name: str, request_id: str | None = None, provider: str | None = None):
     while True:
         ev = await client.bus_events.receive()
-        if ev.name == name and (request_id is None or ev.request_id == request_id) and (
-                provider is None or ev.provider == provider):
+        if (
+            ev.name == name
+            and (request_id is None or ev.request_id == request_id)
+            and (provider is None or ev.provider == provider)
+        ):
             return ev
 
 
@@ -67,9 +70,14 @@ async def test_cancel_mid_text_closes_upstream(daemon):
 
 
 async def test_cancel_inside_tool_call_with_partial_arguments_gives_empty_object(daemon):
-    request = Request(model="mock:echo", messages=[Message.user("x")], provider_options=steps(
-        {"text": "Reading."},
-        {"tool_call": {"name": "read_file", "arguments": ARGS, "chunks": len(ARGS), "fragment_delay": 0.02}}))
+    request = Request(
+        model="mock:echo",
+        messages=[Message.user("x")],
+        provider_options=steps(
+            {"text": "Reading."},
+            {"tool_call": {"name": "read_file", "arguments": ARGS, "chunks": len(ARGS), "fragment_delay": 0.02}},
+        ),
+    )
     with trio.fail_after(20):
         async with Client(daemon.runtime_dir) as client:
             events = []
@@ -89,8 +97,11 @@ async def test_cancel_inside_tool_call_with_partial_arguments_gives_empty_object
 
 
 async def test_cancel_after_all_arguments_arrived_keeps_them_parsed(daemon):
-    request = Request(model="mock:echo", messages=[Message.user("x")], provider_options=steps(
-        {"tool_call": {"name": "read_file", "arguments": ARGS, "chunks": 3, "hold": 30}}))
+    request = Request(
+        model="mock:echo",
+        messages=[Message.user("x")],
+        provider_options=steps({"tool_call": {"name": "read_file", "arguments": ARGS, "chunks": 3, "hold": 30}}),
+    )
     with trio.fail_after(20):
         async with Client(daemon.runtime_dir) as client:
             events = []
@@ -153,11 +164,13 @@ async def test_killed_worker_ends_its_streams_and_comes_back(start_daemon):
 
 
 async def test_crash_loop_trips_the_intensity_limit(start_daemon):
-    daemon = await start_daemon({
-        "providers": {"flaky": {"type": "mock", "options": {"crash_on_start": True}}},
-        "models": {"flaky:echo": {"wire_name": "echo"}},
-        "supervision": {"max_restarts": 3, "restart_window_s": 60, "unavailable_retry_s": 300},
-    })
+    daemon = await start_daemon(
+        {
+            "providers": {"flaky": {"type": "mock", "options": {"crash_on_start": True}}},
+            "models": {"flaky:echo": {"wire_name": "echo"}},
+            "supervision": {"max_restarts": 3, "restart_window_s": 60, "unavailable_retry_s": 300},
+        }
+    )
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir, watch_bus=True) as client:
             # queued while the worker keeps dying: failed once the limit trips
@@ -190,8 +203,9 @@ CLIENT_SCRIPT = textwrap.dedent("""
 
 
 async def test_a_vanished_client_has_its_request_cancelled(daemon):
-    proc = await trio.lowlevel.open_process([sys.executable, "-c", CLIENT_SCRIPT, str(daemon.runtime_dir)],
-                                            stdout=subprocess.PIPE)
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, "-c", CLIENT_SCRIPT, str(daemon.runtime_dir)], stdout=subprocess.PIPE
+    )
     with trio.fail_after(20):
         async with Client(daemon.runtime_dir, watch_bus=True) as watcher:
             assert proc.stdout is not None
@@ -213,11 +227,16 @@ async def test_a_subscriber_that_falls_behind_recovers_everything_by_replay(star
     test's deadline, so the gap alone must do it)."""
     n = 90_000  # far more than the client's nng queue (8192 events) and the daemon's per-subscriber queue
     daemon = await start_daemon({"replay": {"ring_events": 100_000}})
-    request = Request(model="mock:echo", messages=[Message.user("x")],
-                      provider_options=steps({"text": "a"}, {"text": "b"}, {"text": "c"}, repeat=n // 3))
+    request = Request(
+        model="mock:echo",
+        messages=[Message.user("x")],
+        provider_options=steps({"text": "a"}, {"text": "b"}, {"text": "c"}, repeat=n // 3),
+    )
     with trio.fail_after(30):
-        async with Client(daemon.runtime_dir, watch_bus=True) as watcher, \
-                Client(daemon.runtime_dir, silence_check_s=600) as client:
+        async with (
+            Client(daemon.runtime_dir, watch_bus=True) as watcher,
+            Client(daemon.runtime_dir, silence_check_s=600) as client,
+        ):
             gate = trio.Event()
             client.reader_gate = gate  # the client stops reading: the daemon drops what overflows
             stream = client.stream(request, request_id="req-stall")
@@ -313,9 +332,20 @@ async def test_sigterm_cancels_what_outlives_the_grace_period(start_daemon):
 
 async def test_a_second_daemon_on_the_same_endpoint_is_refused(daemon):
     proc = await trio.run_process(
-        [sys.executable, "-m", "trunkline.cli", "serve", "--runtime-dir", str(daemon.runtime_dir),
-         "--config", str(daemon.config_path)],
-        capture_stdout=True, capture_stderr=True, check=False)
+        [
+            sys.executable,
+            "-m",
+            "trunkline.cli",
+            "serve",
+            "--runtime-dir",
+            str(daemon.runtime_dir),
+            "--config",
+            str(daemon.config_path),
+        ],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
     assert proc.returncode == 1
     assert b"another trunkline daemon is already serving" in proc.stderr
 
@@ -345,8 +375,9 @@ async def test_workers_live_as_long_as_the_supervisor_and_no_longer(start_daemon
     """A worker outlives the thread that started it (trio's cached threads exit after
     ten idle seconds) and dies within seconds of a kill -9 of its supervisor."""
     daemon = await start_daemon()
-    slow = Request(model="mock:echo", messages=[Message.user("x")], provider_options=steps(
-        {"text": "still here", "delay": 12}))
+    slow = Request(
+        model="mock:echo", messages=[Message.user("x")], provider_options=steps({"text": "still here", "delay": 12})
+    )
     with trio.fail_after(40):
         async with Client(daemon.runtime_dir) as client:
             response = await client.complete(slow)
@@ -363,8 +394,11 @@ async def test_workers_live_as_long_as_the_supervisor_and_no_longer(start_daemon
 async def test_a_client_owns_its_requests(daemon):
     """Another client can neither cancel, replay nor say goodbye for a request it did
     not submit, nor borrow its request_id or its client_id."""
-    slow = Request(model="mock:echo", messages=[Message.user("x")],
-                   provider_options=steps(*[{"text": f"w{i} ", "delay": 0.02} for i in range(50)]))
+    slow = Request(
+        model="mock:echo",
+        messages=[Message.user("x")],
+        provider_options=steps(*[{"text": f"w{i} ", "delay": 0.02} for i in range(50)]),
+    )
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir) as victim, Client(daemon.runtime_dir) as attacker:
             async with victim.stream(slow, request_id="req-victim") as stream:
@@ -375,8 +409,11 @@ async def test_a_client_owns_its_requests(daemon):
                 with pytest.raises(InvalidRequestError, match="not given to this connection"):
                     await attacker._call(Goodbye(client_id=victim.client_id))
                 with pytest.raises(InvalidRequestError, match="not given to this connection"):
-                    attacker_submit = Submit(request_id="req-borrowed", client_id=victim.client_id,
-                                             request=Request(model="mock:echo", messages=[Message.user("x")]))
+                    attacker_submit = Submit(
+                        request_id="req-borrowed",
+                        client_id=victim.client_id,
+                        request=Request(model="mock:echo", messages=[Message.user("x")]),
+                    )
                     reply = await attacker._call(attacker_submit)
                     raise error_from_info(reply.error)
                 response = await stream.response()

@@ -107,14 +107,20 @@ def with_value(field: str, value: Raw) -> tuple[dict[str, Any], str]:
     if field == "tool call arguments":
         request["messages"] = [
             user("use the tool"),
-            {"role": "assistant", "content": [{"type": "tool_call", "id": "tu_1", "name": "t", "arguments": {"a": value}}]},
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_call", "id": "tu_1", "name": "t", "arguments": {"a": value}}],
+            },
             {"role": "tool", "content": [{"type": "tool_result", "tool_call_id": "tu_1", "content": "ok"}]},
         ]
         return request, "messages[1].content[0].arguments"
     if field == "provider part data":
         request["messages"] = [
             user("hi"),
-            {"role": "assistant", "content": [{"type": "provider_part", "api": "anthropic", "kind": "x", "data": value}]},
+            {
+                "role": "assistant",
+                "content": [{"type": "provider_part", "api": "anthropic", "kind": "x", "data": value}],
+            },
             user("again"),
         ]
         return request, "messages[1].content[0].data"
@@ -150,8 +156,13 @@ async def test_every_msgpack_type_in_every_free_form_field(daemon):
             for field in FIELDS:
                 for name, value, is_json in VALUES:
                     request, where = with_value(field, value)
-                    submit = {"type": "submit", "request_id": f"{field}-{name}", "client_id": welcome.client_id,
-                              "stream": False, "request": request}
+                    submit = {
+                        "type": "submit",
+                        "request_id": f"{field}-{name}",
+                        "client_id": welcome.client_id,
+                        "stream": False,
+                        "request": request,
+                    }
                     reply = await ask(msgspec.msgpack.encode(submit))
                     kind = type(reply).__name__
                     seen[kind] = seen.get(kind, 0) + 1

@@ -32,64 +32,150 @@ RANDOM = os.environ.get("TRUNKLINE_FUZZ_RANDOM") == "1"
 STATUS_EVERY = 100
 
 TAGS = sorted(t.__struct_config__.tag for t in ControlRequest.__args__)  # type: ignore[attr-defined]
-FIELDS = ["request_id", "client_id", "request", "stream", "operation_id", "token", "protocol", "client_name",
-          "from_seq", "model", "provider", "messages", "content", "role", "text", "type", "url", "data",
-          "path", "media_type", "timeouts", "request_s", "stream_idle_s", "temperature", "max_tokens",
-          "provider_options", "mock", "steps", "delay", "tools", "parameters", "seed", "top_p"]
+FIELDS = [
+    "request_id",
+    "client_id",
+    "request",
+    "stream",
+    "operation_id",
+    "token",
+    "protocol",
+    "client_name",
+    "from_seq",
+    "model",
+    "provider",
+    "messages",
+    "content",
+    "role",
+    "text",
+    "type",
+    "url",
+    "data",
+    "path",
+    "media_type",
+    "timeouts",
+    "request_s",
+    "stream_idle_s",
+    "temperature",
+    "max_tokens",
+    "provider_options",
+    "mock",
+    "steps",
+    "delay",
+    "tools",
+    "parameters",
+    "seed",
+    "top_p",
+]
 
-scalars = (st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats()
-           | st.text(max_size=20) | st.binary(max_size=20) | st.sampled_from(TAGS + FIELDS + ["mock:echo", "user"])
-           # msgpack's own types beyond JSON: extension values and timestamps.
-           | st.builds(msgspec.msgpack.Ext, st.integers(-128, 127), st.binary(max_size=17))
-           | st.datetimes(timezones=st.just(datetime.timezone.utc)))
-values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4)
-                      | st.dictionaries(st.sampled_from(FIELDS) | st.text(max_size=6), inner, max_size=4),
-                      max_leaves=24)
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**64 - 1)
+    | st.floats()
+    | st.text(max_size=20)
+    | st.binary(max_size=20)
+    | st.sampled_from(TAGS + FIELDS + ["mock:echo", "user"])
+    # msgpack's own types beyond JSON: extension values and timestamps.
+    | st.builds(msgspec.msgpack.Ext, st.integers(-128, 127), st.binary(max_size=17))
+    | st.datetimes(timezones=st.just(datetime.timezone.utc))
+)
+values = st.recursive(
+    scalars,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.sampled_from(FIELDS) | st.text(max_size=6), inner, max_size=4)
+    ),
+    max_leaves=24,
+)
 
 
 @st.composite
 def request_like(draw: st.DrawFn) -> dict[str, Any]:
     """A `request` map near enough to a real one to get past the first checks."""
     text = st.text(max_size=30)
-    typed = {"text": text, "url": st.sampled_from(["https://example.com/a.png", "file:///etc/passwd", "data:,x",
-                                                   "http://[::1", "https:///x"]) | text,
-             "data": st.sampled_from(["iVBORw0KGgo=", "***", ""]) | text, "path": st.sampled_from(
-                 ["/etc/passwd", "/dev/zero", "/proc/self/environ"]),
-             "media_type": st.sampled_from(["image/png", "application/pdf", "text/plain", "x/y"]) | text}
-    part = st.fixed_dictionaries({"type": st.sampled_from(["text", "image", "document", "audio", "tool_call"])},
-                                 optional={k: typed[k] | values for k in typed})
-    message = st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant", "system", "tool", "x"])},
-                                    optional={"content": st.lists(part, max_size=3)})
+    typed = {
+        "text": text,
+        "url": st.sampled_from(
+            ["https://example.com/a.png", "file:///etc/passwd", "data:,x", "http://[::1", "https:///x"]
+        )
+        | text,
+        "data": st.sampled_from(["iVBORw0KGgo=", "***", ""]) | text,
+        "path": st.sampled_from(["/etc/passwd", "/dev/zero", "/proc/self/environ"]),
+        "media_type": st.sampled_from(["image/png", "application/pdf", "text/plain", "x/y"]) | text,
+    }
+    part = st.fixed_dictionaries(
+        {"type": st.sampled_from(["text", "image", "document", "audio", "tool_call"])},
+        optional={k: typed[k] | values for k in typed},
+    )
+    message = st.fixed_dictionaries(
+        {"role": st.sampled_from(["user", "assistant", "system", "tool", "x"])},
+        optional={"content": st.lists(part, max_size=3)},
+    )
     first = {"type": "text", "text": draw(st.text(min_size=1, max_size=20))}
     plausible = st.lists(part, max_size=2).map(lambda extra: [{"role": "user", "content": [first, *extra]}])
-    out = {"model": draw(st.sampled_from(["mock:echo", "mock:basic", "echo", "nope:x"]) | st.text(max_size=8)),
-           "messages": draw(plausible | st.lists(message, max_size=3))}
-    out.update(draw(st.dictionaries(st.sampled_from(["timeouts", "temperature", "top_p", "max_tokens", "seed",
-                                                     "provider_options", "tools", "response_format",
-                                                     "max_retries", "stop_sequences"]), values, max_size=3)))
+    out = {
+        "model": draw(st.sampled_from(["mock:echo", "mock:basic", "echo", "nope:x"]) | st.text(max_size=8)),
+        "messages": draw(plausible | st.lists(message, max_size=3)),
+    }
+    out.update(
+        draw(
+            st.dictionaries(
+                st.sampled_from(
+                    [
+                        "timeouts",
+                        "temperature",
+                        "top_p",
+                        "max_tokens",
+                        "seed",
+                        "provider_options",
+                        "tools",
+                        "response_format",
+                        "max_retries",
+                        "stop_sequences",
+                    ]
+                ),
+                values,
+                max_size=3,
+            )
+        )
+    )
     return out
 
 
 shaped = st.builds(
     lambda tag, extra, request: {"type": tag, **extra, **({"request": request} if request else {})},
-    st.sampled_from(TAGS), st.dictionaries(st.sampled_from(FIELDS), values, max_size=4),
-    st.none() | request_like())
+    st.sampled_from(TAGS),
+    st.dictionaries(st.sampled_from(FIELDS), values, max_size=4),
+    st.none() | request_like(),
+)
 
-submits = st.builds(lambda rid, stream, request: {"type": "submit", "request_id": rid, "client_id": "c-fuzz",
-                                                 "stream": stream, "request": request},
-                    st.text(min_size=1, max_size=12), st.booleans(), request_like())
+submits = st.builds(
+    lambda rid, stream, request: {
+        "type": "submit",
+        "request_id": rid,
+        "client_id": "c-fuzz",
+        "stream": stream,
+        "request": request,
+    },
+    st.text(min_size=1, max_size=12),
+    st.booleans(),
+    request_like(),
+)
 
-messages = (st.binary(max_size=300)
-            | values.map(msgspec.msgpack.encode)
-            | shaped.map(msgspec.msgpack.encode)
-            | submits.map(msgspec.msgpack.encode))
+messages = (
+    st.binary(max_size=300)
+    | values.map(msgspec.msgpack.encode)
+    | shaped.map(msgspec.msgpack.encode)
+    | submits.map(msgspec.msgpack.encode)
+)
 
 
 def campaign(n: int) -> list[bytes]:
     out: list[bytes] = []
 
-    @settings(max_examples=n, database=None, deadline=None, derandomize=not RANDOM,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=n, database=None, deadline=None, derandomize=not RANDOM, suppress_health_check=list(HealthCheck)
+    )
     @given(messages)
     def collect(data: bytes) -> None:
         out.append(data)

@@ -35,8 +35,10 @@ def chunk(content: str | None = None, finish: str | None = None) -> bytes:
     return b"data: " + json.dumps(body).encode() + b"\n\n"
 
 
-USAGE = (b'data: {"id": "c1", "model": "test-model", "choices": [], '
-         b'"usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}\n\n')
+USAGE = (
+    b'data: {"id": "c1", "model": "test-model", "choices": [], '
+    b'"usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}\n\n'
+)
 GOOD = chunk("all ") + chunk("fine") + chunk(finish="stop") + USAGE + b"data: [DONE]\n\n"
 
 
@@ -52,16 +54,22 @@ async def upstream(nursery) -> FakeUpstream:
 
 @pytest.fixture
 async def daemon(start_daemon, upstream):
-    return await start_daemon({
-        "limits": {"max_response_bytes": LIMIT},
-        "timeouts": {"stream_idle_s": 2.0},
-        "providers": {"mock": {"enabled": False},
-                      "vllm": {"type": "openai_compat", "base_url": upstream.base_url, "api_key_env": "VLLM_KEY"}},
-    }, env={"VLLM_KEY": KEY})
+    return await start_daemon(
+        {
+            "limits": {"max_response_bytes": LIMIT},
+            "timeouts": {"stream_idle_s": 2.0},
+            "providers": {
+                "mock": {"enabled": False},
+                "vllm": {"type": "openai_compat", "base_url": upstream.base_url, "api_key_env": "VLLM_KEY"},
+            },
+        },
+        env={"VLLM_KEY": KEY},
+    )
 
 
-async def attack_beside_innocent(daemon, upstream: FakeUpstream, attack: Reply, *, path: str = CHAT,
-                                 model: str = MODEL, good: Reply | None = None) -> tuple[list, object]:
+async def attack_beside_innocent(
+    daemon, upstream: FakeUpstream, attack: Reply, *, path: str = CHAT, model: str = MODEL, good: Reply | None = None
+) -> tuple[list, object]:
     """The attack on one request; once it reached the upstream, an innocent request on the
     same worker. Returns the attacker's events and the innocent response."""
     upstream.route("POST", path, attack, good or sse_reply([GOOD]))
@@ -69,6 +77,7 @@ async def attack_beside_innocent(daemon, upstream: FakeUpstream, attack: Reply, 
     innocent: list = []
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir) as client:
+
             async def attack_it() -> None:
                 async with client.stream(model, "attack") as stream:
                     async for ev in stream:
@@ -104,8 +113,9 @@ async def test_an_endless_stream_ends_at_the_response_limit(daemon, upstream):
 async def test_a_gzip_bomb_is_stopped_as_it_inflates(daemon, upstream):
     bomb = gzip.compress(chunk("start ") + b"data: " + b"\0" * (64 * LIMIT))  # 64 MiB in about 64 KiB
     assert len(bomb) < 200_000
-    reply = sse_reply([bomb[i:i + 8192] for i in range(0, len(bomb), 8192)], headers={"content-encoding": "gzip"},
-                      delay_s=0.0005)
+    reply = sse_reply(
+        [bomb[i : i + 8192] for i in range(0, len(bomb), 8192)], headers={"content-encoding": "gzip"}, delay_s=0.0005
+    )
     events, _ = await attack_beside_innocent(daemon, upstream, reply)
     end = events[-1]
     assert type(end) is ErrorEvent and end.error.error_class == "invalid_response"
@@ -163,8 +173,12 @@ async def test_gzip_garbage_is_an_invalid_response(daemon, upstream):
 async def test_a_whole_response_request_fails_the_same_way_with_what_it_gathered(daemon, upstream):
     """A non-streamed request is streamed from the provider: the limit and the end
     marker apply to it as well, and its error carries what had arrived."""
-    upstream.route("POST", CHAT, sse_reply([chunk("start ")], repeat=chunk("x" * 1000)),
-                   sse_reply([chunk("half an "), chunk("answer")]))
+    upstream.route(
+        "POST",
+        CHAT,
+        sse_reply([chunk("start ")], repeat=chunk("x" * 1000)),
+        sse_reply([chunk("half an "), chunk("answer")]),
+    )
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir) as client:
             with pytest.raises(InvalidResponseError) as endless:
@@ -178,8 +192,9 @@ async def test_a_whole_response_request_fails_the_same_way_with_what_it_gathered
 
 
 async def test_a_retry_after_header_on_a_success_is_not_a_rate_limit(daemon, upstream):
-    upstream.route("POST", CHAT, sse_reply([GOOD], headers={"retry-after": "30",
-                                                            "x-ratelimit-remaining-requests": "5"}))
+    upstream.route(
+        "POST", CHAT, sse_reply([GOOD], headers={"retry-after": "30", "x-ratelimit-remaining-requests": "5"})
+    )
     with trio.fail_after(20):
         async with Client(daemon.runtime_dir) as client:
             response = await client.complete(MODEL, "hi")
@@ -200,10 +215,13 @@ async def test_a_whole_response_is_streamed_so_a_long_generation_is_no_timeout(d
     assert sent.json()["stream"] is True
 
 
-@pytest.mark.parametrize(("before", "why"), [
-    (0, "retry_timeouts"),  # silent from the start: timeouts are retried only when asked
-    (1, "would bill again"),  # silent after some text: never, that text was billed
-])
+@pytest.mark.parametrize(
+    ("before", "why"),
+    [
+        (0, "retry_timeouts"),  # silent from the start: timeouts are retried only when asked
+        (1, "would bill again"),  # silent after some text: never, that text was billed
+    ],
+)
 async def test_a_timed_out_request_is_not_sent_again(daemon, upstream, before, why):
     upstream.route("POST", CHAT, sse_reply([chunk("slow "), chunk("never sent")], stall_after=before))
     with trio.fail_after(30):
@@ -221,10 +239,12 @@ async def test_a_refused_local_connection_is_answered_at_once(start_daemon):
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    daemon = await start_daemon({
-        "retry": {"base_delay_s": 30.0, "max_delay_s": 60.0},
-        "providers": {"ollama": {"enabled": True, "base_url": f"http://127.0.0.1:{port}"}},
-    })
+    daemon = await start_daemon(
+        {
+            "retry": {"base_delay_s": 30.0, "max_delay_s": 60.0},
+            "providers": {"ollama": {"enabled": True, "base_url": f"http://127.0.0.1:{port}"}},
+        }
+    )
     with trio.fail_after(20):
         async with Client(daemon.runtime_dir) as client:
             try:
@@ -240,9 +260,10 @@ async def test_a_worker_killed_mid_stream_reports_an_estimated_bill(start_daemon
     """The supervisor's own terminal event estimates usage and cost from what was
     relayed, with the latency measured; an innocent request on another worker goes on."""
     upstream.route("POST", CHAT, sse_reply([GOOD], delay_s=0.05))
-    daemon = await start_daemon({"providers": {
-        "vllm": {"type": "openai_compat", "base_url": upstream.base_url, "api_key_env": "VLLM_KEY"}}},
-        env={"VLLM_KEY": KEY})
+    daemon = await start_daemon(
+        {"providers": {"vllm": {"type": "openai_compat", "base_url": upstream.base_url, "api_key_env": "VLLM_KEY"}}},
+        env={"VLLM_KEY": KEY},
+    )
     slow = steps(*[{"text": f"w{i} ", "delay": 0.01} for i in range(500)], {"finish": "stop"})
     events: list = []
     with trio.fail_after(30):
@@ -274,12 +295,15 @@ async def test_a_worker_killed_mid_stream_reports_an_estimated_bill(start_daemon
 
 # -- the same attacks on the Anthropic and Ollama workers ---------------------------------
 
+
 def anthropic_events(*texts: str, stop: bool = True) -> bytes:
     def event(name: str, body: dict) -> bytes:
         return f"event: {name}\ndata: {json.dumps({'type': name, **body})}\n\n".encode()
 
-    out = event("message_start", {"message": {"id": "msg_1", "model": "claude-sonnet-4-5",
-                                              "usage": {"input_tokens": 3, "output_tokens": 0}}})
+    out = event(
+        "message_start",
+        {"message": {"id": "msg_1", "model": "claude-sonnet-4-5", "usage": {"input_tokens": 3, "output_tokens": 0}}},
+    )
     out += event("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}})
     for text in texts:
         out += event("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": text}})
@@ -293,33 +317,56 @@ def anthropic_events(*texts: str, stop: bool = True) -> bytes:
 def ollama_lines(*texts: str, done: bool = True) -> list[dict]:
     lines = [{"model": "llama3.2", "message": {"role": "assistant", "content": t}, "done": False} for t in texts]
     if done:
-        lines.append({"model": "llama3.2", "message": {"role": "assistant", "content": ""}, "done": True,
-                      "done_reason": "stop", "prompt_eval_count": 3, "eval_count": 2})
+        lines.append(
+            {
+                "model": "llama3.2",
+                "message": {"role": "assistant", "content": ""},
+                "done": True,
+                "done_reason": "stop",
+                "prompt_eval_count": 3,
+                "eval_count": 2,
+            }
+        )
     return lines
 
 
 PROVIDERS = {
-    "anthropic": ("/v1/messages", "anthropic:claude-sonnet-4-5",
-                  lambda *t, end=True: sse_reply([anthropic_events(*t, stop=end)])),
+    "anthropic": (
+        "/v1/messages",
+        "anthropic:claude-sonnet-4-5",
+        lambda *t, end=True: sse_reply([anthropic_events(*t, stop=end)]),
+    ),
     "ollama": ("/api/chat", "ollama:llama3.2", lambda *t, end=True: Reply.ndjson(ollama_lines(*t, done=end))),
 }
 
 
 @pytest.fixture
 async def daemon_native(start_daemon, upstream):
-    return await start_daemon({
-        "limits": {"max_response_bytes": LIMIT},
-        "timeouts": {"stream_idle_s": 2.0},
-        "providers": {"mock": {"enabled": False}, "anthropic": {"base_url": upstream.base_url},
-                      "ollama": {"enabled": True, "base_url": upstream.base_url}},
-    }, env={"ANTHROPIC_API_KEY": KEY})
+    return await start_daemon(
+        {
+            "limits": {"max_response_bytes": LIMIT},
+            "timeouts": {"stream_idle_s": 2.0},
+            "providers": {
+                "mock": {"enabled": False},
+                "anthropic": {"base_url": upstream.base_url},
+                "ollama": {"enabled": True, "base_url": upstream.base_url},
+            },
+        },
+        env={"ANTHROPIC_API_KEY": KEY},
+    )
 
 
 @pytest.mark.parametrize("provider", sorted(PROVIDERS))
 async def test_a_native_stream_without_its_end_is_a_network_error(daemon_native, upstream, provider):
     path, model, reply = PROVIDERS[provider]
-    events, innocent = await attack_beside_innocent(daemon_native, upstream, reply("half an ", "answer", end=False),
-                                                    path=path, model=model, good=reply("all ", "fine"))
+    events, innocent = await attack_beside_innocent(
+        daemon_native,
+        upstream,
+        reply("half an ", "answer", end=False),
+        path=path,
+        model=model,
+        good=reply("all ", "fine"),
+    )
     end = events[-1]
     assert type(end) is ErrorEvent and end.error.error_class == "network"
     assert end.partial.text == "half an answer" and end.partial.usage.estimated
@@ -329,8 +376,9 @@ async def test_a_native_stream_without_its_end_is_a_network_error(daemon_native,
 async def test_a_native_html_page_with_status_200_is_an_invalid_response(daemon_native, upstream, provider):
     path, model, reply = PROVIDERS[provider]
     page = Reply(200, {"content-type": "text/html"}, [b"<html><body>Welcome to nginx!</body></html>"])
-    events, _ = await attack_beside_innocent(daemon_native, upstream, page, path=path, model=model,
-                                             good=reply("all ", "fine"))
+    events, _ = await attack_beside_innocent(
+        daemon_native, upstream, page, path=path, model=model, good=reply("all ", "fine")
+    )
     (end,) = events
     assert type(end) is ErrorEvent and end.error.error_class == "invalid_response"
     assert "text/html" in end.error.message
@@ -345,8 +393,9 @@ async def test_a_native_endless_stream_ends_at_the_response_limit(daemon_native,
         first.repeat = b"event: content_block_delta" + more
     else:
         first.repeat = (json.dumps(ollama_lines("x" * 1000, done=False)[0]) + "\n").encode()
-    events, _ = await attack_beside_innocent(daemon_native, upstream, first, path=path, model=model,
-                                             good=reply("all ", "fine"))
+    events, _ = await attack_beside_innocent(
+        daemon_native, upstream, first, path=path, model=model, good=reply("all ", "fine")
+    )
     end = events[-1]
     assert type(end) is ErrorEvent and end.error.error_class == "invalid_response"
     assert "max_response_bytes" in end.error.message and end.partial.text.startswith("start xxx")
@@ -358,8 +407,9 @@ async def test_a_finished_request_whose_events_were_let_go_still_replays_its_ter
     from trunkline import Message, Request
 
     daemon = await start_daemon({"replay": {"max_bytes": 150_000}})  # one such request fits, two do not
-    big = Request(model="mock:echo", messages=[Message.user("x")],
-                  provider_options=steps({"text": "y" * 200}, repeat=200))
+    big = Request(
+        model="mock:echo", messages=[Message.user("x")], provider_options=steps({"text": "y" * 200}, repeat=200)
+    )
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir) as client:
             async with client.stream(big, request_id="big") as stream:
@@ -379,11 +429,17 @@ async def test_what_the_supervisor_keeps_of_an_endless_stream_is_bounded(start_d
     """The request's replay ring holds at most `replay.max_request_bytes` of its newest
     events (and always its last), however much the upstream sent: `replay` shows it."""
     keep = 64 * 1024
-    daemon = await start_daemon({
-        "limits": {"max_response_bytes": LIMIT}, "replay": {"max_request_bytes": keep},
-        "providers": {"mock": {"enabled": False},
-                      "vllm": {"type": "openai_compat", "base_url": upstream.base_url, "api_key_env": "VLLM_KEY"}},
-    }, env={"VLLM_KEY": KEY})
+    daemon = await start_daemon(
+        {
+            "limits": {"max_response_bytes": LIMIT},
+            "replay": {"max_request_bytes": keep},
+            "providers": {
+                "mock": {"enabled": False},
+                "vllm": {"type": "openai_compat", "base_url": upstream.base_url, "api_key_env": "VLLM_KEY"},
+            },
+        },
+        env={"VLLM_KEY": KEY},
+    )
     upstream.route("POST", CHAT, sse_reply([chunk("start ")], repeat=chunk("x" * 1000)))
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir) as client:

@@ -44,8 +44,11 @@ class Innocent:
         self.done = trio.Event()
 
     async def run(self, client: Client) -> None:
-        request = Request(model="mock:echo", messages=[Message.user("x")], provider_options=steps(
-            *[{"text": f"w{i} ", "delay": 0.05} for i in range(WORDS)], {"finish": "stop"}))
+        request = Request(
+            model="mock:echo",
+            messages=[Message.user("x")],
+            provider_options=steps(*[{"text": f"w{i} ", "delay": 0.05} for i in range(WORDS)], {"finish": "stop"}),
+        )
         async with client.stream(request) as stream:
             async for ev in stream:
                 self.events.append(ev)
@@ -96,21 +99,34 @@ class Raw:
 
 
 def submit(request: dict[str, Any], request_id: str = "attack", client_id: str = "c-attacker") -> bytes:
-    return codec.encode({"type": "submit", "request_id": request_id, "client_id": client_id, "request": {
-        "model": "mock:echo", "messages": [{"role": "user", "content": [{"type": "text", "text": "x"}]}],
-        **request}})
+    return codec.encode(
+        {
+            "type": "submit",
+            "request_id": request_id,
+            "client_id": client_id,
+            "request": {
+                "model": "mock:echo",
+                "messages": [{"role": "user", "content": [{"type": "text", "text": "x"}]}],
+                **request,
+            },
+        }
+    )
 
 
 # -- 1. numbers that crashed the worker -------------------------------------------------
 
-@pytest.mark.parametrize("fields", [
-    {"timeouts": Timeouts(request_s=-1)},
-    {"timeouts": Timeouts(request_s=float("nan"))},
-    {"timeouts": Timeouts(stream_idle_s=float("nan"))},
-    {"temperature": float("inf")},
-    {"provider_options": steps({"text": "a", "delay": -5})},
-    {"provider_options": steps({"tool_call": {"name": "f", "chunks": 0}})},
-])
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"timeouts": Timeouts(request_s=-1)},
+        {"timeouts": Timeouts(request_s=float("nan"))},
+        {"timeouts": Timeouts(stream_idle_s=float("nan"))},
+        {"temperature": float("inf")},
+        {"provider_options": steps({"text": "a", "delay": -5})},
+        {"provider_options": steps({"tool_call": {"name": "f", "chunks": 0}})},
+    ],
+)
 async def test_a_bad_number_is_refused_and_the_worker_keeps_serving(daemon, fields):
     with trio.fail_after(30):
         async with beside_an_innocent(daemon) as client:
@@ -121,6 +137,7 @@ async def test_a_bad_number_is_refused_and_the_worker_keeps_serving(daemon, fiel
 
 
 # -- 2. local files ------------------------------------------------------------------------
+
 
 async def test_the_daemon_never_opens_a_path_a_client_names(start_daemon, tmp_path):
     daemon = await start_daemon(env={"OPENROUTER_API_KEY": "sk-or-not-for-mock", "TRUNKLINE_TOKEN": "tok-secret"})
@@ -133,15 +150,27 @@ async def test_the_daemon_never_opens_a_path_a_client_names(start_daemon, tmp_pa
             async with beside_an_innocent(daemon) as client:
                 welcome = await raw.ask(codec.encode({"type": "hello", "client_name": "attacker"}))
                 for path in ("/proc/self/environ", "/dev/zero", str(fifo)):
-                    reply = await raw.ask(submit({"messages": [{"role": "user", "content": [
-                        {"type": "text", "text": "x"}, {"type": "image", "path": path}]}]}, client_id=welcome.client_id))
+                    reply = await raw.ask(
+                        submit(
+                            {
+                                "messages": [
+                                    {
+                                        "role": "user",
+                                        "content": [{"type": "text", "text": "x"}, {"type": "image", "path": path}],
+                                    }
+                                ]
+                            },
+                            client_id=welcome.client_id,
+                        )
+                    )
                     assert type(reply) is Rejected and reply.error.error_class == "invalid_request"
                     assert "does not read local files" in reply.error.message
                 # The Python client reads its own files, and refuses what is not a regular file.
                 with pytest.raises(InvalidRequestError, match="not a regular file"):
                     await client.complete("mock:echo", Message.user("x", ImagePart(path=str(fifo))))
-                ok = await client.complete("mock:echo", Message.user("what is this?",
-                                                                     ImagePart(path=str(tmp_path / "cat.png"))))
+                ok = await client.complete(
+                    "mock:echo", Message.user("what is this?", ImagePart(path=str(tmp_path / "cat.png")))
+                )
                 assert ok.text == "what is this?"
                 mock = {w.provider: w for w in (await client.status()).workers}["mock"]
         environ = open(f"/proc/{mock.pid}/environ", "rb").read()
@@ -152,6 +181,7 @@ async def test_the_daemon_never_opens_a_path_a_client_names(start_daemon, tmp_pa
 
 
 # -- 3. a prompt at the size limit ---------------------------------------------------------
+
 
 async def test_a_prompt_near_the_size_limit_is_refused_without_freezing_the_daemon(daemon):
     prompt = "word " * (3 * 1024 * 1024)  # 15 MiB, under the 16 MiB limit
@@ -164,6 +194,7 @@ async def test_a_prompt_near_the_size_limit_is_refused_without_freezing_the_daem
 
 
 # -- 4. deep nesting -------------------------------------------------------------------------
+
 
 async def test_deep_nesting_is_a_protocol_error_that_leaves_nothing_running(daemon):
     head = submit({"provider_options": {"mock": {"x": 0}}})
@@ -185,6 +216,7 @@ async def test_deep_nesting_is_a_protocol_error_that_leaves_nothing_running(daem
 
 
 # -- 5. untyped replies and the log --------------------------------------------------------
+
 
 async def test_unreadable_input_gets_its_class_and_one_rate_limited_log_line(start_daemon):
     limit = 64 * 1024
@@ -223,14 +255,18 @@ async def test_unreadable_input_gets_its_class_and_one_rate_limited_log_line(sta
 
 # -- 6. media the providers would refuse ----------------------------------------------------
 
-@pytest.mark.parametrize(("part", "words"), [
-    (ImagePart(url="file:///etc/passwd"), "only https, http and data: URLs"),
-    (ImagePart(url="gopher://host/x"), "only https, http and data: URLs"),
-    (ImagePart(url="https:///no-host.png"), "has no host"),
-    (ImagePart(data="***not base64***", media_type="image/png"), "not valid base64"),
-    (ImagePart(data=PNG, media_type="application/x-msdownload"), "not an accepted image type"),
-    (ImagePart(url="data:image/png;base64,%%%%"), "not valid base64"),
-])
+
+@pytest.mark.parametrize(
+    ("part", "words"),
+    [
+        (ImagePart(url="file:///etc/passwd"), "only https, http and data: URLs"),
+        (ImagePart(url="gopher://host/x"), "only https, http and data: URLs"),
+        (ImagePart(url="https:///no-host.png"), "has no host"),
+        (ImagePart(data="***not base64***", media_type="image/png"), "not valid base64"),
+        (ImagePart(data=PNG, media_type="application/x-msdownload"), "not an accepted image type"),
+        (ImagePart(url="data:image/png;base64,%%%%"), "not valid base64"),
+    ],
+)
 async def test_bad_media_is_refused_before_any_provider_call(daemon, part, words):
     with trio.fail_after(30):
         async with beside_an_innocent(daemon) as client:

@@ -69,13 +69,24 @@ async def lone_daemon(nursery: trio.Nursery) -> AsyncIterator[Any]:
 
 async def test_requests_errors_retries_waits_tokens_and_latency_are_scraped(start_daemon):
     port = free_port()
-    daemon = await start_daemon({"metrics": {"listen": f"127.0.0.1:{port}"},
-                                 "providers": {"lab": {"type": "openai_compat"}}})  # no base_url: not configured
-    flaky = {"mock": {"steps": [{"error": {"error_class": "server_error", "attempts": 1}}, {"text": "ok"},
-                                {"usage": {"input_tokens": 7, "output_tokens": 3, "cache_write_tokens": 5}}]}}
+    daemon = await start_daemon(
+        {"metrics": {"listen": f"127.0.0.1:{port}"}, "providers": {"lab": {"type": "openai_compat"}}}
+    )  # no base_url: not configured
+    flaky = {
+        "mock": {
+            "steps": [
+                {"error": {"error_class": "server_error", "attempts": 1}},
+                {"text": "ok"},
+                {"usage": {"input_tokens": 7, "output_tokens": 3, "cache_write_tokens": 5}},
+            ]
+        }
+    }
     throttled = {"mock": {"steps": [{"error": {"error_class": "rate_limit", "attempts": 1}}, {"text": "ok"}]}}
-    told_when = {"mock": {"steps": [{"error": {"error_class": "rate_limit", "retry_after": 0.05, "attempts": 1}},
-                                    {"text": "ok"}]}}
+    told_when = {
+        "mock": {
+            "steps": [{"error": {"error_class": "rate_limit", "retry_after": 0.05, "attempts": 1}}, {"text": "ok"}]
+        }
+    }
     broken = {"mock": {"steps": [{"error": {"error_class": "invalid_request", "status": 400}}]}}
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir) as client:
@@ -115,8 +126,11 @@ async def test_requests_errors_retries_waits_tokens_and_latency_are_scraped(star
     assert value(found, "trunkline_worker_state", provider="mock") == 1
     assert value(found, "trunkline_worker_state", provider="lab", state="not_configured") == 1
     assert value(found, "trunkline_worker_state", provider="lab") == 1
-    assert not [s for s in found if s[0] in ("trunkline_worker_up", "trunkline_worker_restarts_total")
-                and s[1]["provider"] == "lab"]
+    assert not [
+        s
+        for s in found
+        if s[0] in ("trunkline_worker_up", "trunkline_worker_restarts_total") and s[1]["provider"] == "lab"
+    ]
     types = {f.name: f.type for f in text_string_to_metric_families(reply.text)}
     assert types["trunkline_worker_restarts"] == "counter"
     assert types["trunkline_worker_state"] == "gauge"
@@ -125,8 +139,9 @@ async def test_requests_errors_retries_waits_tokens_and_latency_are_scraped(star
 
 async def test_model_names_a_client_makes_up_make_no_new_series(start_daemon):
     port = free_port()
-    daemon = await start_daemon({"metrics": {"listen": f"127.0.0.1:{port}"},
-                                 "models": {"mock:house": {"wire_name": "echo"}}})  # a configured name
+    daemon = await start_daemon(
+        {"metrics": {"listen": f"127.0.0.1:{port}"}, "models": {"mock:house": {"wire_name": "echo"}}}
+    )  # a configured name
 
     async def submit_made_up_names(client: Client, n: int) -> list[str]:
         names = [f"mock:{secrets.token_hex(6)}" for _ in range(n)]  # passed through, then not found
@@ -166,13 +181,16 @@ async def test_only_metrics_is_served_in_either_format(start_daemon):
         async with httpx.AsyncClient() as http:
             metrics = await http.get(f"{base}/metrics")
             root = await http.get(f"{base}/")
-            elsewhere = [await http.get(f"{base}{path}") for path in ("/favicon.ico", "/metrics/x", "/x?y=1",
-                                                                       "/Metrics", "/%2e%2e/metrics")]
+            elsewhere = [
+                await http.get(f"{base}{path}")
+                for path in ("/favicon.ico", "/metrics/x", "/x?y=1", "/Metrics", "/%2e%2e/metrics")
+            ]
             posted = await http.post(f"{base}/metrics", content=b"x")
             deleted = await http.delete(f"{base}/metrics")
             head = await http.head(f"{base}/metrics")
-            openmetrics = await http.get(f"{base}/metrics",
-                                         headers={"Accept": "application/openmetrics-text; version=1.0.0"})
+            openmetrics = await http.get(
+                f"{base}/metrics", headers={"Accept": "application/openmetrics-text; version=1.0.0"}
+            )
             gzipped = await http.get(f"{base}/metrics", headers={"Accept-Encoding": "gzip"})
     assert metrics.status_code == 200 and metrics.headers["content-type"].startswith("text/plain; version=0.0.4")
     assert samples(metrics.text)
@@ -270,8 +288,10 @@ async def test_a_token_from_the_environment(start_daemon, lone_daemon):
     with trio.fail_after(20):
         assert (await scrape(port)).status_code == 401  # a token set is required on loopback too
         assert (await scrape(port, headers={"Authorization": f"Bearer {token}"})).status_code == 200
-        unset = await lone_daemon({**config, "metrics": {**config["metrics"], "listen": f"127.0.0.1:{free_port()}"}},
-                                  env={"TL_TEST_METRICS_TOKEN": ""})
+        unset = await lone_daemon(
+            {**config, "metrics": {**config["metrics"], "listen": f"127.0.0.1:{free_port()}"}},
+            env={"TL_TEST_METRICS_TOKEN": ""},
+        )
         await unset.exited.wait()
     assert unset.proc.returncode == 2
     assert "`metrics.bearer_token_env` (TL_TEST_METRICS_TOKEN): it holds no token" in unset.output()

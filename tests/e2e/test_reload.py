@@ -23,16 +23,31 @@ pytestmark = pytest.mark.e2e
 
 KEY = "fake-anthropic-key-never-to-be-seen-0123456789"
 MODEL = "anthropic:priced"
-ANSWER = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
-          "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
-          "usage": {"input_tokens": 1000, "output_tokens": 100}}
-OVERLOADED = Reply(529, {"content-type": "application/json"},
-                   [b'{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}'])
+ANSWER = {
+    "id": "msg_1",
+    "type": "message",
+    "role": "assistant",
+    "model": "claude-sonnet-4-5",
+    "content": [{"type": "text", "text": "ok"}],
+    "stop_reason": "end_turn",
+    "usage": {"input_tokens": 1000, "output_tokens": 100},
+}
+OVERLOADED = Reply(
+    529,
+    {"content-type": "application/json"},
+    [b'{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}'],
+)
 
 
 def priced(input_usd: float, output_usd: float) -> dict:
-    return {MODEL: {"wire_name": "claude-sonnet-4-5", "context_window": 200000, "max_output": 64000,
-                    "price": {"input": input_usd, "output": output_usd}}}
+    return {
+        MODEL: {
+            "wire_name": "claude-sonnet-4-5",
+            "context_window": 200000,
+            "max_output": 64000,
+            "price": {"input": input_usd, "output": output_usd},
+        }
+    }
 
 
 def cost(input_usd: float, output_usd: float) -> float:
@@ -46,8 +61,10 @@ async def upstream(nursery) -> FakeUpstream:
 
 @pytest.fixture
 async def daemon(start_daemon, upstream):
-    return await start_daemon({"providers": {"anthropic": {"base_url": upstream.base_url}},
-                               "models": priced(1.0, 2.0)}, env={"ANTHROPIC_API_KEY": KEY})
+    return await start_daemon(
+        {"providers": {"anthropic": {"base_url": upstream.base_url}}, "models": priced(1.0, 2.0)},
+        env={"ANTHROPIC_API_KEY": KEY},
+    )
 
 
 def rewrite(daemon, change) -> None:
@@ -63,9 +80,13 @@ def drain(client: Client) -> None:
 
 
 async def cli_reload(daemon) -> subprocess.CompletedProcess:
-    return await trio.run_process([sys.executable, "-m", "trunkline.cli", "reload", "--runtime-dir",
-                                   str(daemon.runtime_dir)], capture_stdout=True, capture_stderr=True, check=False,
-                                  cwd=REPO)
+    return await trio.run_process(
+        [sys.executable, "-m", "trunkline.cli", "reload", "--runtime-dir", str(daemon.runtime_dir)],
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+        cwd=REPO,
+    )
 
 
 async def test_reload_applies_to_new_requests_and_refuses_a_broken_file(daemon, upstream):
@@ -149,8 +170,9 @@ async def test_a_failed_sighup_reload_is_on_the_bus_and_changes_nothing(daemon, 
 
 
 async def test_a_reload_applies_the_restart_limits_live_and_lists_what_needs_a_restart(start_daemon):
-    daemon = await start_daemon({"supervision": {"max_restarts": 5, "restart_window_s": 60,
-                                                 "unavailable_retry_s": 300}})
+    daemon = await start_daemon(
+        {"supervision": {"max_restarts": 5, "restart_window_s": 60, "unavailable_retry_s": 300}}
+    )
     crash = {"mock": {"steps": [{"text": "a"}, {"crash": True}]}}
     with trio.fail_after(40):
         async with Client(daemon.runtime_dir) as client:
@@ -179,8 +201,10 @@ async def test_a_reload_reports_what_differs_from_what_the_daemon_runs(start_dae
     original = daemon.config_path.read_text()
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir) as client:
-            rewrite(daemon, lambda config: config.update(endpoints={"events": "elsewhere.ipc"},
-                                                          limits={"max_connections": 10}))
+            rewrite(
+                daemon,
+                lambda config: config.update(endpoints={"events": "elsewhere.ipc"}, limits={"max_connections": 10}),
+            )
             changed = await client.reload()
             assert changed.ok and changed.restart_needed == ["endpoints", "limits"], changed
             rewrite(daemon, lambda config: config.update(endpoints={"events": "events.ipc"}))

@@ -61,14 +61,21 @@ async def test_scripted_reasoning_and_parallel_tool_calls(daemon):
         {"reasoning": "Two lookups."},
         {"signature": "sig-123"},
         {"text": "Checking both cities."},
-        {"tool_call": {"name": "weather", "arguments": {"city": "Paris", "unit": "°C"}, "chunks": 4,
-                       "id": "call_abc123_with_underscores"}},
+        {
+            "tool_call": {
+                "name": "weather",
+                "arguments": {"city": "Paris", "unit": "°C"},
+                "chunks": 4,
+                "id": "call_abc123_with_underscores",
+            }
+        },
         {"tool_call": {"name": "weather", "arguments": {"city": "Tōkyō"}, "chunks": 3}},
         {"usage": {"input_tokens": 120, "output_tokens": 40, "reasoning_tokens": 12, "cache_read_tokens": 100}},
         {"finish": "tool_calls"},
     )
-    request = Request(model="mock:echo", messages=[Message.user("weather in Paris and Tokyo?")],
-                      provider_options=script)
+    request = Request(
+        model="mock:echo", messages=[Message.user("weather in Paris and Tokyo?")], provider_options=script
+    )
     with trio.fail_after(20):
         async with Client(daemon.runtime_dir) as client:
             events = await collect(client, request)
@@ -102,9 +109,14 @@ async def test_scripted_reasoning_and_parallel_tool_calls(daemon):
 
 async def test_tool_ids_round_trip_through_the_provider(daemon):
     """A tool call's canonical id, sent back in the next turn, reaches the provider as its own id."""
-    first = Request(model="mock:echo", messages=[Message.user("call it")], provider_options=steps(
-        {"tool_call": {"name": "lookup", "arguments": {"q": 1}, "id": "call_abc123_with_underscores"}},
-        {"finish": "tool_calls"}))
+    first = Request(
+        model="mock:echo",
+        messages=[Message.user("call it")],
+        provider_options=steps(
+            {"tool_call": {"name": "lookup", "arguments": {"q": 1}, "id": "call_abc123_with_underscores"}},
+            {"finish": "tool_calls"},
+        ),
+    )
     with trio.fail_after(20):
         async with Client(daemon.runtime_dir) as client:
             response = await client.complete(first)
@@ -147,9 +159,15 @@ async def test_invalid_requests_are_rejected_before_any_call(daemon):
 
 
 async def test_retryable_error_is_retried_then_succeeds(daemon):
-    request = Request(model="mock:echo", messages=[Message.user("retry me")], provider_options=steps(
-        {"error": {"error_class": "rate_limit", "status": 429, "retry_after": 0.05, "attempts": 2}},
-        {"text": "finally"}, {"finish": "stop"}))
+    request = Request(
+        model="mock:echo",
+        messages=[Message.user("retry me")],
+        provider_options=steps(
+            {"error": {"error_class": "rate_limit", "status": 429, "retry_after": 0.05, "attempts": 2}},
+            {"text": "finally"},
+            {"finish": "stop"},
+        ),
+    )
     with trio.fail_after(20):
         async with Client(daemon.runtime_dir, watch_bus=True) as client:
             response = await client.complete(request, request_id="req-retry")
@@ -166,8 +184,13 @@ async def test_retryable_error_is_retried_then_succeeds(daemon):
 
 
 async def test_non_retryable_error_is_not_retried(daemon):
-    request = Request(model="mock:echo", messages=[Message.user("no")], provider_options=steps(
-        {"error": {"error_class": "invalid_request", "status": 400, "message": "bad field foo"}}))
+    request = Request(
+        model="mock:echo",
+        messages=[Message.user("no")],
+        provider_options=steps(
+            {"error": {"error_class": "invalid_request", "status": 400, "message": "bad field foo"}}
+        ),
+    )
     with trio.fail_after(20):
         async with Client(daemon.runtime_dir, watch_bus=True) as client:
             with pytest.raises(InvalidRequestError, match="bad field foo") as info:
@@ -182,8 +205,11 @@ async def test_non_retryable_error_is_not_retried(daemon):
 
 
 async def test_retry_after_beyond_cap_is_returned_not_waited(daemon):
-    request = Request(model="mock:echo", messages=[Message.user("no")], provider_options=steps(
-        {"error": {"error_class": "rate_limit", "status": 429, "retry_after": 3600}}))
+    request = Request(
+        model="mock:echo",
+        messages=[Message.user("no")],
+        provider_options=steps({"error": {"error_class": "rate_limit", "status": 429, "retry_after": 3600}}),
+    )
     with trio.fail_after(10):
         async with Client(daemon.runtime_dir) as client:
             with pytest.raises(RateLimitError, match="exceeds the cap") as info:
@@ -192,9 +218,15 @@ async def test_retry_after_beyond_cap_is_returned_not_waited(daemon):
 
 
 async def test_error_mid_stream_ends_with_partial(daemon):
-    request = Request(model="mock:echo", messages=[Message.user("x")], provider_options=steps(
-        {"text": "partial "}, {"text": "answer"},
-        {"error": {"error_class": "rate_limit", "message": "overloaded_error: Overloaded", "status": 529}}))
+    request = Request(
+        model="mock:echo",
+        messages=[Message.user("x")],
+        provider_options=steps(
+            {"text": "partial "},
+            {"text": "answer"},
+            {"error": {"error_class": "rate_limit", "message": "overloaded_error: Overloaded", "status": 529}},
+        ),
+    )
     with trio.fail_after(20):
         async with Client(daemon.runtime_dir) as client:
             events = await collect(client, request)

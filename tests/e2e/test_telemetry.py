@@ -24,17 +24,27 @@ from trunkline import Client
 pytestmark = pytest.mark.e2e
 
 KEY = "fake-anthropic-key-never-to-be-seen-0123456789"
-ANSWER = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5-20250929",
-          "content": [{"type": "text", "text": "4"}], "stop_reason": "end_turn",
-          "usage": {"input_tokens": 14, "output_tokens": 2, "cache_read_input_tokens": 3}}
-OVERLOADED = Reply(529, {"content-type": "application/json"},
-                   [b'{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}'])
+ANSWER = {
+    "id": "msg_1",
+    "type": "message",
+    "role": "assistant",
+    "model": "claude-sonnet-4-5-20250929",
+    "content": [{"type": "text", "text": "4"}],
+    "stop_reason": "end_turn",
+    "usage": {"input_tokens": 14, "output_tokens": 2, "cache_read_input_tokens": 3},
+}
+OVERLOADED = Reply(
+    529,
+    {"content-type": "application/json"},
+    [b'{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}'],
+)
 CI_TRACE, CI_SPAN = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
 ACCEPTED = Reply(200, {"content-type": "application/x-protobuf"}, [])
 SCHEMA_URL = "https://opentelemetry.io/schemas/1.41.0"
 #: Anthropic streaming two tool calls, as recorded, cut after its first text delta.
-TOOLS_SSE = [e + b"\n\n" for e in (REPO / "cassettes" / "anthropic" / "tools-parallel.sse").read_bytes()
-             .strip().split(b"\n\n")]
+TOOLS_SSE = [
+    e + b"\n\n" for e in (REPO / "cassettes" / "anthropic" / "tools-parallel.sse").read_bytes().strip().split(b"\n\n")
+]
 
 
 def value(any_value: Any) -> Any:
@@ -63,9 +73,13 @@ async def test_a_callers_trace_continues_through_the_daemon_to_the_collector(sta
     release = trio.Event()
     held = Reply(200, {"content-type": "text/event-stream"}, TOOLS_SSE, hold_after=3, release=release)
     upstream.route("POST", "/v1/messages", OVERLOADED, Reply.json(ANSWER), held)
-    daemon = await start_daemon({"providers": {"anthropic": {"base_url": upstream.base_url}},
-                                 "telemetry": {"otlp_endpoint": collector.base_url}},
-                                env={"ANTHROPIC_API_KEY": KEY})
+    daemon = await start_daemon(
+        {
+            "providers": {"anthropic": {"base_url": upstream.base_url}},
+            "telemetry": {"otlp_endpoint": collector.base_url},
+        },
+        env={"ANTHROPIC_API_KEY": KEY},
+    )
     tracer = TracerProvider().get_tracer("the caller")
     with trio.fail_after(60):
         async with Client(daemon.runtime_dir) as client:
@@ -77,20 +91,39 @@ async def test_a_callers_trace_continues_through_the_daemon_to_the_collector(sta
                 streamed = await stream.response()
         # A command run inside a trace (TRACEPARENT in its environment) continues it.
         asked = await trio.run_process(
-            [sys.executable, "-m", "trunkline.cli", "ask", "mock:echo", "from a traced job", "--runtime-dir",
-             str(daemon.runtime_dir)], capture_stdout=True, capture_stderr=True, check=False,
-            env={**os.environ, "TRACEPARENT": f"00-{CI_TRACE}-{CI_SPAN}-01"})
+            [
+                sys.executable,
+                "-m",
+                "trunkline.cli",
+                "ask",
+                "mock:echo",
+                "from a traced job",
+                "--runtime-dir",
+                str(daemon.runtime_dir),
+            ],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            env={**os.environ, "TRACEPARENT": f"00-{CI_TRACE}-{CI_SPAN}-01"},
+        )
         assert asked.returncode == 0, asked.stderr
         # The daemon's exit sends what its batch still holds.
         assert await daemon.stop() == 0
     assert answer.text == "4"
     assert all(post.headers["content-type"] == "application/x-protobuf" for post in collector.sent("/v1/traces"))
-    assert [ss.schema_url for post in collector.sent("/v1/traces")
-            for rs in ExportTraceServiceRequest.FromString(post.body).resource_spans
-            for ss in rs.scope_spans] == [SCHEMA_URL] * len(collector.sent("/v1/traces"))
-    spans = [span for post in collector.sent("/v1/traces")
-             for rs in ExportTraceServiceRequest.FromString(post.body).resource_spans
-             for ss in rs.scope_spans for span in ss.spans]
+    assert [
+        ss.schema_url
+        for post in collector.sent("/v1/traces")
+        for rs in ExportTraceServiceRequest.FromString(post.body).resource_spans
+        for ss in rs.scope_spans
+    ] == [SCHEMA_URL] * len(collector.sent("/v1/traces"))
+    spans = [
+        span
+        for post in collector.sent("/v1/traces")
+        for rs in ExportTraceServiceRequest.FromString(post.body).resource_spans
+        for ss in rs.scope_spans
+        for span in ss.spans
+    ]
     assert sorted(span.name for span in spans) == ["chat claude-sonnet-4-5", "chat claude-sonnet-4-5", "chat echo"]
     from_job = next(span for span in spans if span.trace_id.hex() == CI_TRACE)
     assert from_job.parent_span_id.hex() == CI_SPAN and from_job.name == "chat echo"
@@ -121,27 +154,41 @@ async def test_a_callers_trace_continues_through_the_daemon_to_the_collector(sta
     # Anthropic's `tool_use` is our `tool_calls`, and the conventions' `tool_call`.
     assert streamed.finish_reason.reason == "tool_calls" and a["gen_ai.response.finish_reasons"] == ["tool_call"]
 
-    scopes = [sm for post in collector.sent("/v1/metrics")
-              for rm in ExportMetricsServiceRequest.FromString(post.body).resource_metrics for sm in rm.scope_metrics]
+    scopes = [
+        sm
+        for post in collector.sent("/v1/metrics")
+        for rm in ExportMetricsServiceRequest.FromString(post.body).resource_metrics
+        for sm in rm.scope_metrics
+    ]
     assert scopes and all(sm.schema_url == SCHEMA_URL for sm in scopes)
     metrics = {m.name: m for sm in scopes for m in sm.metrics}
-    assert {"gen_ai.client.token.usage", "gen_ai.client.operation.duration",
-            "gen_ai.client.operation.time_to_first_chunk", "gen_ai.client.operation.time_per_output_chunk"} \
-        <= set(metrics)
-    tokens = {(attributes(p.attributes)["gen_ai.request.model"], attributes(p.attributes)["gen_ai.token.type"]): p.sum
-              for p in metrics["gen_ai.client.token.usage"].histogram.data_points}
+    assert {
+        "gen_ai.client.token.usage",
+        "gen_ai.client.operation.duration",
+        "gen_ai.client.operation.time_to_first_chunk",
+        "gen_ai.client.operation.time_per_output_chunk",
+    } <= set(metrics)
+    tokens = {
+        (attributes(p.attributes)["gen_ai.request.model"], attributes(p.attributes)["gen_ai.token.type"]): p.sum
+        for p in metrics["gen_ai.client.token.usage"].histogram.data_points
+    }
     usage = streamed.usage
     assert tokens[("claude-sonnet-4-5", "input")] == 17 + usage.input_tokens
     assert tokens[("claude-sonnet-4-5", "output")] == 2 + usage.output_tokens
 
     def claude(metric: str) -> Any:
-        (point,) = [p for p in metrics[metric].histogram.data_points
-                    if attributes(p.attributes)["gen_ai.request.model"] == "claude-sonnet-4-5"]
+        (point,) = [
+            p
+            for p in metrics[metric].histogram.data_points
+            if attributes(p.attributes)["gen_ai.request.model"] == "claude-sonnet-4-5"
+        ]
         return point
 
     # The stream's chunk metrics carry the model that answered, as the others do.
-    first, per_chunk = (claude("gen_ai.client.operation.time_to_first_chunk"),
-                        claude("gen_ai.client.operation.time_per_output_chunk"))
+    first, per_chunk = (
+        claude("gen_ai.client.operation.time_to_first_chunk"),
+        claude("gen_ai.client.operation.time_per_output_chunk"),
+    )
     for point in (first, per_chunk):
         assert attributes(point.attributes)["gen_ai.response.model"] == "claude-sonnet-4-5-20250929"
     assert first.count == 1 and metrics["gen_ai.client.operation.time_per_output_chunk"].unit == "s"
@@ -159,13 +206,21 @@ async def test_without_telemetry_config_nothing_is_exported(start_daemon, collec
     assert collector.requests == []
 
 
-async def test_spans_go_as_gzipped_otlp_json_when_asked_and_again_when_the_collector_is_busy(start_daemon,
-                                                                                              collector):
+async def test_spans_go_as_gzipped_otlp_json_when_asked_and_again_when_the_collector_is_busy(start_daemon, collector):
     # A collector shedding load: 503, then 429 (each "try again now"), then it takes the batch.
-    collector.route("POST", "/v1/traces", Reply(503, {"retry-after": "0"}, []), Reply(429, {"retry-after": "0"}, []),
-                    ACCEPTED)
-    daemon = await start_daemon({"telemetry": {"otlp_endpoint": collector.base_url, "otlp_protocol": "http/json",
-                                               "otlp_compression": "gzip", "metrics": False}})
+    collector.route(
+        "POST", "/v1/traces", Reply(503, {"retry-after": "0"}, []), Reply(429, {"retry-after": "0"}, []), ACCEPTED
+    )
+    daemon = await start_daemon(
+        {
+            "telemetry": {
+                "otlp_endpoint": collector.base_url,
+                "otlp_protocol": "http/json",
+                "otlp_compression": "gzip",
+                "metrics": False,
+            }
+        }
+    )
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir) as client:
             with TracerProvider().get_tracer("the caller").start_as_current_span("turn") as parent:

@@ -24,13 +24,22 @@ async def test_traced_daemon_stamps_every_hop_in_order(start_daemon):
     daemon = await start_daemon(env={"TRUNKLINE_TRACE_HOPS": "1"})
     with trio.fail_after(20):
         async with Client(daemon.runtime_dir, watch_bus=True) as client:
-            response = await client.complete(Request(model="mock:echo", messages=[Message.user("trace me")]),
-                                             request_id="req-traced")
+            response = await client.complete(
+                Request(model="mock:echo", messages=[Message.user("trace me")]), request_id="req-traced"
+            )
             stamps = await _trace_events(client, "req-traced")
     assert response.text
     sup, wrk = stamps["trace.supervisor"], stamps["trace.worker"]
-    path = [sup["supervisor_received"], sup["job_sent"], wrk["job_received"], wrk["attempt_started"],
-            wrk["reply_done"], wrk["terminal_emitted"], sup["terminal_received"], sup["terminal_published"]]
+    path = [
+        sup["supervisor_received"],
+        sup["job_sent"],
+        wrk["job_received"],
+        wrk["attempt_started"],
+        wrk["reply_done"],
+        wrk["terminal_emitted"],
+        sup["terminal_received"],
+        sup["terminal_published"],
+    ]
     assert all(t > 0 for t in path)
     assert path == sorted(path)
 
@@ -40,8 +49,9 @@ async def test_untraced_daemon_publishes_no_trace_events(start_daemon):
     names: list[str] = []
     with trio.fail_after(20):
         async with Client(daemon.runtime_dir, watch_bus=True) as client:
-            await client.complete(Request(model="mock:echo", messages=[Message.user("no trace")]),
-                                  request_id="req-plain")
+            await client.complete(
+                Request(model="mock:echo", messages=[Message.user("no trace")]), request_id="req-plain"
+            )
             while "llm.call_completed" not in names:
                 ev = await client.bus_events.receive()
                 if ev.request_id == "req-plain":

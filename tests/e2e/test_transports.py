@@ -47,8 +47,9 @@ def tls_files(directory: Path) -> dict[str, str]:
     return {k: str(v) for k, v in paths.items()}
 
 
-async def serve(start_daemon: Any, transport: str, tmp: Path,
-                extra: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+async def serve(
+    start_daemon: Any, transport: str, tmp: Path, extra: dict[str, Any] | None = None
+) -> tuple[Any, dict[str, Any]]:
     """A daemon on `transport`, and the keyword arguments a client needs to reach it."""
     if transport == "ipc":
         daemon = await start_daemon(extra)
@@ -72,8 +73,11 @@ def transport(request: pytest.FixtureRequest) -> str:
 
 async def test_handshake_submit_stream_cancel_and_replay(start_daemon, transport, tmp_path):
     daemon, reach = await serve(start_daemon, transport, tmp_path)
-    slow = Request(model="mock:echo", messages=[Message.user("x")],
-                   provider_options=steps(*[{"text": f"w{i} ", "delay": 0.05} for i in range(200)]))
+    slow = Request(
+        model="mock:echo",
+        messages=[Message.user("x")],
+        provider_options=steps(*[{"text": f"w{i} ", "delay": 0.05} for i in range(200)]),
+    )
     with trio.fail_after(30):
         async with Client(**reach) as client:
             assert client.client_id  # hello, welcome, subscription and probe all went through
@@ -100,8 +104,7 @@ async def test_a_gap_is_recovered_by_replay_over_every_transport(start_daemon, t
     oldest, so the first event it sees next shows the gap in `seq`."""
     n = 30_000
     daemon, reach = await serve(start_daemon, transport, tmp_path, {"replay": {"ring_events": 100_000}})
-    request = Request(model="mock:echo", messages=[Message.user("x")],
-                      provider_options=steps({"text": "ab"}, repeat=n))
+    request = Request(model="mock:echo", messages=[Message.user("x")], provider_options=steps({"text": "ab"}, repeat=n))
     with trio.fail_after(60):
         async with Client(**reach, watch_bus=True) as watcher, Client(**reach, silence_check_s=600) as client:
             gate = trio.Event()
@@ -164,23 +167,67 @@ async def test_the_cli_manages_a_remote_daemon_over_tls(start_daemon, tmp_path):
     with trio.fail_after(60):
         # Options, as the Python client's arguments are named.
         by_options = await trio.run_process(
-            [*base, "status", "--control-endpoint", reach["control_endpoint"], "--token", TOKEN,
-             "--tls-ca-file", reach["tls_ca_file"], "--tls-server-name", "localhost"],
-            capture_stdout=True, capture_stderr=True, check=False, env=env)
+            [
+                *base,
+                "status",
+                "--control-endpoint",
+                reach["control_endpoint"],
+                "--token",
+                TOKEN,
+                "--tls-ca-file",
+                reach["tls_ca_file"],
+                "--tls-server-name",
+                "localhost",
+            ],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            env=env,
+        )
         # The environment, as the C client reads it; `reload` too.
-        remote_env = {**env, "TRUNKLINE_CONTROL": reach["control_endpoint"], "TRUNKLINE_TOKEN": TOKEN,
-                      "TRUNKLINE_TLS_CA_FILE": reach["tls_ca_file"], "TRUNKLINE_TLS_SERVER_NAME": "localhost"}
-        by_env = await trio.run_process([*base, "reload"],
-                                        capture_stdout=True, capture_stderr=True, check=False, env=remote_env)
-        asked = await trio.run_process([*base, "ask", "mock:echo", "over tls"],
-                                       capture_stdout=True, capture_stderr=True, check=False, env=remote_env)
+        remote_env = {
+            **env,
+            "TRUNKLINE_CONTROL": reach["control_endpoint"],
+            "TRUNKLINE_TOKEN": TOKEN,
+            "TRUNKLINE_TLS_CA_FILE": reach["tls_ca_file"],
+            "TRUNKLINE_TLS_SERVER_NAME": "localhost",
+        }
+        by_env = await trio.run_process(
+            [*base, "reload"], capture_stdout=True, capture_stderr=True, check=False, env=remote_env
+        )
+        asked = await trio.run_process(
+            [*base, "ask", "mock:echo", "over tls"],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            env=remote_env,
+        )
         wrong = await trio.run_process(
-            [*base, "status", "--control-endpoint", reach["control_endpoint"], "--token", "not-the-token",
-             "--tls-ca-file", reach["tls_ca_file"], "--tls-server-name", "localhost"],
-            capture_stdout=True, capture_stderr=True, check=False, env=env)
+            [
+                *base,
+                "status",
+                "--control-endpoint",
+                reach["control_endpoint"],
+                "--token",
+                "not-the-token",
+                "--tls-ca-file",
+                reach["tls_ca_file"],
+                "--tls-server-name",
+                "localhost",
+            ],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            env=env,
+        )
         # A TLS failure has its own exit status and says what to change, not "no daemon".
-        misnamed = await trio.run_process([*base, "status", "--json"], capture_stdout=True, capture_stderr=True,
-                                          check=False, env={**remote_env, "TRUNKLINE_TLS_SERVER_NAME": "elsewhere"})
+        misnamed = await trio.run_process(
+            [*base, "status", "--json"],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+            env={**remote_env, "TRUNKLINE_TLS_SERVER_NAME": "elsewhere"},
+        )
     assert by_options.returncode == 0, by_options.stderr.decode()
     # The workers may still be starting: the status table is what shows it reached the daemon.
     assert "PROVIDER" in by_options.stdout.decode() and "\nmock " in by_options.stdout.decode()
@@ -200,15 +247,21 @@ async def test_each_tls_mistake_names_its_own_cause(start_daemon, tmp_path):
     not_pem = tmp_path / "not.pem"
     not_pem.write_text("not a certificate\n")
     cases = {
-        "wrong server name": ({**reach, "tls_server_name": "not-the-daemon.example"},
-                              "the daemon's certificate is not issued for 'not-the-daemon.example'"),
-        "another CA": ({**reach, "tls_ca_file": other_ca["ca"]},
-                       f"the daemon's certificate is not signed by the CA in {other_ca['ca']}"),
+        "wrong server name": (
+            {**reach, "tls_server_name": "not-the-daemon.example"},
+            "the daemon's certificate is not issued for 'not-the-daemon.example'",
+        ),
+        "another CA": (
+            {**reach, "tls_ca_file": other_ca["ca"]},
+            f"the daemon's certificate is not signed by the CA in {other_ca['ca']}",
+        ),
         "no CA": ({k: v for k, v in reach.items() if k != "tls_ca_file"}, "give the CA"),
         "missing CA file": ({**reach, "tls_ca_file": str(tmp_path / "nope.pem")}, "nope.pem"),
         "a CA file that is no certificate": ({**reach, "tls_ca_file": str(not_pem)}, "as a PEM certificate"),
-        "TLS to a plain tcp daemon": ({**reach, "control_endpoint": f"tls+{plain['control_endpoint']}"},
-                                      "not speak TLS"),
+        "TLS to a plain tcp daemon": (
+            {**reach, "control_endpoint": f"tls+{plain['control_endpoint']}"},
+            "not speak TLS",
+        ),
     }
     messages = {}
     with trio.fail_after(60):

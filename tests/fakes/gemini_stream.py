@@ -14,8 +14,12 @@ def sse(*payloads: dict[str, Any]) -> bytes:
     return b"".join(b"data: " + json.dumps(p, ensure_ascii=False).encode() + b"\r\n\r\n" for p in payloads)
 
 
-def chunk(*parts: dict[str, Any], finish: str | None = None, usage: dict[str, int] | None = None,
-          model: str = "gemini-3.8-flash") -> dict[str, Any]:
+def chunk(
+    *parts: dict[str, Any],
+    finish: str | None = None,
+    usage: dict[str, int] | None = None,
+    model: str = "gemini-3.8-flash",
+) -> dict[str, Any]:
     candidate: dict[str, Any] = {"content": {"role": "model", "parts": list(parts)}, "index": 0}
     if finish:
         candidate["finishReason"] = finish

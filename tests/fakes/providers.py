@@ -139,10 +139,17 @@ class MockHarness(Harness):
         # text in pieces, as a model streams it
         steps += [{"text": turn.text[i : i + 5]} for i in range(0, len(turn.text), 5)]
         steps += [{"tool_call": {"name": name, "arguments": args}} for name, args in turn.calls]
-        steps.append({"usage": {"input_tokens": turn.input_tokens, "output_tokens": turn.output_tokens,
-                                "reasoning_tokens": turn.reasoning_tokens,
-                                "cache_read_tokens": turn.cache_read_tokens,
-                                "cache_write_tokens": turn.cache_write_tokens}})
+        steps.append(
+            {
+                "usage": {
+                    "input_tokens": turn.input_tokens,
+                    "output_tokens": turn.output_tokens,
+                    "reasoning_tokens": turn.reasoning_tokens,
+                    "cache_read_tokens": turn.cache_read_tokens,
+                    "cache_write_tokens": turn.cache_write_tokens,
+                }
+            }
+        )
         steps.append({"finish": "tool_calls" if turn.calls else "stop"})
         return steps
 
@@ -171,8 +178,9 @@ class AnthropicHarness(Harness):
 
     async def start(self, nursery: trio.Nursery, start_daemon: Callable[..., Awaitable[Any]]) -> Harness:
         self.upstream = await FakeUpstream().start(nursery)
-        self.daemon = await start_daemon({"providers": {"anthropic": {"base_url": self.upstream.base_url}}},
-                                         env={"ANTHROPIC_API_KEY": ANTHROPIC_KEY})
+        self.daemon = await start_daemon(
+            {"providers": {"anthropic": {"base_url": self.upstream.base_url}}}, env={"ANTHROPIC_API_KEY": ANTHROPIC_KEY}
+        )
         return self
 
     def script(self, *turns: Turn) -> dict[str, Any]:
@@ -210,16 +218,16 @@ class AnthropicHarness(Harness):
         return [b["source"] for b in body["messages"][0]["content"] if b["type"] == "image"]
 
     def _blocks_of(self, body: dict[str, Any], kind: str) -> list[dict[str, Any]]:
-        return [b for m in body["messages"] if isinstance(m["content"], list) for b in m["content"]
-                if b.get("type") == kind]
+        return [
+            b for m in body["messages"] if isinstance(m["content"], list) for b in m["content"] if b.get("type") == kind
+        ]
 
     def tool_calls(self, body: dict[str, Any]) -> list[str]:
         return [b["id"] for b in self._blocks_of(body, "tool_use")]
 
     def tool_results(self, body: dict[str, Any]) -> list[tuple[str, str]]:
         def text(content: Any) -> str:
-            return content if isinstance(content, str) else "".join(b["text"] for b in content
-                                                                    if b["type"] == "text")
+            return content if isinstance(content, str) else "".join(b["text"] for b in content if b["type"] == "text")
 
         return [(b["tool_use_id"], text(b["content"])) for b in self._blocks_of(body, "tool_result")]
 
@@ -248,9 +256,12 @@ class AnthropicHarness(Harness):
 
     @staticmethod
     def _usage(turn: Turn) -> dict[str, Any]:
-        return {"input_tokens": turn.input_tokens - turn.cache_read_tokens - turn.cache_write_tokens,
-                "cache_read_input_tokens": turn.cache_read_tokens,
-                "cache_creation_input_tokens": turn.cache_write_tokens, "output_tokens": turn.output_tokens}
+        return {
+            "input_tokens": turn.input_tokens - turn.cache_read_tokens - turn.cache_write_tokens,
+            "cache_read_input_tokens": turn.cache_read_tokens,
+            "cache_creation_input_tokens": turn.cache_write_tokens,
+            "output_tokens": turn.output_tokens,
+        }
 
     def _reply(self, turn: Turn, n: int) -> Callable[[Recorded], Reply]:
         stop = "tool_use" if turn.calls else "end_turn"
@@ -258,9 +269,18 @@ class AnthropicHarness(Harness):
 
         def reply(request: Recorded) -> Reply:
             if not request.json().get("stream"):
-                return Reply.json({"id": f"msg_{n}", "type": "message", "role": "assistant",
-                                   "model": "claude-sonnet-4-5", "content": blocks, "stop_reason": stop,
-                                   "stop_sequence": None, "usage": self._usage(turn)})
+                return Reply.json(
+                    {
+                        "id": f"msg_{n}",
+                        "type": "message",
+                        "role": "assistant",
+                        "model": "claude-sonnet-4-5",
+                        "content": blocks,
+                        "stop_reason": stop,
+                        "stop_sequence": None,
+                        "usage": self._usage(turn),
+                    }
+                )
             return Reply.sse(self._sse(blocks, stop, turn, n), chunk_size=64)
 
         return reply
@@ -270,36 +290,83 @@ class AnthropicHarness(Harness):
             return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n"
 
         start_usage = {**self._usage(turn), "output_tokens": 1}
-        out = [event("message_start", {"message": {"id": f"msg_{n}", "type": "message", "role": "assistant",
-                                                   "model": "claude-sonnet-4-5", "content": [],
-                                                   "stop_reason": None, "stop_sequence": None,
-                                                   "usage": start_usage}})]
+        out = [
+            event(
+                "message_start",
+                {
+                    "message": {
+                        "id": f"msg_{n}",
+                        "type": "message",
+                        "role": "assistant",
+                        "model": "claude-sonnet-4-5",
+                        "content": [],
+                        "stop_reason": None,
+                        "stop_sequence": None,
+                        "usage": start_usage,
+                    }
+                },
+            )
+        ]
         for index, block in enumerate(blocks):
             kind = block["type"]
             if kind == "text":
-                out.append(event("content_block_start", {"index": index, "content_block": {"type": "text",
-                                                                                         "text": ""}}))
+                out.append(
+                    event("content_block_start", {"index": index, "content_block": {"type": "text", "text": ""}})
+                )
                 text = block["text"]
                 for piece in (text[i : i + 5] for i in range(0, len(text), 5)):
-                    out.append(event("content_block_delta", {"index": index, "delta": {"type": "text_delta",
-                                                                                       "text": piece}}))
+                    out.append(
+                        event("content_block_delta", {"index": index, "delta": {"type": "text_delta", "text": piece}})
+                    )
             elif kind == "thinking":
-                out.append(event("content_block_start", {"index": index, "content_block": {
-                    "type": "thinking", "thinking": "", "signature": ""}}))
-                out.append(event("content_block_delta", {"index": index, "delta": {
-                    "type": "thinking_delta", "thinking": block["thinking"]}}))
-                out.append(event("content_block_delta", {"index": index, "delta": {
-                    "type": "signature_delta", "signature": block["signature"]}}))
+                out.append(
+                    event(
+                        "content_block_start",
+                        {"index": index, "content_block": {"type": "thinking", "thinking": "", "signature": ""}},
+                    )
+                )
+                out.append(
+                    event(
+                        "content_block_delta",
+                        {"index": index, "delta": {"type": "thinking_delta", "thinking": block["thinking"]}},
+                    )
+                )
+                out.append(
+                    event(
+                        "content_block_delta",
+                        {"index": index, "delta": {"type": "signature_delta", "signature": block["signature"]}},
+                    )
+                )
             else:
-                out.append(event("content_block_start", {"index": index, "content_block": {
-                    "type": "tool_use", "id": block["id"], "name": block["name"], "input": {}}}))
+                out.append(
+                    event(
+                        "content_block_start",
+                        {
+                            "index": index,
+                            "content_block": {
+                                "type": "tool_use",
+                                "id": block["id"],
+                                "name": block["name"],
+                                "input": {},
+                            },
+                        },
+                    )
+                )
                 raw = json.dumps(block["input"])
                 for piece in (raw[i : i + 7] for i in range(0, len(raw), 7)):
-                    out.append(event("content_block_delta", {"index": index, "delta": {
-                        "type": "input_json_delta", "partial_json": piece}}))
+                    out.append(
+                        event(
+                            "content_block_delta",
+                            {"index": index, "delta": {"type": "input_json_delta", "partial_json": piece}},
+                        )
+                    )
             out.append(event("content_block_stop", {"index": index}))
-        out.append(event("message_delta", {"delta": {"stop_reason": stop, "stop_sequence": None},
-                                           "usage": {"output_tokens": turn.output_tokens}}))
+        out.append(
+            event(
+                "message_delta",
+                {"delta": {"stop_reason": stop, "stop_sequence": None}, "usage": {"output_tokens": turn.output_tokens}},
+            )
+        )
         out.append(event("message_stop", {}))
         return "".join(out)
 
@@ -318,9 +385,14 @@ class OpenAIHarness(Harness):
 
     async def start(self, nursery: trio.Nursery, start_daemon: Callable[..., Awaitable[Any]]) -> Harness:
         self.upstream = await FakeUpstream().start(nursery)
-        self.daemon = await start_daemon(env={"OPENAI_API_KEY": OPENAI_KEY,
-                                              "OPENAI_BASE_URL": self.upstream.base_url + "/v1",
-                                              "OPENAI_ORG_ID": "", "OPENAI_PROJECT_ID": ""})
+        self.daemon = await start_daemon(
+            env={
+                "OPENAI_API_KEY": OPENAI_KEY,
+                "OPENAI_BASE_URL": self.upstream.base_url + "/v1",
+                "OPENAI_ORG_ID": "",
+                "OPENAI_PROJECT_ID": "",
+            }
+        )
         return self
 
     def script(self, *turns: Turn) -> dict[str, Any]:
@@ -328,8 +400,10 @@ class OpenAIHarness(Harness):
         return {}
 
     def fail(self, failure: Failure) -> dict[str, Any]:
-        codes = {"authentication": ("invalid_request_error", "invalid_api_key"),
-                 "rate_limit": ("requests", "rate_limit_exceeded")}
+        codes = {
+            "authentication": ("invalid_request_error", "invalid_api_key"),
+            "rate_limit": ("requests", "rate_limit_exceeded"),
+        }
         kind, code = codes[failure.error_class]
         headers = {"retry-after": f"{failure.retry_after_s:g}"} if failure.retry_after_s is not None else {}
         body = {"error": {"message": failure.message, "type": kind, "param": None, "code": code}}
@@ -385,18 +459,24 @@ class OpenAIHarness(Harness):
             items.append(oa.reasoning(f"rs_{n}", [turn.reasoning], encrypted=f"gAAAAB-enc-{n}"))
         if turn.text:
             items.append(oa.message(f"msg_{n}", turn.text))
-        items += [oa.function_call(f"fc_{n}_{i}", self.call_id(n, i), name, args)
-                  for i, (name, args) in enumerate(turn.calls)]
+        items += [
+            oa.function_call(f"fc_{n}_{i}", self.call_id(n, i), name, args) for i, (name, args) in enumerate(turn.calls)
+        ]
         return items
 
     @staticmethod
     def _usage(turn: Turn) -> dict[str, Any]:
         # OpenAI's figures are the canonical ones: cached tokens within input, reasoning within output.
-        return {"input_tokens": turn.input_tokens, "output_tokens": turn.output_tokens,
-                "total_tokens": turn.input_tokens + turn.output_tokens,
-                "input_tokens_details": {"cached_tokens": turn.cache_read_tokens,
-                                         "cache_write_tokens": turn.cache_write_tokens},
-                "output_tokens_details": {"reasoning_tokens": turn.reasoning_tokens}}
+        return {
+            "input_tokens": turn.input_tokens,
+            "output_tokens": turn.output_tokens,
+            "total_tokens": turn.input_tokens + turn.output_tokens,
+            "input_tokens_details": {
+                "cached_tokens": turn.cache_read_tokens,
+                "cache_write_tokens": turn.cache_write_tokens,
+            },
+            "output_tokens_details": {"reasoning_tokens": turn.reasoning_tokens},
+        }
 
     def _reply(self, turn: Turn, n: int) -> Callable[[Recorded], Reply]:
         payloads = oa.events(self._items(turn, n), usage=self._usage(turn), response_id=f"resp_{n}")
@@ -424,8 +504,10 @@ class GeminiHarness(Harness):
 
     async def start(self, nursery: trio.Nursery, start_daemon: Callable[..., Awaitable[Any]]) -> Harness:
         self.upstream = await FakeUpstream().start(nursery)
-        self.daemon = await start_daemon({"providers": {"gemini": {"base_url": self.upstream.base_url}}},
-                                         env={"GEMINI_API_KEY": GEMINI_KEY, "GOOGLE_API_KEY": ""})
+        self.daemon = await start_daemon(
+            {"providers": {"gemini": {"base_url": self.upstream.base_url}}},
+            env={"GEMINI_API_KEY": GEMINI_KEY, "GOOGLE_API_KEY": ""},
+        )
         return self
 
     def script(self, *turns: Turn) -> dict[str, Any]:
@@ -434,10 +516,14 @@ class GeminiHarness(Harness):
 
     def fail(self, failure: Failure) -> dict[str, Any]:
         statuses = {"authentication": "UNAUTHENTICATED", "rate_limit": "RESOURCE_EXHAUSTED"}
-        details = [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": f"{failure.retry_after_s:g}s"}] \
-            if failure.retry_after_s is not None else []
-        self.upstream.route("POST", GEMINI_STREAM,
-                            gs.error(failure.status, statuses[failure.error_class], failure.message, details))
+        details = (
+            [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": f"{failure.retry_after_s:g}s"}]
+            if failure.retry_after_s is not None
+            else []
+        )
+        self.upstream.route(
+            "POST", GEMINI_STREAM, gs.error(failure.status, statuses[failure.error_class], failure.message, details)
+        )
         return {"max_retries": 0}
 
     def sent(self) -> list[dict[str, Any]]:
@@ -450,8 +536,13 @@ class GeminiHarness(Harness):
             assert sent[-1]["safetySettings"] == safety and sent[-1]["cachedContent"] == "cachedContents/abc123"
             assert sent[-1]["generationConfig"]["topK"] == 5
 
-        return {"gemini": {"safety_settings": safety, "cached_content": "cachedContents/abc123",
-                           "generation_config": {"topK": 5}}}, check
+        return {
+            "gemini": {
+                "safety_settings": safety,
+                "cached_content": "cachedContents/abc123",
+                "generation_config": {"topK": 5},
+            }
+        }, check
 
     def call_id(self, turn: int, index: int) -> str:
         return f"call-{turn}-{index}"
@@ -497,10 +588,13 @@ class GeminiHarness(Harness):
                 part["thoughtSignature"] = f"U0lHLWNhbGwt{n}"
             parts.append(part)
         # Gemini's figures: the prompt counts cached tokens, thoughts are apart from candidates.
-        usage = {"promptTokenCount": turn.input_tokens, "cachedContentTokenCount": turn.cache_read_tokens,
-                 "candidatesTokenCount": turn.output_tokens - turn.reasoning_tokens,
-                 "thoughtsTokenCount": turn.reasoning_tokens,
-                 "totalTokenCount": turn.input_tokens + turn.output_tokens}
+        usage = {
+            "promptTokenCount": turn.input_tokens,
+            "cachedContentTokenCount": turn.cache_read_tokens,
+            "candidatesTokenCount": turn.output_tokens - turn.reasoning_tokens,
+            "thoughtsTokenCount": turn.reasoning_tokens,
+            "totalTokenCount": turn.input_tokens + turn.output_tokens,
+        }
         chunks = [gs.chunk(p) for p in parts[:-1]]
         chunks.append(gs.chunk(*parts[-1:], finish="STOP", usage=usage))  # the last part ends the turn
 
@@ -513,8 +607,12 @@ class GeminiHarness(Harness):
 
 
 #: The providers the matrix runs on.
-HARNESSES: dict[str, type[Harness]] = {"mock": MockHarness, "anthropic": AnthropicHarness,
-                                       "openai": OpenAIHarness, "gemini": GeminiHarness}
+HARNESSES: dict[str, type[Harness]] = {
+    "mock": MockHarness,
+    "anthropic": AnthropicHarness,
+    "openai": OpenAIHarness,
+    "gemini": GeminiHarness,
+}
 
 
 class SharedHarnesses:
@@ -574,8 +672,9 @@ class SharedHarnesses:
         assert self._nursery is not None
         nursery = self._nursery
 
-        async def start_daemon(config: dict[str, Any] | None = None, env: dict[str, str] | None = None
-                               ) -> DaemonProcess:
+        async def start_daemon(
+            config: dict[str, Any] | None = None, env: dict[str, str] | None = None
+        ) -> DaemonProcess:
             daemon = DaemonProcess(config, env)
             self._daemons.append(daemon)
             await daemon.start(nursery)

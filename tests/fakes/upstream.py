@@ -134,15 +134,24 @@ class FakeUpstream:
                 body += event.data
             elif isinstance(event, h11.EndOfMessage):
                 assert head is not None
-                return Recorded(head.method.decode(), head.target.decode(),
-                                {k.decode().lower(): v.decode() for k, v in head.headers}, body)
+                return Recorded(
+                    head.method.decode(),
+                    head.target.decode(),
+                    {k.decode().lower(): v.decode() for k, v in head.headers},
+                    body,
+                )
             elif isinstance(event, h11.ConnectionClosed):
                 return None
 
     async def _send(self, stream: trio.SocketStream, conn: h11.Connection, reply: Reply) -> bool:
         headers = [(k, v) for k, v in reply.headers.items()]
-        whole = (reply.delay_s == 0 and reply.stall_after is None and reply.disconnect_after is None
-                 and reply.hold_after is None and reply.repeat is None)
+        whole = (
+            reply.delay_s == 0
+            and reply.stall_after is None
+            and reply.disconnect_after is None
+            and reply.hold_after is None
+            and reply.repeat is None
+        )
         if whole:
             headers.append(("content-length", str(sum(len(c) for c in reply.chunks))))
         else:

@@ -17,8 +17,11 @@ class SmallBig(FrameReader):
 
 
 @settings(max_examples=300)
-@given(st.lists(st.binary(max_size=80), max_size=30), st.lists(st.integers(1, 64), min_size=1, max_size=50),
-       st.sampled_from([FrameReader, SmallBig]))
+@given(
+    st.lists(st.binary(max_size=80), max_size=30),
+    st.lists(st.integers(1, 64), min_size=1, max_size=50),
+    st.sampled_from([FrameReader, SmallBig]),
+)
 def test_any_chunking_gives_every_frame_whole_and_in_order(payloads, cuts, reader_type):
     stream = b"".join(frame(p) for p in payloads)
     reader = reader_type()

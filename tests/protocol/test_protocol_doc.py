@@ -20,7 +20,7 @@ def test_transcripts_in_protocol_md_are_current():
 def _dumped_bytes() -> list[bytes]:
     """The bytes of every hex dump in PROTOCOL.md, read back from the text itself."""
     text = transcripts.protocol_md().read_text()
-    section = text[text.index(transcripts.BEGIN):text.index(transcripts.END)]
+    section = text[text.index(transcripts.BEGIN) : text.index(transcripts.END)]
     out = []
     for block in re.findall(r"```\n(.*?)```", section, re.S):
         out.append(bytes.fromhex("".join(line[10:57] for line in block.splitlines())))
@@ -79,9 +79,13 @@ def test_a_default_read_from_the_schema_is_what_the_decoder_fills_in():
 
 def test_the_defaults_table_names_every_non_zero_default():
     table = reference.render_defaults()
-    for row in ("| `submit` (Submit) | `stream` | `true` |",
-                "| `replay_result` (ReplayResult) | `state` | `\"unknown\"` |",
-                "| `FinishReason` | `reason` | `\"other\"` |", "| `ToolChoice` | `mode` | `\"auto\"` |",
-                "| `ResponseFormat` | `kind` | `\"text\"` |", "| `welcome` (Welcome) | `protocol` | `1` |"):
+    for row in (
+        "| `submit` (Submit) | `stream` | `true` |",
+        '| `replay_result` (ReplayResult) | `state` | `"unknown"` |',
+        '| `FinishReason` | `reason` | `"other"` |',
+        '| `ToolChoice` | `mode` | `"auto"` |',
+        '| `ResponseFormat` | `kind` | `"text"` |',
+        "| `welcome` (Welcome) | `protocol` | `1` |",
+    ):
         assert row in table
     assert "| `ModelInfo` | `configured`" not in table  # false is a zero value

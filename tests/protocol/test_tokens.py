@@ -21,12 +21,15 @@ def full_count(texts: list[str]) -> int:
     return sum(tokens._scan(t) for t in texts)
 
 
-@pytest.mark.parametrize("text", [
-    prose(400_000),
-    ("def f(x):\n    return {'k': [x, 1, 2]}  # comment\n" * 8000),
-    ("東京は日本の首都です。" * 30_000),
-    " a" * 200_000,
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        prose(400_000),
+        ("def f(x):\n    return {'k': [x, 1, 2]}  # comment\n" * 8000),
+        ("東京は日本の首都です。" * 30_000),
+        " a" * 200_000,
+    ],
+)
 def test_a_long_text_is_estimated_from_windows_within_a_few_percent(text):
     estimate = tokens.estimate_text_tokens(text)
     exact = full_count([text])

@@ -64,9 +64,14 @@ def daemon(tmp_path) -> Daemon:
 def running(d: Daemon, request_id: str, *, stream: bool = True) -> RequestState:
     state = RequestState(request_id, "c1", "mock", "mock:echo", stream, request_id, 100, trio.current_time())
     state.generation = 1
-    state.job = Job(request_id=request_id, client_id="c1", stream=stream, operation_id=request_id,
-                    request=Request(model="mock:echo", messages=[Message.user("hi")]),
-                    model=ModelInfo(id="mock:echo", provider="mock", wire_name="echo"))
+    state.job = Job(
+        request_id=request_id,
+        client_id="c1",
+        stream=stream,
+        operation_id=request_id,
+        request=Request(model="mock:echo", messages=[Message.user("hi")]),
+        model=ModelInfo(id="mock:echo", provider="mock", wire_name="echo"),
+    )
     d.requests.add(state)
     d.slots["mock"].in_flight.add(request_id)
     return state
@@ -82,8 +87,11 @@ def relay_of(request_id: str, *events: Any, terminal: bool = False) -> Relay:
 
 async def test_a_failing_bill_estimate_still_ends_the_stream_with_its_parts_closed(daemon, monkeypatch, caplog):
     state = running(daemon, "r1")
-    daemon.relay(relay_of("r1", StreamStart(provider="mock", model="echo"), TextStart(index=0),
-                          TextDelta(index=0, text="paid for")))
+    daemon.relay(
+        relay_of(
+            "r1", StreamStart(provider="mock", model="echo"), TextStart(index=0), TextDelta(index=0, text="paid for")
+        )
+    )
 
     def broken(*args: Any) -> None:
         raise TypeError("Encoding objects of type msgspec.msgpack.Ext is unsupported")

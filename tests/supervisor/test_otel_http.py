@@ -24,9 +24,18 @@ from trunkline.supervisor.telemetry import _span_exporter, otlp_compression
 
 URL = "https://user:pa55word@collector.example:4318/v1/traces?token=t0ken"
 SHOWN = "https://collector.example:4318/v1/traces"
-SPANS = [ReadableSpan(name="chat m", context=SpanContext(1, 2, is_remote=False), kind=SpanKind.CLIENT,
-                      resource=Resource({"service.name": "trunkline"}), instrumentation_scope=InstrumentationScope("t"),
-                      attributes={"gen_ai.request.model": "m"}, start_time=1, end_time=2)]
+SPANS = [
+    ReadableSpan(
+        name="chat m",
+        context=SpanContext(1, 2, is_remote=False),
+        kind=SpanKind.CLIENT,
+        resource=Resource({"service.name": "trunkline"}),
+        instrumentation_scope=InstrumentationScope("t"),
+        attributes={"gen_ai.request.model": "m"},
+        start_time=1,
+        end_time=2,
+    )
+]
 
 
 class Collector:
@@ -52,11 +61,19 @@ class Collector:
         self.now += seconds
         return False
 
-    def exporter(self, *, timeout_s: float = 4.0, jitter: Callable[[], float] = lambda: 1.0,
-                 **options: object) -> OtlpSpanExporter:
-        return OtlpSpanExporter(URL, {"x-api-key": "s3cret"}, timeout_s,
-                                transport=httpx.MockTransport(self.handle), clock=lambda: self.now, wait=self.wait,
-                                jitter=jitter, **options)  # type: ignore[arg-type]
+    def exporter(
+        self, *, timeout_s: float = 4.0, jitter: Callable[[], float] = lambda: 1.0, **options: object
+    ) -> OtlpSpanExporter:
+        return OtlpSpanExporter(
+            URL,
+            {"x-api-key": "s3cret"},
+            timeout_s,
+            transport=httpx.MockTransport(self.handle),
+            clock=lambda: self.now,
+            wait=self.wait,
+            jitter=jitter,
+            **options,
+        )  # type: ignore[arg-type]
 
     @property
     def times(self) -> list[float]:
@@ -78,8 +95,9 @@ def test_a_protobuf_batch_is_posted_once_and_logged_at_debug_only(caplog: pytest
     (span,) = ExportTraceServiceRequest.FromString(request.content).resource_spans[0].scope_spans[0].spans
     assert span.name == "chat m"
     # httpx's INFO line (with the URL's credentials) is not there; ours is a debug line.
-    assert [(r.name, r.levelno, r.getMessage()) for r in caplog.records if r.name.startswith(("trunkline", "httpx"))] \
-        == [("trunkline.telemetry", logging.DEBUG, f"telemetry: 1 spans sent to {SHOWN}")]
+    assert [
+        (r.name, r.levelno, r.getMessage()) for r in caplog.records if r.name.startswith(("trunkline", "httpx"))
+    ] == [("trunkline.telemetry", logging.DEBUG, f"telemetry: 1 spans sent to {SHOWN}")]
 
 
 def test_gzip_compression_sends_the_same_body_gzipped():
@@ -103,8 +121,9 @@ def test_the_backoff_has_jitter_of_a_fifth_either_way():
     assert collector.exporter(timeout_s=30, jitter=lambda: 0.8).export(SPANS) is SpanExportResult.SUCCESS
     assert collector.waits == pytest.approx([0.8, 1.6])
     collector = Collector(status(504), status(504), status(200))
-    exporter = OtlpSpanExporter(URL, {}, 30, transport=httpx.MockTransport(collector.handle),
-                                clock=lambda: collector.now, wait=collector.wait)  # the real jitter
+    exporter = OtlpSpanExporter(
+        URL, {}, 30, transport=httpx.MockTransport(collector.handle), clock=lambda: collector.now, wait=collector.wait
+    )  # the real jitter
     assert exporter.export(SPANS) is SpanExportResult.SUCCESS
     assert 0.8 <= collector.waits[0] <= 1.2 and 1.6 <= collector.waits[1] <= 2.4
 
@@ -132,8 +151,9 @@ def test_retries_stop_at_the_export_timeout_and_the_drop_is_one_warning(caplog: 
     assert [r.extensions["timeout"]["read"] for _, r in collector.posts] == [4.0, 3.0, 1.0]
     (record,) = [r for r in caplog.records if r.name.startswith(("trunkline", "httpx"))]
     assert record.levelno == logging.WARNING
-    assert record.getMessage() == \
-        f"telemetry: 1 spans dropped: the collector at {SHOWN} answered 503 3 times within 4 s"
+    assert (
+        record.getMessage() == f"telemetry: 1 spans dropped: the collector at {SHOWN} answered 503 3 times within 4 s"
+    )
     assert "s3cret" not in caplog.text and "pa55word" not in caplog.text and "t0ken" not in caplog.text
 
 
@@ -170,8 +190,11 @@ def test_shutdown_ends_a_wait_for_a_retry():
 
 
 def test_compression_comes_from_the_config_or_the_otel_variables(monkeypatch: pytest.MonkeyPatch):
-    for name in ("OTEL_EXPORTER_OTLP_COMPRESSION", "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION",
-                 "OTEL_EXPORTER_OTLP_METRICS_COMPRESSION"):
+    for name in (
+        "OTEL_EXPORTER_OTLP_COMPRESSION",
+        "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION",
+        "OTEL_EXPORTER_OTLP_METRICS_COMPRESSION",
+    ):
         monkeypatch.delenv(name, raising=False)
     assert otlp_compression(TelemetryConfig(), "traces") == "none"
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")

@@ -31,24 +31,49 @@ OTHER_SCOPE = InstrumentationScope("other")
 int64 = st.integers(-(2**63), 2**63 - 1)
 doubles = st.floats(allow_nan=False, allow_infinity=False)
 scalars = st.text(max_size=20) | st.booleans() | int64 | doubles
-values = (scalars | st.lists(st.text(max_size=8), max_size=4) | st.lists(int64, max_size=4)
-          | st.lists(doubles, max_size=3) | st.lists(st.booleans(), max_size=3))
+values = (
+    scalars
+    | st.lists(st.text(max_size=8), max_size=4)
+    | st.lists(int64, max_size=4)
+    | st.lists(doubles, max_size=3)
+    | st.lists(st.booleans(), max_size=3)
+)
 attributes = st.dictionaries(st.text(min_size=1, max_size=30), values, max_size=12)
 
 
-def span(attrs: dict[str, Any], *, parent: str | None = None, status: Status = Status(StatusCode.UNSET),
-         events: list[dict[str, Any]] = (), kind: SpanKind = SpanKind.CLIENT, trace_state: bool = True,
-         resource: Resource = RESOURCE, scope: InstrumentationScope = SCOPE) -> ReadableSpan:
-    context = SpanContext(0x4BF92F3577B34DA6A3CE929D0E0E4736, 0x00F067AA0BA902B7, is_remote=False,
-                          trace_flags=TraceFlags(TraceFlags.SAMPLED),
-                          trace_state=TraceState([("vendor", "x1")]) if trace_state else None)
+def span(
+    attrs: dict[str, Any],
+    *,
+    parent: str | None = None,
+    status: Status = Status(StatusCode.UNSET),
+    events: list[dict[str, Any]] = (),
+    kind: SpanKind = SpanKind.CLIENT,
+    trace_state: bool = True,
+    resource: Resource = RESOURCE,
+    scope: InstrumentationScope = SCOPE,
+) -> ReadableSpan:
+    context = SpanContext(
+        0x4BF92F3577B34DA6A3CE929D0E0E4736,
+        0x00F067AA0BA902B7,
+        is_remote=False,
+        trace_flags=TraceFlags(TraceFlags.SAMPLED),
+        trace_state=TraceState([("vendor", "x1")]) if trace_state else None,
+    )
     return ReadableSpan(
-        name="chat claude", context=context, resource=resource, instrumentation_scope=scope,
+        name="chat claude",
+        context=context,
+        resource=resource,
+        instrumentation_scope=scope,
         parent=SpanContext(context.trace_id, 0x1122334455667788, is_remote=parent == "remote") if parent else None,
-        attributes=attrs, kind=kind, start_time=1_764_000_000_123_456_789, end_time=1_764_000_001_000_000_000,
-        events=tuple(Event("trunkline.retry", e, timestamp=1_764_000_000_500_000_000 + i)
-                     for i, e in enumerate(events)),
-        status=status)
+        attributes=attrs,
+        kind=kind,
+        start_time=1_764_000_000_123_456_789,
+        end_time=1_764_000_001_000_000_000,
+        events=tuple(
+            Event("trunkline.retry", e, timestamp=1_764_000_000_500_000_000 + i) for i, e in enumerate(events)
+        ),
+        status=status,
+    )
 
 
 def from_json(body: bytes) -> ExportTraceServiceRequest:
@@ -69,23 +94,37 @@ def check(spans: list[ReadableSpan]) -> None:
     assert from_json(otel_json.traces_body(spans)) == official
 
 
-statuses = st.sampled_from([Status(StatusCode.UNSET), Status(StatusCode.OK), Status(StatusCode.ERROR),
-                            Status(StatusCode.ERROR, "overloaded")])
+statuses = st.sampled_from(
+    [Status(StatusCode.UNSET), Status(StatusCode.OK), Status(StatusCode.ERROR), Status(StatusCode.ERROR, "overloaded")]
+)
 
 
 @settings(max_examples=200, deadline=None)
-@given(attributes, st.sampled_from([None, "local", "remote"]), statuses, st.lists(attributes, max_size=3),
-       st.sampled_from(list(SpanKind)), st.booleans())
+@given(
+    attributes,
+    st.sampled_from([None, "local", "remote"]),
+    statuses,
+    st.lists(attributes, max_size=3),
+    st.sampled_from(list(SpanKind)),
+    st.booleans(),
+)
 def test_any_span_is_written_as_the_official_encoder_would(attrs, parent, status, events, kind, trace_state):
-    check([span(attrs, parent=parent, status=status, events=events, kind=kind, trace_state=trace_state),
-           span({}), span({"gen_ai.request.model": "m"}, resource=OTHER_RESOURCE),
-           span({}, scope=OTHER_SCOPE)])
+    check(
+        [
+            span(attrs, parent=parent, status=status, events=events, kind=kind, trace_state=trace_state),
+            span({}),
+            span({"gen_ai.request.model": "m"}, resource=OTHER_RESOURCE),
+            span({}, scope=OTHER_SCOPE),
+        ]
+    )
 
 
 def test_the_scope_carries_the_conventions_schema_url_in_both_encodings():
     spans = [span({"gen_ai.operation.name": "chat"})]
-    for message in (ExportTraceServiceRequest.FromString(otel_proto.traces_body(spans)),
-                    from_json(otel_json.traces_body(spans))):
+    for message in (
+        ExportTraceServiceRequest.FromString(otel_proto.traces_body(spans)),
+        from_json(otel_json.traces_body(spans)),
+    ):
         (scope_spans,) = message.resource_spans[0].scope_spans
         assert scope_spans.schema_url == SCHEMA_URL == "https://opentelemetry.io/schemas/1.41.0"
         assert (scope_spans.scope.name, scope_spans.scope.version) == ("trunkline", "0.1")

@@ -18,4 +18,9 @@ def test_at_most_n_lines_a_second_then_one_summary(caplog):
         logged.append(log.note("a new second"))
     assert logged == [True] * 3 + [False] * 48 + [True]
     assert [r.getMessage() for r in caplog.records] == [
-        "bad 0", "bad 1", "bad 2", "... and 48 more like it in the last second, not logged", "a new second"]
+        "bad 0",
+        "bad 1",
+        "bad 2",
+        "... and 48 more like it in the last second, not logged",
+        "a new second",
+    ]

@@ -52,15 +52,28 @@ PROVIDERS = {
 class Harness:
     def __init__(self, **config: Any) -> None:
         self.spans = InMemorySpanExporter()
-        self.telemetry = Telemetry(TelemetryConfig(enabled=True, **config), PROVIDERS,
-                                   span_processor=SimpleSpanProcessor(self.spans), metric_exporter=ConsoleMetricExporter())
+        self.telemetry = Telemetry(
+            TelemetryConfig(enabled=True, **config),
+            PROVIDERS,
+            span_processor=SimpleSpanProcessor(self.spans),
+            metric_exporter=ConsoleMetricExporter(),
+        )
 
-    def start(self, request: Request, *, provider: str = "anthropic", wire_name: str = "claude-sonnet-4-5",
-              stream: bool = True, trace_context: dict[str, str] | None = None, listed: bool = True) -> RequestState:
+    def start(
+        self,
+        request: Request,
+        *,
+        provider: str = "anthropic",
+        wire_name: str = "claude-sonnet-4-5",
+        stream: bool = True,
+        trace_context: dict[str, str] | None = None,
+        listed: bool = True,
+    ) -> RequestState:
         model = ModelInfo(id=f"{provider}:{wire_name}", provider=provider, wire_name=wire_name, in_catalog=listed)
         state = RequestState("req-1", "c1", provider, model.id, stream, "op-1", 100, 0.0)
-        state.job = Job(request_id="req-1", client_id="c1", request=request, model=model, operation_id="op-1",
-                        stream=stream)
+        state.job = Job(
+            request_id="req-1", client_id="c1", request=request, model=model, operation_id="op-1", stream=stream
+        )
         self.telemetry.started(state, trace_context or {})
         return state
 
@@ -85,24 +98,40 @@ def bus(name: str, **fields: Any) -> BusEvent:
 
 
 def answer(**usage: int) -> Finish:
-    return Finish(response=Response(
-        id="msg_01", model="claude-sonnet-4-5-20250929", provider="anthropic",
-        message=Message.assistant("Paris."), finish_reason=FinishReason(reason="stop", raw="end_turn"),
-        usage=Usage(**usage), cost_usd=0.0012))
+    return Finish(
+        response=Response(
+            id="msg_01",
+            model="claude-sonnet-4-5-20250929",
+            provider="anthropic",
+            message=Message.assistant("Paris."),
+            finish_reason=FinishReason(reason="stop", raw="end_turn"),
+            usage=Usage(**usage),
+            cost_usd=0.0012,
+        )
+    )
 
 
 def test_a_retried_call_is_one_client_span_in_the_callers_trace_with_each_attempt_on_it():
     h = Harness()
-    request = Request(model="anthropic:claude-sonnet-4-5", messages=[Message.user("Capital of France?")],
-                      max_tokens=256, temperature=0.2, top_p=0.9, session_id="conv-7")
+    request = Request(
+        model="anthropic:claude-sonnet-4-5",
+        messages=[Message.user("Capital of France?")],
+        max_tokens=256,
+        temperature=0.2,
+        top_p=0.9,
+        session_id="conv-7",
+    )
     state = h.start(request, trace_context={"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01"})
     h.telemetry.bus(bus("llm.call_started", attempt=1), state)
     h.telemetry.bus(bus("llm.call_failed", attempt=1, error_class="overloaded", detail="529 Overloaded"), state)
     h.telemetry.bus(bus("llm.retrying", attempt=2, error_class="overloaded", wait_s=0.5), state)
     h.telemetry.bus(bus("llm.call_started", attempt=2), state)
     h.telemetry.first_event(state, 0.25)
-    h.telemetry.ended(state, answer(input_tokens=12, output_tokens=3, cache_read_tokens=8, cache_write_tokens=2,
-                                    reasoning_tokens=1), 1.5)
+    h.telemetry.ended(
+        state,
+        answer(input_tokens=12, output_tokens=3, cache_read_tokens=8, cache_write_tokens=2, reasoning_tokens=1),
+        1.5,
+    )
 
     span = h.span()
     assert span.name == "chat claude-sonnet-4-5"
@@ -112,7 +141,11 @@ def test_a_retried_call_is_one_client_span_in_the_callers_trace_with_each_attemp
     a = span.attributes
     assert a["gen_ai.operation.name"] == "chat" and a["gen_ai.provider.name"] == "anthropic"
     assert a["gen_ai.request.model"] == "claude-sonnet-4-5"
-    assert (a["gen_ai.request.max_tokens"], a["gen_ai.request.temperature"], a["gen_ai.request.top_p"]) == (256, 0.2, 0.9)
+    assert (a["gen_ai.request.max_tokens"], a["gen_ai.request.temperature"], a["gen_ai.request.top_p"]) == (
+        256,
+        0.2,
+        0.9,
+    )
     assert a["gen_ai.conversation.id"] == "conv-7"
     assert (a["server.address"], a["server.port"]) == ("api.anthropic.com", 443)
     assert a["gen_ai.response.id"] == "msg_01" and a["gen_ai.response.model"] == "claude-sonnet-4-5-20250929"
@@ -126,8 +159,10 @@ def test_a_retried_call_is_one_client_span_in_the_callers_trace_with_each_attemp
     assert "error.type" not in a and span.status.status_code is StatusCode.UNSET
     events = [(e.name, dict(e.attributes)) for e in span.events]
     assert events == [
-        ("trunkline.attempt.failed", {"trunkline.attempt": 1, "error.type": "overloaded",
-                                      "exception.message": "529 Overloaded"}),
+        (
+            "trunkline.attempt.failed",
+            {"trunkline.attempt": 1, "error.type": "overloaded", "exception.message": "529 Overloaded"},
+        ),
         ("trunkline.retry", {"trunkline.next_attempt": 2, "error.type": "overloaded", "trunkline.wait_s": 0.5}),
         ("trunkline.attempt.started", {"trunkline.attempt": 2}),
     ]
@@ -165,23 +200,33 @@ def test_a_streams_chunks_are_timed_one_from_the_next_with_the_response_model():
     (per_chunk,) = m["gen_ai.client.operation.time_per_output_chunk"]
     assert per_chunk.count == 4 and per_chunk.sum == pytest.approx(2.5)
     assert (per_chunk.min, per_chunk.max) == (0.0, pytest.approx(2.35))
-    assert list(per_chunk.explicit_bounds) == SECONDS_BUCKETS == [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28,
-                                                                  2.56, 5.12, 10.24, 20.48, 40.96, 81.92]
+    assert (
+        list(per_chunk.explicit_bounds)
+        == SECONDS_BUCKETS
+        == [0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92]
+    )
     # 0.05 s in (0.04, 0.08], 0.1 s in (0.08, 0.16], 0 s in the first bucket, 2.35 s in (1.28, 2.56].
     assert [i for i, n in enumerate(per_chunk.bucket_counts) for _ in range(n)] == [0, 3, 4, 8]
     (first,) = m["gen_ai.client.operation.time_to_first_chunk"]
     for point in (per_chunk, first):
         assert dict(point.attributes) == {
-            "gen_ai.operation.name": "chat", "gen_ai.provider.name": "anthropic", "server.address": "api.anthropic.com",
-            "server.port": 443, "gen_ai.request.model": "claude-sonnet-4-5",
-            "gen_ai.response.model": "claude-sonnet-4-5-20250929"}
+            "gen_ai.operation.name": "chat",
+            "gen_ai.provider.name": "anthropic",
+            "server.address": "api.anthropic.com",
+            "server.port": 443,
+            "gen_ai.request.model": "claude-sonnet-4-5",
+            "gen_ai.response.model": "claude-sonnet-4-5-20250929",
+        }
     assert state.otel_chunks is None
 
 
 def test_a_whole_response_has_no_chunk_metrics_and_a_one_chunk_stream_no_time_per_chunk():
     h = Harness()
-    h.telemetry.ended(h.start(Request(model="anthropic:claude-sonnet-4-5", messages=[Message.user("hi")]),
-                              stream=False), answer(), 1.0)
+    h.telemetry.ended(
+        h.start(Request(model="anthropic:claude-sonnet-4-5", messages=[Message.user("hi")]), stream=False),
+        answer(),
+        1.0,
+    )
     assert "gen_ai.client.operation.time_to_first_chunk" not in h.metrics()
     state = h.start(Request(model="anthropic:claude-sonnet-4-5", messages=[Message.user("hi")]))
     h.telemetry.first_event(state, 0.2)
@@ -225,11 +270,13 @@ def test_spans_and_metrics_name_the_conventions_schema():
 
 def test_a_failed_call_is_an_error_span_with_its_class_and_its_partial_usage():
     h = Harness()
-    state = h.start(Request(model="local:qwen3", messages=[Message.user("hi")]), provider="local",
-                    wire_name="qwen3", stream=False)
+    state = h.start(
+        Request(model="local:qwen3", messages=[Message.user("hi")]), provider="local", wire_name="qwen3", stream=False
+    )
     partial = Response(model="qwen3", usage=Usage(input_tokens=5, output_tokens=2, estimated=True))
-    h.telemetry.ended(state, ErrorEvent(error=ErrorInfo(error_class="timeout", message="idle for 30s"),
-                                        partial=partial), 30.0)
+    h.telemetry.ended(
+        state, ErrorEvent(error=ErrorInfo(error_class="timeout", message="idle for 30s"), partial=partial), 30.0
+    )
     span = h.span()
     assert span.status.status_code is StatusCode.ERROR and span.status.description == "idle for 30s"
     a = span.attributes
@@ -246,31 +293,40 @@ def test_contents_are_on_the_span_only_when_opted_in():
     h = Harness(capture_content=True)
     request = Request(
         model="anthropic:claude-sonnet-4-5",
-        messages=[Message.system("Be brief."),
-                  Message.user("What is in this picture?", ImagePart(data="aGVsbG8=", media_type="image/png")),
-                  Message.assistant(ToolCallPart(id="tu_1", name="look", arguments={"zoom": 2})),
-                  Message.tool_result("tu_1", "a cat")],
-        tools=[Tool(name="look", description="Look closer")])
+        messages=[
+            Message.system("Be brief."),
+            Message.user("What is in this picture?", ImagePart(data="aGVsbG8=", media_type="image/png")),
+            Message.assistant(ToolCallPart(id="tu_1", name="look", arguments={"zoom": 2})),
+            Message.tool_result("tu_1", "a cat"),
+        ],
+        tools=[Tool(name="look", description="Look closer")],
+    )
     state = h.start(request)
     h.telemetry.ended(state, answer(input_tokens=1, output_tokens=1), 0.5)
     a = h.span().attributes
     assert json.loads(a["gen_ai.system_instructions"]) == [{"type": "text", "content": "Be brief."}]
     messages = json.loads(a["gen_ai.input.messages"])
-    assert messages[0] == {"role": "user", "parts": [
-        {"type": "text", "content": "What is in this picture?"},
-        {"type": "blob", "modality": "image", "mime_type": "image/png"}]}  # never the bytes
+    assert messages[0] == {
+        "role": "user",
+        "parts": [
+            {"type": "text", "content": "What is in this picture?"},
+            {"type": "blob", "modality": "image", "mime_type": "image/png"},
+        ],
+    }  # never the bytes
     assert messages[1]["parts"] == [{"type": "tool_call", "id": "tu_1", "name": "look", "arguments": {"zoom": 2}}]
-    assert messages[2] == {"role": "tool", "parts": [{"type": "tool_call_response", "id": "tu_1",
-                                                      "response": "a cat"}]}
+    assert messages[2] == {"role": "tool", "parts": [{"type": "tool_call_response", "id": "tu_1", "response": "a cat"}]}
     assert json.loads(a["gen_ai.output.messages"]) == [
-        {"role": "assistant", "parts": [{"type": "text", "content": "Paris."}], "finish_reason": "stop"}]
+        {"role": "assistant", "parts": [{"type": "text", "content": "Paris."}], "finish_reason": "stop"}
+    ]
     assert json.loads(a["gen_ai.tool.definitions"])[0]["name"] == "look"
 
 
 def test_an_unreadable_trace_context_starts_a_new_trace():
     h = Harness()
-    state = h.start(Request(model="anthropic:claude-sonnet-4-5", messages=[Message.user("hi")]),
-                    trace_context={"traceparent": "not a traceparent"})
+    state = h.start(
+        Request(model="anthropic:claude-sonnet-4-5", messages=[Message.user("hi")]),
+        trace_context={"traceparent": "not a traceparent"},
+    )
     h.telemetry.ended(state, answer(), 0.1)
     assert h.span().parent is None
 
@@ -301,8 +357,16 @@ def test_too_much_trace_context_is_refused_and_a_usual_one_is_not():
     usual = {"traceparent": f"00-{TRACE_ID}-{PARENT_ID}-01", "tracestate": "vendor=abc", "baggage": "user=1"}
     assert trace_context_problem(usual) is None
     with pytest.raises(DecodeError, match="length <= 8"):  # counted as the submit is read
-        codec.decode_control_request(codec.encode(Submit(request_id="r", client_id="c", request=Request(
-            model="mock:echo", messages=[]), trace_context={f"k{i}": "v" for i in range(9)})))
+        codec.decode_control_request(
+            codec.encode(
+                Submit(
+                    request_id="r",
+                    client_id="c",
+                    request=Request(model="mock:echo", messages=[]),
+                    trace_context={f"k{i}": "v" for i in range(9)},
+                )
+            )
+        )
     assert "too long" in (trace_context_problem({"baggage": "x" * 9000}) or "")
 
 
@@ -311,10 +375,11 @@ def test_a_model_the_catalog_does_not_list_is_one_metric_value_and_named_on_its_
     own in every metric, so metrics say `other`; the span keeps the name."""
     h = Harness()
     for name in ("made-up-1", "made-up-2" * 300):
-        state = h.start(Request(model=f"anthropic:{name}", messages=[Message.user("x")]), wire_name=name,
-                        listed=False)
+        state = h.start(Request(model=f"anthropic:{name}", messages=[Message.user("x")]), wire_name=name, listed=False)
         h.telemetry.ended(state, answer(input_tokens=1, output_tokens=1), 0.1)
     assert {s.attributes["gen_ai.request.model"] for s in h.spans.get_finished_spans()} == {
-        "made-up-1", "made-up-2" * 300}
+        "made-up-1",
+        "made-up-2" * 300,
+    }
     for points in h.metrics().values():
         assert {p.attributes["gen_ai.request.model"] for p in points} == {"other"}

@@ -77,8 +77,12 @@ def test_any_chunking_gives_the_same_body(data, cuts, encoding):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.binary(max_size=2000), st.lists(st.integers(0, 2000), max_size=6),
-       st.sampled_from(["gzip", "deflate", None]), st.integers(1, 4000))
+@given(
+    st.binary(max_size=2000),
+    st.lists(st.integers(0, 2000), max_size=6),
+    st.sampled_from(["gzip", "deflate", None]),
+    st.integers(1, 4000),
+)
 def test_any_bytes_give_a_body_within_the_limit_or_a_typed_error(data, cuts, encoding, limit):
     decoder = BodyDecoder(encoding, limit)
     try:

@@ -25,9 +25,15 @@ TOOL = Tool(name="get-weather", parameters={"type": "object", "properties": {"ci
 
 
 def representative(model: ModelInfo, effort: str) -> Request:
-    return Request(model=model.id, messages=[Message.user("What is the weather in Oslo?")], tools=[TOOL],
-                   temperature=0.5, top_p=0.9, reasoning_effort=effort,  # type: ignore[arg-type]
-                   provider_options={"anthropic": {"auto_cache": False}})
+    return Request(
+        model=model.id,
+        messages=[Message.user("What is the weather in Oslo?")],
+        tools=[TOOL],
+        temperature=0.5,
+        top_p=0.9,
+        reasoning_effort=effort,  # type: ignore[arg-type]
+        provider_options={"anthropic": {"auto_cache": False}},
+    )
 
 
 def test_every_provider_model_carries_rules_with_a_source_for_each():

@@ -472,21 +472,23 @@ def test_ndjson_any_chunking_gives_the_same_lines(body: bytes, data: st.DataObje
 def test_the_usual_events_and_the_unusual_ones_agree_with_the_reference_in_any_chunking() -> None:
     # The decoder takes the usual event (one `data:` line, perhaps after `event:`) apart
     # without a line parser: every other form must still come out as the reference says.
-    body = ("\ufeffevent: content_block_delta\ndata: {\"a\": 1}\n\n"
-            "data:no space\n\n"
-            ": a comment\ndata: after a comment\n\n"
-            "id: 3\ndata: with an id\n\n"
-            "data: two\ndata: lines\n\n\n\n"
-            "event: x\nretry: 5\ndata: retry\n\n"
-            "event: \ndata: empty type\n\n"
-            "event: only a type\n\n"
-            "data: é\n\n"
-            "data: unterminated").encode()
+    body = (
+        '\ufeffevent: content_block_delta\ndata: {"a": 1}\n\n'
+        "data:no space\n\n"
+        ": a comment\ndata: after a comment\n\n"
+        "id: 3\ndata: with an id\n\n"
+        "data: two\ndata: lines\n\n\n\n"
+        "event: x\nretry: 5\ndata: retry\n\n"
+        "event: \ndata: empty type\n\n"
+        "event: only a type\n\n"
+        "data: é\n\n"
+        "data: unterminated"
+    ).encode()
     assert sse_all_ways(body) == reference_sse(body)
 
 
 def test_raw_events_keep_the_data_as_bytes_and_match_the_decoded_ones() -> None:
-    body = b"event: e\ndata: {\"x\": \"\xc3\xa9\"}\n\ndata: [DONE]\n\n"
+    body = b'event: e\ndata: {"x": "\xc3\xa9"}\n\ndata: [DONE]\n\n'
     raw = SseDecoder().feed_raw(body)
     assert raw == [("e", b'{"x": "\xc3\xa9"}', None, None), ("message", b"[DONE]", None, None)]
     assert [E(event=e, data=d.decode()) for e, d, _, _ in raw] == SseDecoder().feed(body)

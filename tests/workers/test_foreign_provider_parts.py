@@ -9,10 +9,18 @@ from trunkline.workers.mock.request import history_warnings
 from trunkline.workers.ollama.request import build as ollama_build
 from trunkline.workers.openai_compat.request import build as chat_build
 
-SEARCH = ProviderPart(api="anthropic", kind="server_tool_use", provider="anthropic",
-                      data={"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"q": "x"}})
-COMPACTION = ProviderPart(api="anthropic", kind="compaction", provider="anthropic",
-                          data={"type": "compaction", "content": "Earlier: the user said hello."})
+SEARCH = ProviderPart(
+    api="anthropic",
+    kind="server_tool_use",
+    provider="anthropic",
+    data={"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"q": "x"}},
+)
+COMPACTION = ProviderPart(
+    api="anthropic",
+    kind="compaction",
+    provider="anthropic",
+    data={"type": "compaction", "content": "Earlier: the user said hello."},
+)
 
 
 def history(*assistant) -> list[Message]:
@@ -21,8 +29,9 @@ def history(*assistant) -> list[Message]:
 
 def chat(messages):
     model = ModelInfo(id="vllm:qwen3", provider="vllm", wire_name="Qwen/Qwen3-8B")
-    return chat_build(Request(model=model.id, messages=messages), model, provider="vllm", wire_ids={}, stream=True,
-                      instance={})
+    return chat_build(
+        Request(model=model.id, messages=messages), model, provider="vllm", wire_ids={}, stream=True, instance={}
+    )
 
 
 def ollama(messages):

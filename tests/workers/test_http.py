@@ -24,8 +24,7 @@ class PlainAdapter(HttpAdapter):
         return {"authorization": f"Bearer {self.api_key}"}
 
     def classify(self, status, headers, body):
-        return ProviderError(status_class(status), body.decode(), status=status,
-                             retry_after=parse_retry_after(headers))
+        return ProviderError(status_class(status), body.decode(), status=status, retry_after=parse_retry_after(headers))
 
 
 def make(base_url: str, **timeouts) -> PlainAdapter:
@@ -36,9 +35,13 @@ def make(base_url: str, **timeouts) -> PlainAdapter:
 
 
 def call(attempt: int = 1) -> Call:
-    job = Job(request_id="r", client_id="c", operation_id="op-1",
-              request=Request(model="x", messages=[Message.user("hi")]),
-              model=ModelInfo(id="plain:x", provider="plain", wire_name="x"))
+    job = Job(
+        request_id="r",
+        client_id="c",
+        operation_id="op-1",
+        request=Request(model="x", messages=[Message.user("hi")]),
+        model=ModelInfo(id="plain:x", provider="plain", wire_name="x"),
+    )
     return Call(job, "plain", attempt, "op-1", Deadlines(connect_s=5, request_s=60, stream_idle_s=2))
 
 
@@ -64,8 +67,9 @@ async def test_json_call_sends_auth_idempotency_and_configured_headers(upstream)
 
 async def test_compressed_json_reply_is_decoded(upstream):
     body = gzip.compress(json.dumps({"ok": "gzip"}).encode())
-    upstream.route("POST", "/v1/chat", Reply(200, {"content-type": "application/json", "content-encoding": "gzip"},
-                                             [body]))
+    upstream.route(
+        "POST", "/v1/chat", Reply(200, {"content-type": "application/json", "content-encoding": "gzip"}, [body])
+    )
     adapter = make(upstream.base_url)
     reply, _ = await adapter.post_json(call(), "/v1/chat", {})
     await adapter.aclose()
@@ -87,8 +91,16 @@ async def test_an_environment_proxy_is_honoured(upstream, monkeypatch):
 
 
 def test_no_proxy_and_unset_proxies_mean_a_direct_connection(monkeypatch):
-    for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy", "NO_PROXY",
-                 "no_proxy"):
+    for name in (
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "ALL_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "all_proxy",
+        "NO_PROXY",
+        "no_proxy",
+    ):
         monkeypatch.delenv(name, raising=False)
     assert not _proxied("https://api.anthropic.com")
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
@@ -167,32 +179,47 @@ async def test_connection_refused_is_a_network_error():
 
 
 def test_every_httpx_transport_error_is_mapped():
-    missing = [e for e in vars(httpx).values()
-               if isinstance(e, type) and issubclass(e, httpx.TransportError) and e not in HTTPX_EXC_MAP]
+    missing = [
+        e
+        for e in vars(httpx).values()
+        if isinstance(e, type) and issubclass(e, httpx.TransportError) and e not in HTTPX_EXC_MAP
+    ]
     assert not missing, missing
 
 
-@pytest.mark.parametrize(("exc", "error_class"), [
-    (httpx.ConnectTimeout("x"), "timeout"), (httpx.ReadTimeout("x"), "timeout"),
-    (httpx.RemoteProtocolError("x"), "network"), (httpx.ConnectError("x"), "network"),
-    (httpx.UnsupportedProtocol("x"), "not_configured"),
-])
+@pytest.mark.parametrize(
+    ("exc", "error_class"),
+    [
+        (httpx.ConnectTimeout("x"), "timeout"),
+        (httpx.ReadTimeout("x"), "timeout"),
+        (httpx.RemoteProtocolError("x"), "network"),
+        (httpx.ConnectError("x"), "network"),
+        (httpx.UnsupportedProtocol("x"), "not_configured"),
+    ],
+)
 def test_transport_errors_map_to_the_most_specific_class(exc, error_class):
     assert from_transport(exc).error_class == error_class
 
 
-@pytest.mark.parametrize(("headers", "seconds"), [
-    ({"retry-after": "12"}, 12.0), ({"retry-after-ms": "1500"}, 1.5), ({"retry-after": "soon"}, None),
-    ({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}, 0.0), ({}, None),
-])
+@pytest.mark.parametrize(
+    ("headers", "seconds"),
+    [
+        ({"retry-after": "12"}, 12.0),
+        ({"retry-after-ms": "1500"}, 1.5),
+        ({"retry-after": "soon"}, None),
+        ({"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}, 0.0),
+        ({}, None),
+    ],
+)
 def test_retry_after_parsing(headers, seconds):
     assert parse_retry_after(headers, now=1445412480.0 + 1) == seconds
 
 
 async def test_a_json_gzip_bomb_is_refused_at_the_limit(upstream):
     bomb = gzip.compress(json.dumps({"text": "a" * (8 << 20)}).encode())
-    upstream.route("POST", "/v1/chat", Reply(200, {"content-type": "application/json", "content-encoding": "gzip"},
-                                             [bomb]))
+    upstream.route(
+        "POST", "/v1/chat", Reply(200, {"content-type": "application/json", "content-encoding": "gzip"}, [bomb])
+    )
     adapter = make(upstream.base_url)
     adapter.max_response_bytes = 1 << 20
     with pytest.raises(ProviderError) as caught:
@@ -231,11 +258,26 @@ def test_whether_the_provider_had_the_request_follows_the_transport_error():
     assert from_transport(httpx.ReadTimeout("slow", request=request)).sent
 
 
-@pytest.mark.parametrize(("host", "local"), [
-    ("localhost", True), ("127.0.0.1", True), ("::1", True), ("[::1]", True), ("10.2.3.4", True),
-    ("192.168.1.9", True), ("172.16.0.1", True), ("172.31.255.254", True), ("169.254.1.1", True), ("fd00::5", True),
-    ("172.15.0.1", False), ("172.32.0.1", False), ("8.8.8.8", False), ("api.openai.com", False), ("", False),
-])
+@pytest.mark.parametrize(
+    ("host", "local"),
+    [
+        ("localhost", True),
+        ("127.0.0.1", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("10.2.3.4", True),
+        ("192.168.1.9", True),
+        ("172.16.0.1", True),
+        ("172.31.255.254", True),
+        ("169.254.1.1", True),
+        ("fd00::5", True),
+        ("172.15.0.1", False),
+        ("172.32.0.1", False),
+        ("8.8.8.8", False),
+        ("api.openai.com", False),
+        ("", False),
+    ],
+)
 def test_only_this_machine_and_private_networks_are_local(host, local):
     # 172.16.0.0/12 is private; the rest of 172/8 is not (it is routed on the internet).
     assert is_local_host(host) is local

@@ -8,8 +8,15 @@ from trunkline.protocol.messages import Message, Request
 from trunkline.workers.errors import ProviderError
 from trunkline.workers.mock.request import build
 
-TURNS = {"mock": {"turns": [[{"tool_call": {"name": "f", "arguments": {}}}, {"finish": "tool_calls"}],
-                            [{"text": "second"}], [{"text": "third"}]]}}
+TURNS = {
+    "mock": {
+        "turns": [
+            [{"tool_call": {"name": "f", "arguments": {}}}, {"finish": "tool_calls"}],
+            [{"text": "second"}],
+            [{"text": "third"}],
+        ]
+    }
+}
 
 
 def played(history: list[Message], options: dict = TURNS) -> list[dict]:

@@ -18,9 +18,15 @@ from trunkline.workers._provider_parts import keep_provider_part
 
 def test_a_provider_part_keeps_its_place_among_the_other_parts():
     acc = StreamAccumulator("anthropic")
-    for ev in [StreamStart(model="m"), TextStart(index=0), TextDelta(index=0, text="a"), TextEnd(index=0, text="a"),
-               ProviderPartEvent(index=1, api="anthropic", kind="server_tool_use", data={"id": "s1"}),
-               TextStart(index=2), TextDelta(index=2, text="b")]:
+    for ev in [
+        StreamStart(model="m"),
+        TextStart(index=0),
+        TextDelta(index=0, text="a"),
+        TextEnd(index=0, text="a"),
+        ProviderPartEvent(index=1, api="anthropic", kind="server_tool_use", data={"id": "s1"}),
+        TextStart(index=2),
+        TextDelta(index=2, text="b"),
+    ]:
         acc.feed(ev)
     content = acc.content()
     assert [type(p) for p in content] == [TextPart, ProviderPart, TextPart]
@@ -46,15 +52,23 @@ def test_every_other_translator_says_when_it_leaves_out_a_gemini_signature():
     from trunkline.workers.ollama.request import build as ollama
     from trunkline.workers.openai_compat.request import build as openai_compat
 
-    signature = ProviderPart(api="gemini", kind="thoughtSignature", data="c2ln", model="gemini-3.8-flash",
-                             provider="gemini")
-    request = Request(model="x:y", messages=[
-        Message.user("go"), Message.assistant(ToolCallPart(id="tu_1", name="f", provider="gemini"), signature),
-        Message.tool_result("tu_1", "done")])
+    signature = ProviderPart(
+        api="gemini", kind="thoughtSignature", data="c2ln", model="gemini-3.8-flash", provider="gemini"
+    )
+    request = Request(
+        model="x:y",
+        messages=[
+            Message.user("go"),
+            Message.assistant(ToolCallPart(id="tu_1", name="f", provider="gemini"), signature),
+            Message.tool_result("tu_1", "done"),
+        ],
+    )
     model = ModelInfo(id="x:y", provider="x", wire_name="y")
-    builds = [anthropic(request, model, provider="anthropic", wire_ids={}, stream=True),
-              openai_compat(request, model, provider="vllm", wire_ids={}, stream=True, instance={}),
-              ollama(request, model, provider="ollama", stream=True)]
+    builds = [
+        anthropic(request, model, provider="anthropic", wire_ids={}, stream=True),
+        openai_compat(request, model, provider="vllm", wire_ids={}, stream=True, instance={}),
+        ollama(request, model, provider="ollama", stream=True),
+    ]
     for built in builds:
         assert "c2ln" not in str(built.body)
         assert [w.code for w in built.warnings if w.code != "tools_from_history"] == ["provider_part_dropped"]

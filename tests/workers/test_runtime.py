@@ -32,8 +32,9 @@ from trunkline.workers.errors import ProviderError
 from trunkline.workers.mock.adapter import MockAdapter
 
 MODEL = ModelInfo(id="mock:echo", provider="mock", wire_name="echo", price=Price(input=1.0, output=2.0))
-POLICY = RetryPolicy(max_retries=2, base_delay_s=1.0, multiplier=2.0, max_delay_s=60.0, jitter=0.0,
-                     retry_after_cap_s=60.0)
+POLICY = RetryPolicy(
+    max_retries=2, base_delay_s=1.0, multiplier=2.0, max_delay_s=60.0, jitter=0.0, retry_after_cap_s=60.0
+)
 TIMEOUTS = TimeoutPolicy(connect_s=10, request_s=600, stream_idle_s=60)
 
 
@@ -43,10 +44,13 @@ def make_runner(policy: RetryPolicy = POLICY, timeouts: TimeoutPolicy = TIMEOUTS
 
 
 def job(*steps: dict, stream: bool = True, rid: str = "r1", **fields) -> Job:
-    request = Request(model="mock:echo", messages=[Message.user("hello world")],
-                      provider_options={"mock": {"steps": list(steps)}} if steps else {}, **fields)
-    return Job(request_id=rid, client_id="c1", request=request, model=MODEL, operation_id=f"op-{rid}",
-               stream=stream)
+    request = Request(
+        model="mock:echo",
+        messages=[Message.user("hello world")],
+        provider_options={"mock": {"steps": list(steps)}} if steps else {},
+        **fields,
+    )
+    return Job(request_id=rid, client_id="c1", request=request, model=MODEL, operation_id=f"op-{rid}", stream=stream)
 
 
 def drain(runner: JobRunner) -> tuple[list, list[BusEvent]]:
@@ -113,8 +117,10 @@ async def test_request_max_retries_overrides_the_policy(autojump_clock):
     assert sum(b.name == "llm.call_started" for b in bus) == 1
 
 
-@pytest.mark.parametrize("error_class", ["authentication", "invalid_request", "context_length", "content_filter",
-                                         "quota_exceeded", "not_found"])
+@pytest.mark.parametrize(
+    "error_class",
+    ["authentication", "invalid_request", "context_length", "content_filter", "quota_exceeded", "not_found"],
+)
 async def test_non_retryable_classes_are_not_retried(autojump_clock, error_class):
     runner = make_runner()
     await runner.run(job({"error": {"error_class": error_class}}))
@@ -171,11 +177,18 @@ async def test_stream_complete_and_accumulator_agree():
     """The mock's conformance: the same script streamed, completed and re-accumulated."""
     from trunkline.protocol.accumulate import StreamAccumulator
 
-    script = ({"reasoning": "hmm "}, {"reasoning": "ok"}, {"signature": "s"}, {"redacted": "xyz"},
-              {"text": "Hi "}, {"text": "there"},
-              {"tool_call": {"name": "f", "arguments": {"x": [1, 2]}, "id": "call_1"}},
-              {"tool_call": {"name": "g", "arguments": "", "id": "call_2"}},
-              {"usage": {"input_tokens": 5, "output_tokens": 9, "reasoning_tokens": 3}}, {"finish": "tool_calls"})
+    script = (
+        {"reasoning": "hmm "},
+        {"reasoning": "ok"},
+        {"signature": "s"},
+        {"redacted": "xyz"},
+        {"text": "Hi "},
+        {"text": "there"},
+        {"tool_call": {"name": "f", "arguments": {"x": [1, 2]}, "id": "call_1"}},
+        {"tool_call": {"name": "g", "arguments": "", "id": "call_2"}},
+        {"usage": {"input_tokens": 5, "output_tokens": 9, "reasoning_tokens": 3}},
+        {"finish": "tool_calls"},
+    )
     runner = make_runner()
     await runner.run(job(*script, rid="s"))
     await runner.run(job(*script, rid="c", stream=False))
@@ -190,9 +203,19 @@ async def test_stream_complete_and_accumulator_agree():
     a, b, c = streamed[-1].response, completed[0].response, acc.response()
 
     def shape(response):
-        return [(type(p).__name__, getattr(p, "text", None), getattr(p, "signature", None),
-                 getattr(p, "data", None), getattr(p, "name", None), getattr(p, "arguments", None),
-                 getattr(p, "provider_id", None), getattr(p, "provider", None)) for p in response.message.content]
+        return [
+            (
+                type(p).__name__,
+                getattr(p, "text", None),
+                getattr(p, "signature", None),
+                getattr(p, "data", None),
+                getattr(p, "name", None),
+                getattr(p, "arguments", None),
+                getattr(p, "provider_id", None),
+                getattr(p, "provider", None),
+            )
+            for p in response.message.content
+        ]
 
     assert shape(a) == shape(b) == shape(c)
     assert a.tool_calls[1].arguments == {}
@@ -385,6 +408,7 @@ async def test_outbox_waits_for_a_slow_supervisor_and_loses_nothing():
 
 # -- retries that do not bill twice ----------------------------------------------------
 
+
 def test_timeouts_are_retried_only_when_asked():
     err = ProviderError("timeout", "slow")
     decision = decide(err, 0, POLICY)
@@ -408,8 +432,9 @@ def test_an_attempt_that_received_output_is_never_retried_whatever_its_class(err
     for sent in (False, True):
         err = ProviderError(error_class, "after some text", sent=sent)
         err.output = True
-        decision = decide(err, 0, RetryPolicy(**{**{f: getattr(POLICY, f) for f in POLICY.__struct_fields__},
-                                                 "retry_timeouts": True}))
+        decision = decide(
+            err, 0, RetryPolicy(**{**{f: getattr(POLICY, f) for f in POLICY.__struct_fields__}, "retry_timeouts": True})
+        )
         assert decision.retry is False
         if RETRYABLE[error_class]:
             assert "would bill again" in decision.reason
@@ -420,8 +445,14 @@ async def test_a_whole_response_is_not_retried_once_output_arrived(autojump_cloc
     """Nothing reached the client (it asked for one terminal event), but the provider
     had produced text: that is billed, so the request ends with it as the partial."""
     runner = make_runner()
-    await runner.run(job({"text": "paid for"}, {"error": {"error_class": error_class, "attempts": 1}},
-                         {"text": "again"}, stream=False))
+    await runner.run(
+        job(
+            {"text": "paid for"},
+            {"error": {"error_class": error_class, "attempts": 1}},
+            {"text": "again"},
+            stream=False,
+        )
+    )
     events, bus = drain(runner)
     assert [type(e) for e in events] == [ErrorEvent]
     assert events[0].error.error_class == error_class and "would bill again" in events[0].error.message
@@ -446,6 +477,7 @@ async def test_with_retries_off_the_error_says_so_plainly(autojump_clock):
 
 
 # -- the outbox: control first, and back-pressure instead of unbounded buffering -------
+
 
 async def test_a_full_outbox_holds_the_stream_reader_not_the_heartbeats():
     """Past HIGH_WATER bytes of waiting events, `consume` stops reading its source until
@@ -500,13 +532,13 @@ async def test_a_full_outbox_holds_the_stream_reader_not_the_heartbeats():
 
 # -- events too large for any client -------------------------------------------------
 
+
 def test_an_event_larger_than_the_daemon_sends_ends_the_request_with_its_bill():
     from trunkline.protocol.messages import Response, StreamStart, TextStart, Usage
     from trunkline.workers._emit import Emitter
 
     sent = []
-    emitter = Emitter(job(), "mock", lambda rid, frames, seq, t: sent.extend(frames), lambda p: p,
-                      max_event_bytes=4096)
+    emitter = Emitter(job(), "mock", lambda rid, frames, seq, t: sent.extend(frames), lambda p: p, max_event_bytes=4096)
     emitter.emit(StreamStart(model="echo"))
     emitter.emit(TextStart(index=0))
     emitter.emit(TextDelta(index=0, text="small "))
@@ -527,10 +559,16 @@ def test_a_finish_too_large_only_for_its_raw_body_loses_the_raw_body():
     from trunkline.workers._emit import Emitter
 
     sent = []
-    emitter = Emitter(job(stream=False), "mock", lambda rid, frames, seq, t: sent.extend(frames), lambda p: p,
-                      max_event_bytes=4096)
-    emitter.complete(Response(message=Message(role="assistant", content=[TextPart(text="fits")]),
-                              usage=Usage(input_tokens=5, output_tokens=1, total_tokens=6), raw=["r" * 10_000]))
+    emitter = Emitter(
+        job(stream=False), "mock", lambda rid, frames, seq, t: sent.extend(frames), lambda p: p, max_event_bytes=4096
+    )
+    emitter.complete(
+        Response(
+            message=Message(role="assistant", content=[TextPart(text="fits")]),
+            usage=Usage(input_tokens=5, output_tokens=1, total_tokens=6),
+            raw=["r" * 10_000],
+        )
+    )
     (end,) = [decode_event(split_frame(f)[1]) for f in sent]
     assert type(end) is Finish and end.response.text == "fits" and end.response.raw is None
     assert [w.code for w in end.response.warnings] == ["raw_dropped"]
@@ -541,10 +579,15 @@ def test_a_finish_larger_than_the_daemon_sends_keeps_its_usage_and_cost():
     from trunkline.workers._emit import Emitter
 
     sent = []
-    emitter = Emitter(job(stream=False), "mock", lambda rid, frames, seq, t: sent.extend(frames), lambda p: p,
-                      max_event_bytes=4096)
-    emitter.complete(Response(message=Message(role="assistant", content=[TextPart(text="z" * 10_000)]),
-                              usage=Usage(input_tokens=5, output_tokens=2000, total_tokens=2005)))
+    emitter = Emitter(
+        job(stream=False), "mock", lambda rid, frames, seq, t: sent.extend(frames), lambda p: p, max_event_bytes=4096
+    )
+    emitter.complete(
+        Response(
+            message=Message(role="assistant", content=[TextPart(text="z" * 10_000)]),
+            usage=Usage(input_tokens=5, output_tokens=2000, total_tokens=2005),
+        )
+    )
     (end,) = [decode_event(split_frame(f)[1]) for f in sent]
     assert type(end) is ErrorEvent and end.error.error_class == "invalid_response"
     assert end.partial.usage.output_tokens == 2000 and end.partial.cost_usd == pytest.approx(0.004005)

@@ -65,23 +65,29 @@ class AnthropicAdapter(HttpAdapter):
         )
 
     def _build(self, call: Call, stream: bool) -> Built:
-        built = request.build(call.request, call.model, provider=self.name,
-                              wire_ids=call.wire_ids, stream=stream)
+        built = request.build(call.request, call.model, provider=self.name, wire_ids=call.wire_ids, stream=stream)
         call.warnings.extend(w for w in built.warnings if w not in call.warnings)
         return built
 
     async def stream(self, call: Call, emit: Emit, whole: bool = False) -> Response:
-        return await self.run_stream(call, emit, whole, path="/v1/messages", built=self._build(call, stream=True),
-                                     translator=AnthropicStream(passthrough=call.request.passthrough),
-                                     parse_whole=lambda body: self._whole(call, body))
+        return await self.run_stream(
+            call,
+            emit,
+            whole,
+            path="/v1/messages",
+            built=self._build(call, stream=True),
+            translator=AnthropicStream(passthrough=call.request.passthrough),
+            parse_whole=lambda body: self._whole(call, body),
+        )
 
     def _whole(self, call: Call, content: bytes) -> Response:
         """A whole JSON message (from a server that does not stream)."""
         try:
             body = msgspec.json.decode(content)
         except msgspec.DecodeError as exc:
-            raise ProviderError("invalid_response", f"{self.name} sent a body that is not JSON ({exc}): "
-                                f"{content[:200]!r}") from None
+            raise ProviderError(
+                "invalid_response", f"{self.name} sent a body that is not JSON ({exc}): {content[:200]!r}"
+            ) from None
         if isinstance(body, dict) and body.get("type") == "error":
             error = body.get("error") or {}
             raise errors.from_error_object(error.get("type"), str(error.get("message") or "error"))
@@ -95,6 +101,10 @@ class AnthropicAdapter(HttpAdapter):
     def count_tokens(self, req: Request, model: ModelInfo) -> int:
         options = req.provider_options.get(self.name) or req.provider_options.get("anthropic") or {}
         thinking = (req.reasoning_effort not in (None, "none") and model.reasoning) or (
-            (options.get("thinking") or {}).get("type") in ("enabled", "adaptive"))
-        return (estimate_request_tokens(req) + (TOOL_PROMPT_TOKENS if req.tools else 0)
-                + (THINKING_PROMPT_TOKENS if thinking else 0))
+            (options.get("thinking") or {}).get("type") in ("enabled", "adaptive")
+        )
+        return (
+            estimate_request_tokens(req)
+            + (TOOL_PROMPT_TOKENS if req.tools else 0)
+            + (THINKING_PROMPT_TOKENS if thinking else 0)
+        )

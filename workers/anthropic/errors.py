@@ -26,8 +26,14 @@ _TYPES: dict[str, ErrorClass] = {
     "timeout_error": "timeout",
 }
 
-_CONTEXT_WORDS = ("prompt is too long", "context window", "context length", "too many tokens",
-                  "exceeds the maximum", "input length")
+_CONTEXT_WORDS = (
+    "prompt is too long",
+    "context window",
+    "context length",
+    "too many tokens",
+    "exceeds the maximum",
+    "input length",
+)
 
 
 def _body(raw: bytes) -> tuple[str | None, str]:
@@ -41,8 +47,9 @@ def _body(raw: bytes) -> tuple[str | None, str]:
     return None, raw.decode("utf-8", "replace")[:500]
 
 
-def from_error_object(error_type: str | None, message: str, status: int | None = None,
-                      retry_after: float | None = None) -> ProviderError:
+def from_error_object(
+    error_type: str | None, message: str, status: int | None = None, retry_after: float | None = None
+) -> ProviderError:
     """Classify an error body (also the `error` event of a stream, which has no status)."""
     if status is not None:
         error_class = status_class(status)

@@ -63,8 +63,7 @@ THINKING_BUDGET = {"minimal": 1024, "low": 2048, "medium": 8192, "high": 24576, 
 #: For adaptive-thinking models (which refuse a budget): Anthropic's effort level. Catalog
 #: models list the levels they take (rules.efforts); `minimal` only reaches here for a
 #: model the catalog does not know.
-THINKING_EFFORT = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "xhigh",
-                   "max": "max"}
+THINKING_EFFORT = {"minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "xhigh", "max": "max"}
 _THINKING_BLOCKS = ("thinking", "redacted_thinking")
 
 
@@ -80,8 +79,14 @@ def _source(part: ImagePart | DocumentPart) -> dict[str, Any]:
 
 def _document(part: DocumentPart) -> dict[str, Any]:
     if part.data is not None and part.media_type == "text/plain":
-        block: dict[str, Any] = {"type": "document", "source": {
-            "type": "text", "media_type": "text/plain", "data": base64.b64decode(part.data).decode("utf-8", "replace")}}
+        block: dict[str, Any] = {
+            "type": "document",
+            "source": {
+                "type": "text",
+                "media_type": "text/plain",
+                "data": base64.b64decode(part.data).decode("utf-8", "replace"),
+            },
+        }
     else:
         block = {"type": "document", "source": _source(part)}
     if part.name:
@@ -103,8 +108,7 @@ def _result_content(part: ToolResultPart) -> str | list[dict[str, Any]]:
 
 
 class _Translator:
-    def __init__(self, provider: str, wire_ids: dict[str, str], warnings: list[WarningInfo],
-                 model: ModelInfo) -> None:
+    def __init__(self, provider: str, wire_ids: dict[str, str], warnings: list[WarningInfo], model: ModelInfo) -> None:
         self.provider = provider
         self.wire_ids = wire_ids
         self.warnings = warnings
@@ -116,13 +120,19 @@ class _Translator:
     def keep_thinking(self, part: ThinkingPart | RedactedThinkingPart) -> bool:
         signed = isinstance(part, RedactedThinkingPart) or bool(part.signature)
         if part.provider != self.provider or not signed:
-            warn(self.warnings, "thinking_dropped", "reasoning from another provider (or without a "
-                 "signature) cannot be sent to Anthropic; it was dropped")
+            warn(
+                self.warnings,
+                "thinking_dropped",
+                "reasoning from another provider (or without a signature) cannot be sent to Anthropic; it was dropped",
+            )
             return False
         if self.model.rules.thinking_tied_to_model and part.model != self.model.wire_name:
-            warn(self.warnings, "thinking_dropped",
-                 f"{self.model.id} accepts only its own thinking blocks (rule `thinking_tied_to_model`); "
-                 f"reasoning written by {part.model or 'an unrecorded model'} was dropped")
+            warn(
+                self.warnings,
+                "thinking_dropped",
+                f"{self.model.id} accepts only its own thinking blocks (rule `thinking_tied_to_model`); "
+                f"reasoning written by {part.model or 'an unrecorded model'} was dropped",
+            )
             return False
         return True
 
@@ -132,13 +142,18 @@ class _Translator:
         data = part.data
         if part.kind == CONTAINER:
             if not isinstance(data, dict) or not isinstance(data.get("id"), str):
-                raise ProviderError("invalid_request", "an anthropic provider_part of kind container must carry "
-                                    "an object with the container's `id`")
+                raise ProviderError(
+                    "invalid_request",
+                    "an anthropic provider_part of kind container must carry an object with the container's `id`",
+                )
             self.container = data["id"]
             return None
         if not isinstance(data, dict) or data.get("type") != part.kind:
-            raise ProviderError("invalid_request", f"an anthropic provider_part of kind {part.kind} must carry the "
-                                f"block as Anthropic sent it: an object whose `type` is {part.kind!r}")
+            raise ProviderError(
+                "invalid_request",
+                f"an anthropic provider_part of kind {part.kind} must carry the "
+                f"block as Anthropic sent it: an object whose `type` is {part.kind!r}",
+            )
         return dict(data)
 
     def wire_id(self, canonical: str) -> str:
@@ -155,13 +170,24 @@ class _Translator:
             elif isinstance(part, DocumentPart):
                 out.append(_document(part))
             elif isinstance(part, AudioPart):
-                warn(self.warnings, "unsupported_content", "Anthropic does not accept audio; the audio part was dropped")
+                warn(
+                    self.warnings, "unsupported_content", "Anthropic does not accept audio; the audio part was dropped"
+                )
             elif isinstance(part, ToolCallPart):
-                out.append({"type": "tool_use", "id": self.wire_id(part.id), "name": part.name,
-                            "input": part.arguments if part.arguments is not None else {}})
+                out.append(
+                    {
+                        "type": "tool_use",
+                        "id": self.wire_id(part.id),
+                        "name": part.name,
+                        "input": part.arguments if part.arguments is not None else {},
+                    }
+                )
             elif isinstance(part, ToolResultPart):
-                block: dict[str, Any] = {"type": "tool_result", "tool_use_id": self.wire_id(part.tool_call_id),
-                                         "content": _result_content(part)}
+                block: dict[str, Any] = {
+                    "type": "tool_result",
+                    "tool_use_id": self.wire_id(part.tool_call_id),
+                    "content": _result_content(part),
+                }
                 if part.is_error:
                     block["is_error"] = True
                 out.append(block)
@@ -177,8 +203,7 @@ class _Translator:
                     out.append(provider_block)
         if message.role == "tool" and message.tool_call_id and not any(b["type"] == "tool_result" for b in out):
             # The OpenAI-style form: the message's own text is the result.
-            out = [{"type": "tool_result", "tool_use_id": self.wire_id(message.tool_call_id),
-                    "content": message.text}]
+            out = [{"type": "tool_result", "tool_use_id": self.wire_id(message.tool_call_id), "content": message.text}]
         return out
 
     def messages(self, messages: list[Message]) -> list[dict[str, Any]]:
@@ -239,8 +264,9 @@ def _all_blocks(body: dict[str, Any]) -> list[dict[str, Any]]:
     return blocks
 
 
-def _thinking(request: Request, model: ModelInfo, body: dict[str, Any], warnings: list[WarningInfo],
-              user_max: int | None) -> dict[str, Any] | None:
+def _thinking(
+    request: Request, model: ModelInfo, body: dict[str, Any], warnings: list[WarningInfo], user_max: int | None
+) -> dict[str, Any] | None:
     effort = request.reasoning_effort
     rules = model.rules
     if effort is None:
@@ -260,8 +286,11 @@ def _thinking(request: Request, model: ModelInfo, body: dict[str, Any], warnings
     if budget >= max_tokens:
         if user_max is not None:
             if max_tokens <= 1024:
-                warn(warnings, "reasoning_unsupported",
-                      f"max_tokens {max_tokens} leaves no room for thinking (at least 1024); thinking left off")
+                warn(
+                    warnings,
+                    "reasoning_unsupported",
+                    f"max_tokens {max_tokens} leaves no room for thinking (at least 1024); thinking left off",
+                )
                 return None
             budget = max(1024, max_tokens // 2)
         else:
@@ -300,13 +329,19 @@ def _strict_schema(schema: Any, path: str = "schema") -> Any:
     if not isinstance(schema, dict):
         return schema
     out = {k: _strict_schema(v, f"{path}.{k}") for k, v in schema.items()}
-    is_object = out.get("type") == "object" or (isinstance(out.get("type"), list) and "object" in out["type"]) \
+    is_object = (
+        out.get("type") == "object"
+        or (isinstance(out.get("type"), list) and "object" in out["type"])
         or "properties" in out
+    )
     if is_object:
         extra = out.get("additionalProperties")
         if extra not in (None, False):
-            raise ProviderError("invalid_request", f"response_format {path} allows additional properties; "
-                                "Anthropic structured outputs need `additionalProperties: false` on every object")
+            raise ProviderError(
+                "invalid_request",
+                f"response_format {path} allows additional properties; "
+                "Anthropic structured outputs need `additionalProperties: false` on every object",
+            )
         out["additionalProperties"] = False
     return out
 
@@ -316,8 +351,11 @@ def _output_format(request: Request, model: ModelInfo) -> dict[str, Any] | None:
     if fmt is None or fmt.kind == "text":
         return None
     if fmt.kind == "json_object":
-        raise ProviderError("invalid_request", "response_format json_object (any JSON object) has no form in "
-                            f"Anthropic structured outputs, which need a schema; send json_schema to {model.id}")
+        raise ProviderError(
+            "invalid_request",
+            "response_format json_object (any JSON object) has no form in "
+            f"Anthropic structured outputs, which need a schema; send json_schema to {model.id}",
+        )
     return {"type": "json_schema", "schema": _strict_schema(fmt.schema)}
 
 
@@ -372,11 +410,21 @@ def build(request: Request, model: ModelInfo, *, provider: str, wire_ids: dict[s
             # Anthropic refuses tool_use/tool_result blocks unless their tools are defined
             # (a conversation carried on without its tools, or from another provider). The
             # tools the history names are declared, permissively, and none may be called.
-            body["tools"] = [{"name": name, "description": "A tool called earlier in this conversation.",
-                              "input_schema": {"type": "object"}} for name in named]
+            body["tools"] = [
+                {
+                    "name": name,
+                    "description": "A tool called earlier in this conversation.",
+                    "input_schema": {"type": "object"},
+                }
+                for name in named
+            ]
             body["tool_choice"] = {"type": "none"}
-            warn(warnings, "tools_from_history", "the history holds tool calls but the request has no tools: the "
-                 f"tools it names ({', '.join(named)}) were declared so Anthropic accepts it, and none may be called")
+            warn(
+                warnings,
+                "tools_from_history",
+                "the history holds tool calls but the request has no tools: the "
+                f"tools it names ({', '.join(named)}) were declared so Anthropic accepts it, and none may be called",
+            )
     server_tools = options.get("tools")
     if server_tools:
         # Anthropic's server tools (web search, code execution...), appended to the request's.
@@ -385,8 +433,7 @@ def build(request: Request, model: ModelInfo, *, provider: str, wire_ids: dict[s
         body["container"] = translator.container  # provider_options.anthropic.container still wins
     if request.stop_sequences:
         body["stop_sequences"] = list(request.stop_sequences)
-    body.update(_rules.sampling({"temperature": request.temperature, "top_p": request.top_p}, request, model,
-                                warnings))
+    body.update(_rules.sampling({"temperature": request.temperature, "top_p": request.top_p}, request, model, warnings))
     if request.seed is not None:
         warn(warnings, "unsupported_setting", "Anthropic has no seed; it was ignored")
     user_id = request.metadata.get("user_id")
@@ -401,16 +448,24 @@ def build(request: Request, model: ModelInfo, *, provider: str, wire_ids: dict[s
         if request.reasoning_effort is None and forced:
             # Thinking was not asked for, a tool was: honour the tool.
             thinking = _thinking_off(model)
-            warn(warnings, "thinking_off", f"{model.id} cannot force a tool while thinking, and thinking was "
-                 "not asked for; thinking is off for this call so the tool choice holds")
+            warn(
+                warnings,
+                "thinking_off",
+                f"{model.id} cannot force a tool while thinking, and thinking was "
+                "not asked for; thinking is off for this call so the tool choice holds",
+            )
         elif _tool_loop_without_thinking(body["messages"]):
             thinking = _thinking_off(model)
             body.get("output_config", {}).pop("effort", None)
             if not body.get("output_config", True):
                 body.pop("output_config")
-            warn(warnings, "thinking_off", "the last assistant turn of this tool loop does not begin with a "
-                 "thinking block (history from another provider or model), which Anthropic refuses while "
-                 "thinking; thinking is off for this call")
+            warn(
+                warnings,
+                "thinking_off",
+                "the last assistant turn of this tool loop does not begin with a "
+                "thinking block (history from another provider or model), which Anthropic refuses while "
+                "thinking; thinking is off for this call",
+            )
     if thinking is not None:
         body["thinking"] = thinking
     if _thinks(thinking, model):
@@ -422,8 +477,11 @@ def build(request: Request, model: ModelInfo, *, provider: str, wire_ids: dict[s
             warn(warnings, "unsupported_setting", "top_p below 0.95 cannot be used with extended thinking; ignored")
         if body.get("tool_choice", {}).get("type") in ("any", "tool"):
             body.pop("tool_choice")
-            warn(warnings, "unsupported_setting",
-                  "a forced tool_choice cannot be used with extended thinking; the model chooses (auto)")
+            warn(
+                warnings,
+                "unsupported_setting",
+                "a forced tool_choice cannot be used with extended thinking; the model chooses (auto)",
+            )
     if stream:
         body["stream"] = True
     body.update(provider_options.body_fields("anthropic", options))

@@ -48,8 +48,11 @@ _STOP: dict[str, FinishReasonName] = {
 
 
 def finish_reason(stop_reason: str | None, stop_sequence: str | None = None) -> FinishReason:
-    return FinishReason(reason=_STOP.get(stop_reason or "", "other"), raw=stop_reason,
-                        stop_sequence=stop_sequence if stop_reason == "stop_sequence" else None)
+    return FinishReason(
+        reason=_STOP.get(stop_reason or "", "other"),
+        raw=stop_reason,
+        stop_sequence=stop_sequence if stop_reason == "stop_sequence" else None,
+    )
 
 
 def _billed_steps(raw: dict[str, Any]) -> list[dict[str, Any]]:
@@ -74,8 +77,14 @@ def usage(raw: dict[str, Any], thinking_text: str = "") -> Usage:
     prompt = sum(int(s.get("input_tokens") or 0) for s in steps) + read + write
     output = sum(int(s.get("output_tokens") or 0) for s in steps)
     # The 1-hour writes inside that total cost more than the 5-minute ones.
-    write_long = min(sum(int(s["cache_creation"].get("ephemeral_1h_input_tokens") or 0)
-                         for s in steps if isinstance(s.get("cache_creation"), dict)), write)
+    write_long = min(
+        sum(
+            int(s["cache_creation"].get("ephemeral_1h_input_tokens") or 0)
+            for s in steps
+            if isinstance(s.get("cache_creation"), dict)
+        ),
+        write,
+    )
     details = raw.get("output_tokens_details") or {}
     reported = details.get("thinking_tokens") if isinstance(details, dict) else None
     estimated = False
@@ -84,10 +93,15 @@ def usage(raw: dict[str, Any], thinking_text: str = "") -> Usage:
         # newer models, so this can only undercount) and say it is an estimate.
         reported = estimate_text_tokens(thinking_text) if thinking_text else 0
         estimated = bool(thinking_text)
-    result = Usage(input_tokens=prompt, output_tokens=output, total_tokens=prompt + output,
-                   reasoning_tokens=min(int(reported), output) if output else int(reported),
-                   cache_read_tokens=read, cache_write_tokens=write,
-                   cache_write_long_tokens=write_long)
+    result = Usage(
+        input_tokens=prompt,
+        output_tokens=output,
+        total_tokens=prompt + output,
+        reasoning_tokens=min(int(reported), output) if output else int(reported),
+        cache_read_tokens=read,
+        cache_write_tokens=write,
+        cache_write_long_tokens=write_long,
+    )
     return result.mark_estimated("reasoning_tokens") if estimated else result
 
 
@@ -112,8 +126,15 @@ def content(blocks: list[dict[str, Any]]) -> tuple[list[ContentPart], str]:
                 raw, arguments = arguments, parse_arguments(arguments)
             elif not isinstance(arguments, dict):
                 raw, arguments = json.dumps(arguments), None
-            parts.append(ToolCallPart(id="", name=block.get("name", ""), arguments=arguments, raw_arguments=raw,
-                                      provider_id=block.get("id")))
+            parts.append(
+                ToolCallPart(
+                    id="",
+                    name=block.get("name", ""),
+                    arguments=arguments,
+                    raw_arguments=raw,
+                    provider_id=block.get("id"),
+                )
+            )
         elif isinstance(kind, str) and kind:
             # server_tool_use, *_tool_result, mcp_tool_use/result, compaction... Anthropic ties
             # none of them to the model that wrote them, so `model` stays unset.

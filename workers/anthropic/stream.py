@@ -43,8 +43,9 @@ from .response import API, CONTAINER, container_part, finish_reason, usage
 class _Block:
     __slots__ = ("kind", "chunks", "id", "name", "signature", "data", "raw")
 
-    def __init__(self, kind: str, id: str = "", name: str = "", data: str | None = None,
-                 raw: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, kind: str, id: str = "", name: str = "", data: str | None = None, raw: dict[str, Any] | None = None
+    ) -> None:
         self.kind = kind
         self.chunks: list[str] = []
         self.id = id
@@ -164,7 +165,9 @@ class AnthropicStream:
                     if key != "type" and isinstance(value, str):
                         block.raw[key] = (block.raw.get(key) or "") + value
                 return []
-        return [ProviderEvent(provider="anthropic", event_type="content_block_delta", data=p)] if self.passthrough else []
+        return (
+            [ProviderEvent(provider="anthropic", event_type="content_block_delta", data=p)] if self.passthrough else []
+        )
 
     def _block_stop(self, p: dict[str, Any]) -> list[Event]:
         index = int(p.get("index", 0))
@@ -185,16 +188,18 @@ class AnthropicStream:
             if text.strip():
                 arguments = parse_arguments(text)
                 if arguments is None:
-                    raise invalid_response(f"Anthropic's {block.name} block has input that is not a JSON object: "
-                                           f"{text[:200]!r}")
+                    raise invalid_response(
+                        f"Anthropic's {block.name} block has input that is not a JSON object: {text[:200]!r}"
+                    )
                 data["input"] = arguments
             return [ProviderPartEvent(index=index, api=API, kind=block.name, data=data)]
         # Arguments that are not a JSON object stay a tool call, with `arguments` null and
         # the text kept: the caller answers it with an error result and the model can
         # try again, where failing the request would lose what it paid for.
         arguments = parse_arguments(text)
-        return [ToolCallEnd(index=index, name=block.name, provider_id=block.id, arguments=arguments,
-                            raw_arguments=text)]
+        return [
+            ToolCallEnd(index=index, name=block.name, provider_id=block.id, arguments=arguments, raw_arguments=text)
+        ]
 
     def _message_delta(self, p: dict[str, Any]) -> list[Event]:
         delta = p.get("delta") or {}
@@ -232,9 +237,15 @@ class AnthropicStream:
         """The finish skeleton once the body has ended."""
         if not self._stopped:
             raise ProviderError("network", "the Anthropic stream ended before message_stop")
-        return Ending([], Response(id=self._id, model=self._model,
-                                   finish_reason=finish_reason(self._stop, self._stop_sequence),
-                                   usage=usage(self._usage, "".join(self._thinking))))
+        return Ending(
+            [],
+            Response(
+                id=self._id,
+                model=self._model,
+                finish_reason=finish_reason(self._stop, self._stop_sequence),
+                usage=usage(self._usage, "".join(self._thinking)),
+            ),
+        )
 
 
 _HANDLERS = {

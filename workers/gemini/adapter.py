@@ -33,8 +33,7 @@ class GeminiAdapter(HttpAdapter):
         return errors.classify(status, headers, body)
 
     def _build(self, call: Call, stream: bool) -> Built:
-        built = request.build(call.request, call.model, provider=self.name,
-                              wire_ids=call.wire_ids, stream=stream)
+        built = request.build(call.request, call.model, provider=self.name, wire_ids=call.wire_ids, stream=stream)
         call.warnings.extend(w for w in built.warnings if w not in call.warnings)
         return built
 

@@ -37,8 +37,13 @@ _REASONS: dict[str, ErrorClass] = {
     "API_KEY_EXPIRED": "authentication",
 }
 
-_CONTEXT_WORDS = ("exceeds the maximum number of tokens", "input token count", "too many tokens",
-                  "context window", "context length")
+_CONTEXT_WORDS = (
+    "exceeds the maximum number of tokens",
+    "input token count",
+    "too many tokens",
+    "context window",
+    "context length",
+)
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)s\s*$")
 
 
@@ -64,8 +69,9 @@ def _reason(details: Any) -> str | None:
     return None
 
 
-def from_error_object(error: Mapping[str, Any], status: int | None = None,
-                      retry_after: float | None = None) -> ProviderError:
+def from_error_object(
+    error: Mapping[str, Any], status: int | None = None, retry_after: float | None = None
+) -> ProviderError:
     """Classify an `error` object (from an HTTP error body or from inside a stream)."""
     code = error.get("code")
     http = status if status is not None else (code if isinstance(code, int) else None)
@@ -82,8 +88,9 @@ def from_error_object(error: Mapping[str, Any], status: int | None = None,
         error_class = "context_length"
     delay = retry_delay(details)
     label = f"{name}: {message}" if name else message
-    return ProviderError(error_class, label, status=http, code=name or reason,
-                         retry_after=delay if delay is not None else retry_after)
+    return ProviderError(
+        error_class, label, status=http, code=name or reason, retry_after=delay if delay is not None else retry_after
+    )
 
 
 def classify(status: int, headers: Mapping[str, str], body: bytes) -> ProviderError:
@@ -96,6 +103,10 @@ def classify(status: int, headers: Mapping[str, str], body: bytes) -> ProviderEr
         data = data[0]
     error = data.get("error") if isinstance(data, dict) else None
     if not isinstance(error, dict):
-        return ProviderError(status_class(status), body.decode("utf-8", "replace")[:500], status=status,
-                             retry_after=parse_retry_after(headers))
+        return ProviderError(
+            status_class(status),
+            body.decode("utf-8", "replace")[:500],
+            status=status,
+            retry_after=parse_retry_after(headers),
+        )
     return from_error_object(error, status, parse_retry_after(headers))

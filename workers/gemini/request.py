@@ -58,15 +58,25 @@ METADATA_KINDS = ("groundingMetadata", "urlContextMetadata")
 #: Ladder order, to find the nearest effort a model takes.
 EFFORTS = ["none", "minimal", "low", "medium", "high", "xhigh", "max"]
 #: Effort -> thinkingLevel, for models steered by level (Gemini 3.5+, Argon refuse a budget).
-THINKING_LEVEL = {"minimal": "MINIMAL", "low": "LOW", "medium": "MEDIUM", "high": "HIGH",
-                  "xhigh": "XHIGH", "max": "XHIGH"}
+THINKING_LEVEL = {
+    "minimal": "MINIMAL",
+    "low": "LOW",
+    "medium": "MEDIUM",
+    "high": "HIGH",
+    "xhigh": "XHIGH",
+    "max": "XHIGH",
+}
 #: Effort -> thinkingBudget tokens, for models steered by budget (Gemini 2.x).
 THINKING_BUDGET = {"minimal": 512, "low": 2048, "medium": 8192, "high": 24576, "xhigh": 32768, "max": 32768}
 
 #: provider_options.gemini keys read here (protocol/provider_options.py says which go into the body).
 _SHORTHAND_TOOLS = {"google_search": "googleSearch", "code_execution": "codeExecution", "url_context": "urlContext"}
-_SNAKE = {"safety_settings": "safetySettings", "cached_content": "cachedContent", "service_tier": "serviceTier",
-          "tool_config": "toolConfig"}
+_SNAKE = {
+    "safety_settings": "safetySettings",
+    "cached_content": "cachedContent",
+    "service_tier": "serviceTier",
+    "tool_config": "toolConfig",
+}
 
 
 def model_path(wire_name: str) -> str:
@@ -91,8 +101,10 @@ def uses_levels(model: ModelInfo) -> bool:
 def _media(part: ImagePart | AudioPart | DocumentPart, warnings: list[WarningInfo]) -> dict[str, Any] | None:
     if part.data is not None:
         if not part.media_type:
-            raise ProviderError("invalid_request", "an inline image, audio or document part needs media_type "
-                                "(Gemini's inlineData requires a mimeType)")
+            raise ProviderError(
+                "invalid_request",
+                "an inline image, audio or document part needs media_type (Gemini's inlineData requires a mimeType)",
+            )
         return {"inlineData": {"mimeType": part.media_type, "data": part.data}}
     if part.url:
         data: dict[str, Any] = {"fileUri": part.url}
@@ -105,8 +117,7 @@ def _media(part: ImagePart | AudioPart | DocumentPart, warnings: list[WarningInf
 
 
 class _Translator:
-    def __init__(self, model: ModelInfo, provider: str, wire_ids: dict[str, str],
-                 warnings: list[WarningInfo]) -> None:
+    def __init__(self, model: ModelInfo, provider: str, wire_ids: dict[str, str], warnings: list[WarningInfo]) -> None:
         self.model = model
         self.provider = provider
         self.wire_ids = wire_ids
@@ -132,9 +143,12 @@ class _Translator:
         if not keep_provider_part(part, API, self.model.wire_name, self.warnings):
             return False
         if part.provider is not None and part.provider != self.provider:
-            warn(self.warnings, "provider_part_dropped",
-                 f"gemini content ({part.kind}) came from provider {part.provider} (another key); "
-                 f"it was left out for {self.provider}")
+            warn(
+                self.warnings,
+                "provider_part_dropped",
+                f"gemini content ({part.kind}) came from provider {part.provider} (another key); "
+                f"it was left out for {self.provider}",
+            )
             return False
         return True
 
@@ -160,12 +174,18 @@ class _Translator:
                 if part.provider is None or part.provider == self.provider:
                     wire = {"text": part.text, "thought": True}
                 else:
-                    warn(self.warnings, "thinking_dropped",
-                         f"reasoning from {part.provider} cannot be sent to Gemini; it was dropped")
+                    warn(
+                        self.warnings,
+                        "thinking_dropped",
+                        f"reasoning from {part.provider} cannot be sent to Gemini; it was dropped",
+                    )
             elif isinstance(part, RedactedThinkingPart):
-                warn(self.warnings, "thinking_dropped",
-                     f"encrypted reasoning from {part.provider or 'another provider'} cannot be sent to Gemini; "
-                     "it was dropped")
+                warn(
+                    self.warnings,
+                    "thinking_dropped",
+                    f"encrypted reasoning from {part.provider or 'another provider'} cannot be sent to Gemini; "
+                    "it was dropped",
+                )
             elif isinstance(part, ProviderPart):
                 if part.api == API and part.kind == SIGNATURE_KIND:
                     if self.signature_ok(part):
@@ -187,13 +207,17 @@ class _Translator:
             out = [self.function_response(message.tool_call_id, message.text, False, message.name)]
         return out
 
-    def function_response(self, canonical: str, content: str | list[TextPart | ImagePart], is_error: bool,
-                          name: str | None) -> dict[str, Any]:
+    def function_response(
+        self, canonical: str, content: str | list[TextPart | ImagePart], is_error: bool, name: str | None
+    ) -> dict[str, Any]:
         known = self.calls.get(canonical)
         fn = name or (known[0] if known else None)
         if not fn:
-            raise ProviderError("invalid_request", f"tool result for {canonical!r} answers no tool call in the "
-                                "conversation, and Gemini needs the function's name: give ToolResultPart.name")
+            raise ProviderError(
+                "invalid_request",
+                f"tool result for {canonical!r} answers no tool call in the "
+                "conversation, and Gemini needs the function's name: give ToolResultPart.name",
+            )
         media: list[dict[str, Any]] = []
         if isinstance(content, str):
             text = content
@@ -256,14 +280,20 @@ def _thinking(request: Request, model: ModelInfo, warnings: list[WarningInfo]) -
     levels = uses_levels(model)
     if allowed and effort not in allowed and effort != "none":
         chosen = _nearest_effort(effort, allowed)
-        warn(warnings, "unsupported_setting",
-             f"{model.wire_name} does not take reasoning_effort {effort}; {chosen} was used")
+        warn(
+            warnings,
+            "unsupported_setting",
+            f"{model.wire_name} does not take reasoning_effort {effort}; {chosen} was used",
+        )
         effort = chosen
     if effort == "none":
         if rules.thinking_always_on or levels or (allowed and "none" not in allowed):
             lowest = next((e for e in EFFORTS[1:] if not allowed or e in allowed), "minimal")
-            warn(warnings, "unsupported_setting",
-                 f"thinking cannot be turned off on {model.wire_name}; the lowest level ({lowest}) was used")
+            warn(
+                warnings,
+                "unsupported_setting",
+                f"thinking cannot be turned off on {model.wire_name}; the lowest level ({lowest}) was used",
+            )
             return {"thinkingLevel": THINKING_LEVEL[lowest]} if levels else {"thinkingBudget": THINKING_BUDGET[lowest]}
         return {"thinkingBudget": 0}
     if levels:
@@ -273,8 +303,9 @@ def _thinking(request: Request, model: ModelInfo, warnings: list[WarningInfo]) -
     return {"thinkingBudget": THINKING_BUDGET[effort], "includeThoughts": True}
 
 
-def _sampling(request: Request, model: ModelInfo, thinking_on: bool, gen: dict[str, Any],
-              warnings: list[WarningInfo]) -> None:
+def _sampling(
+    request: Request, model: ModelInfo, thinking_on: bool, gen: dict[str, Any], warnings: list[WarningInfo]
+) -> None:
     wanted = {"temperature": request.temperature, "top_p": request.top_p}
     rules = model.rules
     for name, value in wanted.items():
@@ -287,14 +318,23 @@ def _sampling(request: Request, model: ModelInfo, thinking_on: bool, gen: dict[s
             warn(warnings, "unsupported_setting", f"{model.wire_name} takes {name} only with reasoning off; ignored")
             continue
         if rules.sampling_exclusive and ("temperature" in gen or "topP" in gen):
-            warn(warnings, "unsupported_setting",
-                 f"{model.wire_name} takes one sampling parameter at a time; {name} was ignored")
+            warn(
+                warnings,
+                "unsupported_setting",
+                f"{model.wire_name} takes one sampling parameter at a time; {name} was ignored",
+            )
             continue
         gen["temperature" if name == "temperature" else "topP"] = value
 
 
-def build(request: Request, model: ModelInfo, *, provider: str = "gemini", wire_ids: dict[str, str] | None = None,
-          stream: bool = True) -> Built:
+def build(
+    request: Request,
+    model: ModelInfo,
+    *,
+    provider: str = "gemini",
+    wire_ids: dict[str, str] | None = None,
+    stream: bool = True,
+) -> Built:
     warnings: list[WarningInfo] = []
     options = dict(request.provider_options.get(provider) or request.provider_options.get(API) or {})
     tr = _Translator(model, provider, wire_ids or {}, warnings)

@@ -73,12 +73,30 @@ _FINISH: dict[str, FinishReasonName] = {
     "MALFORMED_RESPONSE": "error",
     "CONTINUATION": "length",  # only when we stop following continuations
 }
-FINISH_NUMBERS = {0: "FINISH_REASON_UNSPECIFIED", 1: "STOP", 2: "MAX_TOKENS", 3: "SAFETY", 4: "RECITATION",
-                  5: "OTHER", 6: "LANGUAGE", 7: "BLOCKLIST", 8: "PROHIBITED_CONTENT", 9: "SPII",
-                  10: "MALFORMED_FUNCTION_CALL", 11: "IMAGE_SAFETY", 12: "UNEXPECTED_TOOL_CALL",
-                  13: "TOO_MANY_TOOL_CALLS"}
-BLOCK_NUMBERS = {0: "BLOCK_REASON_UNSPECIFIED", 1: "SAFETY", 2: "OTHER", 3: "BLOCKLIST", 4: "PROHIBITED_CONTENT",
-                 5: "IMAGE_SAFETY"}
+FINISH_NUMBERS = {
+    0: "FINISH_REASON_UNSPECIFIED",
+    1: "STOP",
+    2: "MAX_TOKENS",
+    3: "SAFETY",
+    4: "RECITATION",
+    5: "OTHER",
+    6: "LANGUAGE",
+    7: "BLOCKLIST",
+    8: "PROHIBITED_CONTENT",
+    9: "SPII",
+    10: "MALFORMED_FUNCTION_CALL",
+    11: "IMAGE_SAFETY",
+    12: "UNEXPECTED_TOOL_CALL",
+    13: "TOO_MANY_TOOL_CALLS",
+}
+BLOCK_NUMBERS = {
+    0: "BLOCK_REASON_UNSPECIFIED",
+    1: "SAFETY",
+    2: "OTHER",
+    3: "BLOCKLIST",
+    4: "PROHIBITED_CONTENT",
+    5: "IMAGE_SAFETY",
+}
 
 
 def enum_name(value: Any, numbers: dict[int, str]) -> str | None:
@@ -101,8 +119,13 @@ def usage(meta: dict[str, Any]) -> Usage:
     prompt = int(meta.get("promptTokenCount") or 0) + int(meta.get("toolUsePromptTokenCount") or 0)
     thoughts = int(meta.get("thoughtsTokenCount") or 0)
     output = int(meta.get("candidatesTokenCount") or 0) + thoughts
-    return Usage(input_tokens=prompt, output_tokens=output, total_tokens=prompt + output,
-                 reasoning_tokens=thoughts, cache_read_tokens=int(meta.get("cachedContentTokenCount") or 0))
+    return Usage(
+        input_tokens=prompt,
+        output_tokens=output,
+        total_tokens=prompt + output,
+        reasoning_tokens=thoughts,
+        cache_read_tokens=int(meta.get("cachedContentTokenCount") or 0),
+    )
 
 
 class _Open:
@@ -223,11 +246,15 @@ class GeminiStream:
                 out += self._close()
             if self._open is None:
                 self._open = _Open(kind, self._take_index())
-                out.append(TextStart(index=self._open.index) if kind == "text"
-                           else ReasoningStart(index=self._open.index))
+                out.append(
+                    TextStart(index=self._open.index) if kind == "text" else ReasoningStart(index=self._open.index)
+                )
             self._open.chunks.append(text)
-            out.append(TextDelta(index=self._open.index, text=text) if kind == "text"
-                       else ReasoningDelta(index=self._open.index, text=text))
+            out.append(
+                TextDelta(index=self._open.index, text=text)
+                if kind == "text"
+                else ReasoningDelta(index=self._open.index, text=text)
+            )
         if signature:
             if self._open is not None and self._open.kind in ("text", "reasoning"):
                 # Gemini splits a part over chunks and may sign it in a trailing empty part.
@@ -315,11 +342,21 @@ class GeminiStream:
                     out.append(ToolCallDelta(index=current.index, partial_json=tail))
                 args = current.args.value
             self._calls += 1
-            out.append(ToolCallEnd(index=current.index, name=current.name, provider_id=current.id,
-                                   arguments=args or {}, raw_arguments="".join(current.chunks)))
+            out.append(
+                ToolCallEnd(
+                    index=current.index,
+                    name=current.name,
+                    provider_id=current.id,
+                    arguments=args or {},
+                    raw_arguments="".join(current.chunks),
+                )
+            )
         if current.signature:
-            out.append(ProviderPartEvent(index=self._take_index(), api=API, kind=SIGNATURE_KIND,
-                                         data=current.signature, model=self.model))
+            out.append(
+                ProviderPartEvent(
+                    index=self._take_index(), api=API, kind=SIGNATURE_KIND, data=current.signature, model=self.model
+                )
+            )
         return out
 
     # -- continuations (long decode) ----------------------------------------------------
@@ -355,25 +392,44 @@ class GeminiStream:
             raise invalid_response("Gemini's response has no finish reason and no candidate")
         if raw is None:
             reason = FinishReason(reason="content_filter", raw=self._prompt_block)
-            warn(self.warnings, "content_filter", f"Gemini blocked the prompt ({self._prompt_block})"
-                 + (f": {', '.join(self._blocked)}" if self._blocked else ""))
+            warn(
+                self.warnings,
+                "content_filter",
+                f"Gemini blocked the prompt ({self._prompt_block})"
+                + (f": {', '.join(self._blocked)}" if self._blocked else ""),
+            )
         else:
             reason = finish_reason(raw, self._calls > 0)
             if reason.reason == "content_filter":
-                warn(self.warnings, "content_filter", f"Gemini stopped the answer ({raw})"
-                     + (f": {', '.join(self._blocked)}" if self._blocked else ""))
+                warn(
+                    self.warnings,
+                    "content_filter",
+                    f"Gemini stopped the answer ({raw})" + (f": {', '.join(self._blocked)}" if self._blocked else ""),
+                )
             elif raw == "CONTINUATION":
-                warn(self.warnings, "truncated", "Gemini had not finished (CONTINUATION); the answer was cut "
-                     "after the most continuations one request may follow")
+                warn(
+                    self.warnings,
+                    "truncated",
+                    "Gemini had not finished (CONTINUATION); the answer was cut "
+                    "after the most continuations one request may follow",
+                )
             elif reason.reason == "error":
-                warn(self.warnings, "degraded_finish", f"Gemini ended the turn with {raw}"
-                     + (f": {self._finish_message}" if self._finish_message else "")
-                     + "; what arrived before it is kept")
+                warn(
+                    self.warnings,
+                    "degraded_finish",
+                    f"Gemini ended the turn with {raw}"
+                    + (f": {self._finish_message}" if self._finish_message else "")
+                    + "; what arrived before it is kept",
+                )
         total = usage(self._usage)
         for hop in self._earlier_hops:  # each hop is a request of its own: summed
             total = hop + total
-        return Ending(events, Response(id=self._id, model=self._model_version, finish_reason=reason,
-                                       usage=total, warnings=list(self.warnings)))
+        return Ending(
+            events,
+            Response(
+                id=self._id, model=self._model_version, finish_reason=reason, usage=total, warnings=list(self.warnings)
+            ),
+        )
 
 
 def _passthrough(payload: dict[str, Any]) -> Event:

@@ -18,8 +18,9 @@ from .stream import MockStream
 
 
 def not_found(model: str) -> ProviderError:
-    return ProviderError("not_found", f"the mock has no model {model!r} (`trunkline models --provider mock` lists "
-                         "the ones it plays)")
+    return ProviderError(
+        "not_found", f"the mock has no model {model!r} (`trunkline models --provider mock` lists the ones it plays)"
+    )
 
 
 class MockAdapter(Adapter):
@@ -37,8 +38,9 @@ class MockAdapter(Adapter):
             # a misspelt mock model must not echo as if it were fine.
             raise not_found(call.model.wire_name)
         chunks = request.build(call.request, self.name, call.model.wire_name)
-        call.warnings.extend(w for w in request.history_warnings(call.request, call.model.wire_name)
-                             if w not in call.warnings)
+        call.warnings.extend(
+            w for w in request.history_warnings(call.request, call.model.wire_name) if w not in call.warnings
+        )
         call.upstream_open = True
         try:
             for chunk in chunks:

@@ -138,9 +138,13 @@ def _scripted(request: Request, opts: MockOptions) -> list[Step] | None:
         return opts.steps
     done = sum(1 for m in request.messages if m.role == "assistant")
     if done >= len(opts.turns):
-        raise ProviderError("invalid_request", (
-            f"provider_options.mock.turns scripts {len(opts.turns)} turn(s) and the history already holds "
-            f"{done} assistant turn(s): no turn is left to play"))
+        raise ProviderError(
+            "invalid_request",
+            (
+                f"provider_options.mock.turns scripts {len(opts.turns)} turn(s) and the history already holds "
+                f"{done} assistant turn(s): no turn is left to play"
+            ),
+        )
     return opts.turns[done]
 
 

@@ -17,8 +17,13 @@ from ...protocol.messages import (
     Usage,
 )
 
-_REASONS = {"stop": "stop", "length": "length", "tool_calls": "tool_calls", "content_filter": "content_filter",
-            "error": "error"}
+_REASONS = {
+    "stop": "stop",
+    "length": "length",
+    "tool_calls": "tool_calls",
+    "content_filter": "content_filter",
+    "error": "error",
+}
 
 
 def finish_reason(raw: str) -> FinishReason:
@@ -80,5 +85,6 @@ def parse(chunks: list[dict[str, Any]]) -> Response:
             args = parse_arguments(raw)
             part.arguments = args if args is not None else {}
             part.raw_arguments = raw or None
-    return Response(model=model, message=Message(role="assistant", content=content), finish_reason=reason,
-                    usage=result_usage)
+    return Response(
+        model=model, message=Message(role="assistant", content=content), finish_reason=reason, usage=result_usage
+    )

@@ -50,8 +50,15 @@ class MockStream:
             call_id, name = self._tool
             self._tool = None
             args = parse_arguments(text)
-            return [ToolCallEnd(index=self._index, provider_id=call_id, name=name,
-                                arguments=args if args is not None or text.strip() else {}, raw_arguments=text)]
+            return [
+                ToolCallEnd(
+                    index=self._index,
+                    provider_id=call_id,
+                    name=name,
+                    arguments=args if args is not None or text.strip() else {},
+                    raw_arguments=text,
+                )
+            ]
         return []
 
     def _open(self, kind: str) -> list[Event]:

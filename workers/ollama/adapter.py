@@ -17,6 +17,7 @@ NOT_RUNNING_HINT = "is Ollama running? Start it with `ollama serve`"
 
 def _same_model(a: str, b: str) -> bool:
     """`llama3.2` and `llama3.2:latest` are the same model."""
+
     def norm(name: str) -> str:
         return name if ":" in name else name + ":latest"
 
@@ -45,8 +46,16 @@ class OllamaAdapter(HttpAdapter):
     async def stream(self, call: Call, emit: Emit, whole: bool = False) -> Response:
         try:
             # Ollama streams NDJSON; one whole JSON object (`application/json`) reads the same way.
-            return await self.run_stream(call, emit, whole, path="/api/chat", built=self._build(call, stream=True),
-                                         translator=OllamaStream(), framing="ndjson", formats=("json",))
+            return await self.run_stream(
+                call,
+                emit,
+                whole,
+                path="/api/chat",
+                built=self._build(call, stream=True),
+                translator=OllamaStream(),
+                framing="ndjson",
+                formats=("json",),
+            )
         except ProviderError as err:
             raise self._hint(err) from None
 
@@ -62,9 +71,14 @@ class OllamaAdapter(HttpAdapter):
             raise self._hint(err) from None
         names = [m.get("name") or m.get("model") or "" for m in (tags.get("models") or [])]
         if not any(_same_model(n, model.wire_name) for n in names):
-            raise ProviderError("not_found", f"Ollama has no model {model.wire_name!r} (`ollama pull "
-                                f"{model.wire_name}`); it has: {', '.join(names[:10]) or 'none'}")
+            raise ProviderError(
+                "not_found",
+                f"Ollama has no model {model.wire_name!r} (`ollama pull "
+                f"{model.wire_name}`); it has: {', '.join(names[:10]) or 'none'}",
+            )
         loaded = [m.get("name") or m.get("model") or "" for m in (running.get("models") or [])]
         if not any(_same_model(n, model.wire_name) for n in loaded):
-            raise ProviderError("model_not_loaded", f"Ollama knows {model.wire_name} but has not loaded it yet "
-                                "(the first request loads it)")
+            raise ProviderError(
+                "model_not_loaded",
+                f"Ollama knows {model.wire_name} but has not loaded it yet (the first request loads it)",
+            )

@@ -16,8 +16,11 @@ def classify(status: int, headers: Mapping[str, str], raw: bytes) -> ProviderErr
         body: Any = msgspec.json.decode(raw)
     except msgspec.DecodeError:
         body = None
-    message = str(body.get("error")) if isinstance(body, dict) and "error" in body else (
-        raw.decode("utf-8", "replace").strip()[:500] or f"HTTP {status}")
+    message = (
+        str(body.get("error"))
+        if isinstance(body, dict) and "error" in body
+        else (raw.decode("utf-8", "replace").strip()[:500] or f"HTTP {status}")
+    )
     lowered = message.lower()
     error_class: ErrorClass = status_class(status)
     if status == 404 or ("not found" in lowered and "model" in lowered):

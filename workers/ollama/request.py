@@ -40,7 +40,8 @@ from ..openai_compat.request import error_text
 
 def _names_of_calls(messages: list[Message]) -> dict[str, str]:
     return {p.id: p.name for m in messages for p in m.content if isinstance(p, ToolCallPart)} | {
-        p.provider_id: p.name for m in messages for p in m.content if isinstance(p, ToolCallPart) and p.provider_id}
+        p.provider_id: p.name for m in messages for p in m.content if isinstance(p, ToolCallPart) and p.provider_id
+    }
 
 
 def _images(parts: list[Any], warnings: list[WarningInfo]) -> list[str]:
@@ -50,15 +51,25 @@ def _images(parts: list[Any], warnings: list[WarningInfo]) -> list[str]:
             if part.data is not None:
                 images.append(part.data)
             else:
-                warn(warnings, "unsupported_content", "Ollama takes images as base64 data only; an image URL "
-                      "was dropped (send base64 `data`)")
+                warn(
+                    warnings,
+                    "unsupported_content",
+                    "Ollama takes images as base64 data only; an image URL was dropped (send base64 `data`)",
+                )
     return images
 
 
 _LEVELS = ("low", "medium", "high")
 #: The nearest level Ollama takes for each step of the effort ladder.
-_NEAREST = {"none": "low", "minimal": "low", "low": "low", "medium": "medium", "high": "high", "xhigh": "high",
-            "max": "high"}
+_NEAREST = {
+    "none": "low",
+    "minimal": "low",
+    "low": "low",
+    "medium": "medium",
+    "high": "high",
+    "xhigh": "high",
+    "max": "high",
+}
 
 
 def _takes_levels(model: ModelInfo) -> bool:
@@ -73,8 +84,12 @@ def _think(effort: str, model: ModelInfo, warnings: list[WarningInfo]) -> bool |
         return effort != "none"
     level = _NEAREST[effort]
     if level != effort:
-        warn(warnings, "unsupported_setting", f"{model.wire_name} thinks at low, medium or high "
-             f"(it cannot stop thinking); reasoning_effort {effort} was sent as {level}")
+        warn(
+            warnings,
+            "unsupported_setting",
+            f"{model.wire_name} thinks at low, medium or high "
+            f"(it cannot stop thinking); reasoning_effort {effort} was sent as {level}",
+        )
     return level
 
 
@@ -96,8 +111,11 @@ def build(request: Request, model: ModelInfo, *, provider: str, stream: bool) ->
             messages.append(entry)
         elif message.role == "assistant":
             entry = {"role": "assistant", "content": message.text}
-            calls = [{"function": {"name": p.name, "arguments": p.arguments or {}}}
-                     for p in message.content if isinstance(p, ToolCallPart)]
+            calls = [
+                {"function": {"name": p.name, "arguments": p.arguments or {}}}
+                for p in message.content
+                if isinstance(p, ToolCallPart)
+            ]
             if calls:
                 entry["tool_calls"] = calls
             if any(isinstance(p, (ThinkingPart, RedactedThinkingPart)) for p in message.content):
@@ -110,11 +128,15 @@ def build(request: Request, model: ModelInfo, *, provider: str, stream: bool) ->
         elif message.role == "tool":
             results = [p for p in message.content if isinstance(p, ToolResultPart)]
             if not results and message.tool_call_id:
-                messages.append({"role": "tool", "content": message.text,
-                                 "tool_name": names.get(message.tool_call_id, "")})
+                messages.append(
+                    {"role": "tool", "content": message.text, "tool_name": names.get(message.tool_call_id, "")}
+                )
             for result in results:
-                entry = {"role": "tool", "content": error_text(result),
-                         "tool_name": result.name or names.get(result.tool_call_id, "")}
+                entry = {
+                    "role": "tool",
+                    "content": error_text(result),
+                    "tool_name": result.name or names.get(result.tool_call_id, ""),
+                }
                 if not isinstance(result.content, str):
                     images = _images(list(result.content), warnings)
                     if images:
@@ -123,12 +145,13 @@ def build(request: Request, model: ModelInfo, *, provider: str, stream: bool) ->
     body: dict[str, Any] = {"model": model.wire_name, "messages": messages, "stream": stream}
     choice = request.tool_choice
     if request.tools and not (choice is not None and choice.mode == "none"):
-        body["tools"] = [{"type": "function", "function": {"name": t.name, "description": t.description,
-                                                           "parameters": t.parameters}} for t in request.tools]
+        body["tools"] = [
+            {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
+            for t in request.tools
+        ]
         if choice is not None and choice.mode in ("required", "tool"):
             what = "a tool call" if choice.mode == "required" else f"the tool {choice.name!r}"
-            warn(warnings, "tool_choice_unsupported",
-                  f"Ollama cannot force {what}; the model may answer without it")
+            warn(warnings, "tool_choice_unsupported", f"Ollama cannot force {what}; the model may answer without it")
     fmt = request.response_format
     if fmt is not None and fmt.kind == "json_schema":
         body["format"] = fmt.schema

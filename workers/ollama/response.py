@@ -78,8 +78,15 @@ def parse(lines: list[dict[str, Any]], include_raw: bool = False) -> tuple[Respo
         for call in message.get("tool_calls") or []:
             function = call.get("function") or {}
             arguments, raw = call_arguments(function)
-            parts.append(ToolCallPart(id="", name=function.get("name", ""), arguments=arguments, raw_arguments=raw,
-                                      provider_id=call.get("id") or None))
+            parts.append(
+                ToolCallPart(
+                    id="",
+                    name=function.get("name", ""),
+                    arguments=arguments,
+                    raw_arguments=raw,
+                    provider_id=call.get("id") or None,
+                )
+            )
     head: list[ContentPart] = []
     if "".join(thinking):
         head.append(ThinkingPart(text="".join(thinking)))

@@ -102,10 +102,11 @@ class OllamaStream:
             self.generated.append(name + raw)
             # Ollama gives no id (Ollama Cloud does): the runtime mints one when it is missing.
             provider_id = call.get("id") or None
-            out += [ToolCallStart(index=index, name=name, provider_id=provider_id),
-                    ToolCallDelta(index=index, partial_json=raw),
-                    ToolCallEnd(index=index, name=name, provider_id=provider_id, arguments=arguments,
-                                raw_arguments=raw)]
+            out += [
+                ToolCallStart(index=index, name=name, provider_id=provider_id),
+                ToolCallDelta(index=index, partial_json=raw),
+                ToolCallEnd(index=index, name=name, provider_id=provider_id, arguments=arguments, raw_arguments=raw),
+            ]
         if obj.get("done"):
             self._done = obj
         return out
@@ -115,7 +116,9 @@ class OllamaStream:
             raise ProviderError("network", "the Ollama stream ended before its final (done) line")
         out = self._close_reasoning() + self._close_text()
         reported = usage(self._done)
-        skeleton = Response(model=self._done.get("model", self._model),
-                            finish_reason=finish_reason(self._done.get("done_reason"), self._calls > 0),
-                            usage=reported or Usage())
+        skeleton = Response(
+            model=self._done.get("model", self._model),
+            finish_reason=finish_reason(self._done.get("done_reason"), self._calls > 0),
+            usage=reported or Usage(),
+        )
         return Ending(out, skeleton, reported is not None, "".join(self.generated))

@@ -39,8 +39,19 @@ CANCEL_TIMEOUT_S = 5.0
 POLL_FIRST_S = 0.25
 POLL_MAX_S = 5.0
 #: What `POST /responses/input_tokens` takes of a request body (InputTokenCountParams).
-COUNT_FIELDS = {"model", "input", "instructions", "tools", "tool_choice", "parallel_tool_calls", "reasoning",
-                "text", "truncation", "conversation", "previous_response_id"}
+COUNT_FIELDS = {
+    "model",
+    "input",
+    "instructions",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "reasoning",
+    "text",
+    "truncation",
+    "conversation",
+    "previous_response_id",
+}
 
 
 def _from_env(config: ProviderConfig) -> ProviderConfig:
@@ -72,8 +83,7 @@ class OpenAIAdapter(HttpAdapter):
         return openai_rate_limit(headers)
 
     def _build(self, call: Call, stream: bool) -> Built:
-        built = request.build(call.request, call.model, provider=self.name, wire_ids=call.wire_ids,
-                              stream=stream)
+        built = request.build(call.request, call.model, provider=self.name, wire_ids=call.wire_ids, stream=stream)
         call.warnings.extend(w for w in built.warnings if w not in call.warnings)
         return built
 
@@ -81,8 +91,15 @@ class OpenAIAdapter(HttpAdapter):
         built = self._build(call, stream=True)
         translator = ResponsesStream(call.model, passthrough=call.request.passthrough, provider=self.name)
         if not built.body.get("background"):
-            return await self.run_stream(call, emit, whole, path="/responses", built=built, translator=translator,
-                                         parse_whole=lambda body: self._whole(call, body))
+            return await self.run_stream(
+                call,
+                emit,
+                whole,
+                path="/responses",
+                built=built,
+                translator=translator,
+                parse_whole=lambda body: self._whole(call, body),
+            )
         # Background mode: a dropped stream is picked up again after the last event we have.
         pipeline = Pipeline(translator, "sse", emit, call.request.include_raw)
         resumes = 0
@@ -95,15 +112,22 @@ class OpenAIAdapter(HttpAdapter):
                         await self._resume_stream(call, translator, pipeline.feed)
                     return pipeline.finish(call, self.name)
                 except ProviderError as err:
-                    if not (err.error_class in ("network", "timeout") and translator.response_id
-                            and not translator.done and resumes < MAX_RESUMES):
+                    if not (
+                        err.error_class in ("network", "timeout")
+                        and translator.response_id
+                        and not translator.done
+                        and resumes < MAX_RESUMES
+                    ):
                         raise
                     # What a half-received event held is sent again after `last_sequence`.
                     pipeline.restart()
                     resumes += 1
-                    warning = WarningInfo(code="stream_resumed", message=f"the connection to OpenAI dropped "
-                                          f"({err.error_class}); the background response was resumed after event "
-                                          f"{translator.last_sequence}")
+                    warning = WarningInfo(
+                        code="stream_resumed",
+                        message=f"the connection to OpenAI dropped "
+                        f"({err.error_class}); the background response was resumed after event "
+                        f"{translator.last_sequence}",
+                    )
                     if warning not in call.warnings:
                         call.warnings.append(warning)
         except trio.Cancelled:
@@ -117,8 +141,9 @@ class OpenAIAdapter(HttpAdapter):
         try:
             body = msgspec.json.decode(content)
         except msgspec.DecodeError as exc:
-            raise ProviderError("invalid_response", f"{self.name} sent a body that is not JSON ({exc}): "
-                                f"{content[:200]!r}") from None
+            raise ProviderError(
+                "invalid_response", f"{self.name} sent a body that is not JSON ({exc}): {content[:200]!r}"
+            ) from None
         if isinstance(body, dict) and isinstance(body.get("error"), dict) and "output" not in body:
             raise errors.from_error_object(body["error"])
         return response.parse(body, call.model, include_raw=call.request.include_raw)
@@ -146,8 +171,7 @@ class OpenAIAdapter(HttpAdapter):
             try:
                 await self.post_simple(f"/responses/{response_id}/cancel", {})
             except ProviderError as err:
-                log.warning("%s: could not cancel background response %s: %s", self.name, response_id,
-                            err.error_class)
+                log.warning("%s: could not cancel background response %s: %s", self.name, response_id, err.error_class)
 
     async def complete(self, call: Call) -> Response:
         """A whole response is streamed from OpenAI all the same (see the runtime's
@@ -180,8 +204,10 @@ class OpenAIAdapter(HttpAdapter):
                 finally:
                     call.upstream_open = False
                 if not isinstance(body, dict):
-                    raise ProviderError("invalid_response", f"{self.name} answered a poll of {response_id} "
-                                        "with something that is not a response")
+                    raise ProviderError(
+                        "invalid_response",
+                        f"{self.name} answered a poll of {response_id} with something that is not a response",
+                    )
         except trio.Cancelled:
             await self._cancel_at_openai(response_id)
             raise
@@ -202,8 +228,9 @@ class OpenAIAdapter(HttpAdapter):
         if not self.api_key:
             return None
         built = request.build(req, model, provider=self.name, stream=False)
-        answer = await self.post_simple("/responses/input_tokens",
-                                        {k: v for k, v in built.body.items() if k in COUNT_FIELDS})
+        answer = await self.post_simple(
+            "/responses/input_tokens", {k: v for k, v in built.body.items() if k in COUNT_FIELDS}
+        )
         count = answer.get("input_tokens") if isinstance(answer, dict) else None
         if not isinstance(count, int):
             raise ProviderError("invalid_response", f"{self.name} answered a token count without input_tokens")

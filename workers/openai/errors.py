@@ -40,8 +40,9 @@ _CODES: dict[str, ErrorClass] = {
 }
 
 
-def from_error_object(error: Mapping[str, Any], status: int | None = None,
-                      retry_after: float | None = None) -> ProviderError:
+def from_error_object(
+    error: Mapping[str, Any], status: int | None = None, retry_after: float | None = None
+) -> ProviderError:
     """Classify an error object (HTTP body, stream `error` event or `response.error`)."""
     message = str(error.get("message") or "")
     kind = error.get("type")

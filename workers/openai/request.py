@@ -67,8 +67,11 @@ def image_item(part: ImagePart) -> dict[str, Any]:
 
 def file_item(part: DocumentPart) -> dict[str, Any]:
     if part.data is not None:
-        item: dict[str, Any] = {"type": "input_file", "file_data": _data_uri(part.media_type, part.data),
-                                "filename": part.name or _default_filename(part.media_type)}
+        item: dict[str, Any] = {
+            "type": "input_file",
+            "file_data": _data_uri(part.media_type, part.data),
+            "filename": part.name or _default_filename(part.media_type),
+        }
     else:
         item = {"type": "input_file", "file_url": part.url}
         if part.name:
@@ -78,8 +81,13 @@ def file_item(part: DocumentPart) -> dict[str, Any]:
 
 def _default_filename(media_type: str | None) -> str:
     # The API wants a file name with inline data; its extension tells it how to read the file.
-    return "document.pdf" if media_type in (None, "application/pdf") else "document.txt" \
-        if media_type == "text/plain" else "document"
+    return (
+        "document.pdf"
+        if media_type in (None, "application/pdf")
+        else "document.txt"
+        if media_type == "text/plain"
+        else "document"
+    )
 
 
 #: Keywords whose value is one subschema / a list of them / a map of them.
@@ -133,8 +141,12 @@ def _strict_or_not(schema: Any, strict: bool, what: str, warnings: list[WarningI
     closed, problem = strict_schema(schema)
     if problem is None:
         return closed, True
-    warn(warnings, "unsupported_setting", f"OpenAI's strict mode needs every object closed and all its "
-         f"properties required, but in {what} {problem}; it was sent with strict false")
+    warn(
+        warnings,
+        "unsupported_setting",
+        f"OpenAI's strict mode needs every object closed and all its "
+        f"properties required, but in {what} {problem}; it was sent with strict false",
+    )
     return schema, False
 
 
@@ -154,8 +166,11 @@ class _Translator:
         return self.wire_ids.get(canonical, canonical)
 
     def audio_item(self, part: AudioPart) -> dict[str, Any]:
-        raise ProviderError("invalid_request", f"the Responses API takes no audio input (model {self.model.id}); "
-                            "remove the audio part, or transcribe it first")
+        raise ProviderError(
+            "invalid_request",
+            f"the Responses API takes no audio input (model {self.model.id}); "
+            "remove the audio part, or transcribe it first",
+        )
 
     def user_content(self, part: Any) -> dict[str, Any] | None:
         if isinstance(part, TextPart):
@@ -190,8 +205,11 @@ class _Translator:
             if item is not None:
                 content.append(item)
             elif isinstance(part, (ThinkingPart, RedactedThinkingPart, ProviderPart, ToolCallPart)):
-                warn(self.warnings, "unsupported_content", f"a {part.__class__.__name__} in a user message "
-                     "has no place in OpenAI's input; it was dropped")
+                warn(
+                    self.warnings,
+                    "unsupported_content",
+                    f"a {part.__class__.__name__} in a user message has no place in OpenAI's input; it was dropped",
+                )
         if content:
             # After any tool results it holds: those answer the calls of the turn before.
             items.append({"type": "message", "role": "user", "content": content})
@@ -201,8 +219,13 @@ class _Translator:
         items: list[dict[str, Any]] = []
         text_item: dict[str, Any] | None = None
         phase: str | None = None
-        keeps_reasoning = any(isinstance(p, ProviderPart) and p.api == API and p.kind == "reasoning"
-                              and (p.model is None or p.model == self.model.wire_name) for p in message.content)
+        keeps_reasoning = any(
+            isinstance(p, ProviderPart)
+            and p.api == API
+            and p.kind == "reasoning"
+            and (p.model is None or p.model == self.model.wire_name)
+            for p in message.content
+        )
         for part in message.content:
             if isinstance(part, TextPart):
                 if not part.text:
@@ -217,10 +240,19 @@ class _Translator:
                 continue
             text_item = None
             if isinstance(part, ToolCallPart):
-                arguments = part.raw_arguments if part.arguments is None and part.raw_arguments else json.dumps(
-                    part.arguments or {}, ensure_ascii=False)
-                items.append({"type": "function_call", "call_id": self.wire_id(part.id), "name": part.name,
-                              "arguments": arguments})
+                arguments = (
+                    part.raw_arguments
+                    if part.arguments is None and part.raw_arguments
+                    else json.dumps(part.arguments or {}, ensure_ascii=False)
+                )
+                items.append(
+                    {
+                        "type": "function_call",
+                        "call_id": self.wire_id(part.id),
+                        "name": part.name,
+                        "arguments": arguments,
+                    }
+                )
             elif isinstance(part, ToolResultPart):
                 items.append(self.result_item(part.tool_call_id, part.content, part.is_error))
             elif isinstance(part, ProviderPart):
@@ -235,11 +267,18 @@ class _Translator:
                 # OpenAI's own reasoning travels in its reasoning item (a ProviderPart); the
                 # summary text beside it is only for people to read.
                 if not keeps_reasoning:
-                    warn(self.warnings, "thinking_dropped", "reasoning from another provider (or without its "
-                         "OpenAI reasoning item) cannot be sent to OpenAI; it was dropped")
+                    warn(
+                        self.warnings,
+                        "thinking_dropped",
+                        "reasoning from another provider (or without its "
+                        "OpenAI reasoning item) cannot be sent to OpenAI; it was dropped",
+                    )
             elif isinstance(part, (ImagePart, DocumentPart, AudioPart)):
-                warn(self.warnings, "unsupported_content", "OpenAI takes no images, audio or documents in an "
-                     "assistant turn; the part was dropped")
+                warn(
+                    self.warnings,
+                    "unsupported_content",
+                    "OpenAI takes no images, audio or documents in an assistant turn; the part was dropped",
+                )
         return items
 
     def tool(self, message: Message) -> list[dict[str, Any]]:
@@ -265,14 +304,18 @@ def _effort(request: Request, model: ModelInfo, warnings: list[WarningInfo]) -> 
     allowed = model.rules.efforts
     if allowed and wanted not in allowed:
         chosen = nearest_effort(wanted, list(allowed))
-        warn(warnings, "reasoning_effort_changed", f"{model.id} takes reasoning efforts {', '.join(allowed)} "
-             f"(rule: efforts); {wanted} was sent as {chosen}")
+        warn(
+            warnings,
+            "reasoning_effort_changed",
+            f"{model.id} takes reasoning efforts {', '.join(allowed)} (rule: efforts); {wanted} was sent as {chosen}",
+        )
         return chosen
     return wanted
 
 
-def _sampling(request: Request, model: ModelInfo, effort: str | None, body: dict[str, Any],
-              warnings: list[WarningInfo]) -> None:
+def _sampling(
+    request: Request, model: ModelInfo, effort: str | None, body: dict[str, Any], warnings: list[WarningInfo]
+) -> None:
     rules = model.rules
     reasoning_on = model.reasoning and effort != "none"
     for name in ("temperature", "top_p"):
@@ -282,17 +325,30 @@ def _sampling(request: Request, model: ModelInfo, effort: str | None, body: dict
         if rules.sampling is not None and name not in rules.sampling:
             warn(warnings, "unsupported_setting", f"{model.id} does not take {name} (rule: sampling); it was left out")
         elif rules.sampling_needs_no_reasoning and reasoning_on:
-            warn(warnings, "unsupported_setting", f"{model.id} takes {name} only with reasoning_effort none "
-                 f"(rule: sampling_needs_no_reasoning); it was left out")
+            warn(
+                warnings,
+                "unsupported_setting",
+                f"{model.id} takes {name} only with reasoning_effort none "
+                f"(rule: sampling_needs_no_reasoning); it was left out",
+            )
         elif rules.sampling_exclusive and any(k in body for k in ("temperature", "top_p")):
-            warn(warnings, "unsupported_setting", f"{model.id} takes one sampling parameter at a time "
-                 f"(rule: sampling_exclusive); {name} was left out")
+            warn(
+                warnings,
+                "unsupported_setting",
+                f"{model.id} takes one sampling parameter at a time (rule: sampling_exclusive); {name} was left out",
+            )
         else:
             body[name] = value
 
 
-def build(request: Request, model: ModelInfo, *, provider: str = "openai", wire_ids: dict[str, str] | None = None,
-          stream: bool = True) -> Built:
+def build(
+    request: Request,
+    model: ModelInfo,
+    *,
+    provider: str = "openai",
+    wire_ids: dict[str, str] | None = None,
+    stream: bool = True,
+) -> Built:
     warnings: list[WarningInfo] = []
     options = dict(request.provider_options.get(provider) or request.provider_options.get("openai") or {})
     t = _Translator(model, wire_ids or {}, warnings)
@@ -300,8 +356,11 @@ def build(request: Request, model: ModelInfo, *, provider: str = "openai", wire_
     for message in request.messages:
         if message.role in ("system", "developer"):
             if any(not isinstance(p, TextPart) for p in message.content):
-                warn(warnings, "unsupported_content", "instructions take text only; a non-text part of a "
-                     f"{message.role} message was dropped")
+                warn(
+                    warnings,
+                    "unsupported_content",
+                    f"instructions take text only; a non-text part of a {message.role} message was dropped",
+                )
             continue
         if message.role == "user":
             items.extend(t.user(message))
@@ -323,8 +382,9 @@ def build(request: Request, model: ModelInfo, *, provider: str = "openai", wire_
             spec: dict[str, Any] = {"type": "function", "name": tool.name}
             if tool.description:
                 spec["description"] = tool.description
-            spec["parameters"], spec["strict"] = _strict_or_not(tool.parameters, bool(tool.strict),
-                                                                f"tool {tool.name}'s parameters", warnings)
+            spec["parameters"], spec["strict"] = _strict_or_not(
+                tool.parameters, bool(tool.strict), f"tool {tool.name}'s parameters", warnings
+            )
             body["tools"].append(spec)
         choice = request.tool_choice
         if choice is not None:

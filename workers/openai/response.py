@@ -56,10 +56,14 @@ def usage(raw: Any) -> Usage:
     output = int(raw.get("output_tokens") or 0)
     details = raw.get("input_tokens_details") or {}
     out_details = raw.get("output_tokens_details") or {}
-    return Usage(input_tokens=prompt, output_tokens=output, total_tokens=prompt + output,
-                 reasoning_tokens=int(out_details.get("reasoning_tokens") or 0),
-                 cache_read_tokens=int(details.get("cached_tokens") or 0),
-                 cache_write_tokens=int(details.get("cache_write_tokens") or 0))
+    return Usage(
+        input_tokens=prompt,
+        output_tokens=output,
+        total_tokens=prompt + output,
+        reasoning_tokens=int(out_details.get("reasoning_tokens") or 0),
+        cache_read_tokens=int(details.get("cached_tokens") or 0),
+        cache_write_tokens=int(details.get("cache_write_tokens") or 0),
+    )
 
 
 def part_model(model: ModelInfo) -> str | None:
@@ -118,8 +122,15 @@ def item_parts(item: dict[str, Any], model: ModelInfo) -> tuple[list[ContentPart
     if kind == "function_call":
         raw = item.get("arguments") or ""
         name = item.get("name") or ""
-        return [ToolCallPart(id="", name=name, arguments=call_arguments(raw, name), raw_arguments=raw or None,
-                             provider_id=item.get("call_id") or None)], False
+        return [
+            ToolCallPart(
+                id="",
+                name=name,
+                arguments=call_arguments(raw, name),
+                raw_arguments=raw or None,
+                provider_id=item.get("call_id") or None,
+            )
+        ], False
     return [opaque(item, model)], False
 
 

@@ -118,8 +118,9 @@ class ResponsesStream:
             if self.last_sequence is not None and sequence != self.last_sequence + 1:
                 if sequence <= self.last_sequence:
                     return []  # a repeat (a resumed stream may overlap): already handled
-                raise invalid_response(f"OpenAI's stream skipped events: sequence_number {self.last_sequence} "
-                                       f"was followed by {sequence}")
+                raise invalid_response(
+                    f"OpenAI's stream skipped events: sequence_number {self.last_sequence} was followed by {sequence}"
+                )
             self.last_sequence = sequence
         kind = str(payload.get("type") or event)
         handler = _HANDLERS.get(kind)
@@ -224,7 +225,11 @@ class ResponsesStream:
                         self._refused = True
                     if text:
                         index = self._open()
-                        out += [TextStart(index=index), TextDelta(index=index, text=text), TextEnd(index=index, text=text)]
+                        out += [
+                            TextStart(index=index),
+                            TextDelta(index=index, text=text),
+                            TextEnd(index=index, text=text),
+                        ]
             for part in item.parts.values():
                 out += self._close_text(part)
             return out
@@ -235,11 +240,15 @@ class ResponsesStream:
                 if not item.parts:
                     for text in reasoning_texts(raw):
                         index = self._open()
-                        out += [ReasoningStart(index=index), ReasoningDelta(index=index, text=text),
-                                ReasoningEnd(index=index, text=text)]
+                        out += [
+                            ReasoningStart(index=index),
+                            ReasoningDelta(index=index, text=text),
+                            ReasoningEnd(index=index, text=text),
+                        ]
                 kept = opaque(raw, self.model)
-                out.append(ProviderPartEvent(index=self._open(), api=API, kind=kept.kind, data=kept.data,
-                                             model=kept.model))
+                out.append(
+                    ProviderPartEvent(index=self._open(), api=API, kind=kept.kind, data=kept.data, model=kept.model)
+                )
             return out
         if item.kind == "function_call":
             return self._close_call(item, (raw or {}).get("arguments"))
@@ -372,8 +381,15 @@ class ResponsesStream:
             out.append(ToolCallDelta(index=call.index, partial_json=final))
         call.done = True
         raw = "".join(call.chunks)
-        out.append(ToolCallEnd(index=call.index, name=item.name, provider_id=item.call_id or None,
-                               arguments=call_arguments(raw, item.name), raw_arguments=raw))
+        out.append(
+            ToolCallEnd(
+                index=call.index,
+                name=item.name,
+                provider_id=item.call_id or None,
+                arguments=call_arguments(raw, item.name),
+                raw_arguments=raw,
+            )
+        )
         return out
 
     # -- the end ----------------------------------------------------------------------------
@@ -384,10 +400,15 @@ class ResponsesStream:
             raise ProviderError("network", "the OpenAI stream ended before response.completed")
         final = self._final
         status = final.get("status") or "completed"
-        return Ending([], Response(id=final.get("id") or self._id, model=final.get("model") or self._model,
-                                   finish_reason=finish_reason(status, final.get("incomplete_details"),
-                                                               self._calls > 0, self._refused),
-                                   usage=usage(final.get("usage"))))
+        return Ending(
+            [],
+            Response(
+                id=final.get("id") or self._id,
+                model=final.get("model") or self._model,
+                finish_reason=finish_reason(status, final.get("incomplete_details"), self._calls > 0, self._refused),
+                usage=usage(final.get("usage")),
+            ),
+        )
 
 
 def _ignore(self: ResponsesStream, p: dict[str, Any]) -> list[Event]:

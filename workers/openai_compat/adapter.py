@@ -41,30 +41,45 @@ class OpenAICompatAdapter(HttpAdapter):
     def _build(self, call: Call, stream: bool) -> Built:
         if not self.base_url:
             raise ProviderError("not_configured", f"provider {self.name} has no base_url")
-        built = request.build(call.request, call.model, provider=self.name, wire_ids=call.wire_ids,
-                              stream=stream, instance=self.config.options)
+        built = request.build(
+            call.request,
+            call.model,
+            provider=self.name,
+            wire_ids=call.wire_ids,
+            stream=stream,
+            instance=self.config.options,
+        )
         call.warnings.extend(w for w in built.warnings if w not in call.warnings)
         return built
 
     async def stream(self, call: Call, emit: Emit, whole: bool = False) -> Response:
-        return await self.run_stream(call, emit, whole, path="/chat/completions", built=self._build(call, stream=True),
-                                     translator=ChatStream(passthrough=call.request.passthrough, provider=self.name),
-                                     parse_whole=lambda body: self._whole(call, body))
+        return await self.run_stream(
+            call,
+            emit,
+            whole,
+            path="/chat/completions",
+            built=self._build(call, stream=True),
+            translator=ChatStream(passthrough=call.request.passthrough, provider=self.name),
+            parse_whole=lambda body: self._whole(call, body),
+        )
 
     def _whole(self, call: Call, content: bytes) -> Response:
         """A whole JSON response (from a server that does not stream)."""
         try:
             body = msgspec.json.decode(content)
         except msgspec.DecodeError as exc:
-            raise ProviderError("invalid_response", f"{self.name} sent a body that is not JSON ({exc}): "
-                                f"{content[:200]!r}") from None
+            raise ProviderError(
+                "invalid_response", f"{self.name} sent a body that is not JSON ({exc}): {content[:200]!r}"
+            ) from None
         if isinstance(body, dict) and "error" in body and "choices" not in body:
             raise errors.from_body(None, body)
         result, reported = response.parse(body, include_raw=call.request.include_raw)
         if not reported:
             generated = "".join(
                 p.text if isinstance(p, (TextPart, ThinkingPart)) else p.name + (p.raw_arguments or "")
-                for p in result.message.content if isinstance(p, (TextPart, ThinkingPart, ToolCallPart)))
+                for p in result.message.content
+                if isinstance(p, (TextPart, ThinkingPart, ToolCallPart))
+            )
             result.usage = estimated_usage(call, generated, self.name)
         return result
 
@@ -89,4 +104,3 @@ class OpenAICompatAdapter(HttpAdapter):
 
     def count_tokens(self, req: Request, model: ModelInfo) -> int:
         return estimate_request_tokens(req)
-

@@ -65,14 +65,16 @@ def from_body(status: int | None, body: Any, retry_after: float | None = None) -
     if code in _CODES:
         error_class = _CODES[code]
     lowered = message.lower()
-    if error_class in ("invalid_request", "not_found") and ("context length" in lowered or "maximum context" in lowered
-                                                           or "context_length" in lowered):
+    if error_class in ("invalid_request", "not_found") and (
+        "context length" in lowered or "maximum context" in lowered or "context_length" in lowered
+    ):
         error_class = "context_length"
     if status == 503 and any(w in lowered for w in _LOADING):
         error_class = "model_not_loaded"
     label = f"{code}: {message}" if code and not code.isdigit() else message
-    return ProviderError(error_class, label or f"HTTP {status}", status=status, code=code or kind,
-                         retry_after=retry_after)
+    return ProviderError(
+        error_class, label or f"HTTP {status}", status=status, code=code or kind, retry_after=retry_after
+    )
 
 
 def classify(status: int, headers: Mapping[str, str], raw: bytes) -> ProviderError:

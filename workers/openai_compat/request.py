@@ -58,8 +58,11 @@ def image_url(part: ImagePart) -> dict[str, Any]:
 
 
 def error_text(part: ToolResultPart) -> str:
-    text = part.content if isinstance(part.content, str) else "".join(
-        p.text for p in part.content if isinstance(p, TextPart))
+    text = (
+        part.content
+        if isinstance(part.content, str)
+        else "".join(p.text for p in part.content if isinstance(p, TextPart))
+    )
     return f"ERROR: {text}" if part.is_error else text
 
 
@@ -78,8 +81,11 @@ class _Translator:
                 parts.append(image_url(part))
             elif isinstance(part, (AudioPart, DocumentPart)):
                 kind = "audio" if isinstance(part, AudioPart) else "document"
-                warn(self.warnings, "unsupported_content",
-                      f"this OpenAI-compatible provider is sent text and images only; a {kind} part was dropped")
+                warn(
+                    self.warnings,
+                    "unsupported_content",
+                    f"this OpenAI-compatible provider is sent text and images only; a {kind} part was dropped",
+                )
         if all(p["type"] == "text" for p in parts):
             return {"role": "user", "content": "".join(p["text"] for p in parts)}
         return {"role": "user", "content": parts}
@@ -91,13 +97,22 @@ class _Translator:
             if isinstance(part, TextPart):
                 text.append(part.text)
             elif isinstance(part, ToolCallPart):
-                arguments = part.raw_arguments if part.arguments is None and part.raw_arguments else json.dumps(
-                    part.arguments or {}, ensure_ascii=False)
-                calls.append({"id": self.wire_ids.get(part.id, part.id), "type": "function",
-                              "function": {"name": part.name, "arguments": arguments}})
+                arguments = (
+                    part.raw_arguments
+                    if part.arguments is None and part.raw_arguments
+                    else json.dumps(part.arguments or {}, ensure_ascii=False)
+                )
+                calls.append(
+                    {
+                        "id": self.wire_ids.get(part.id, part.id),
+                        "type": "function",
+                        "function": {"name": part.name, "arguments": arguments},
+                    }
+                )
             elif isinstance(part, (ThinkingPart, RedactedThinkingPart)):
-                warn(self.warnings, "thinking_dropped",
-                      "Chat Completions cannot carry earlier reasoning; it was dropped")
+                warn(
+                    self.warnings, "thinking_dropped", "Chat Completions cannot carry earlier reasoning; it was dropped"
+                )
             elif isinstance(part, ProviderPart):
                 keep_provider_part(part, API, self.wire_model, self.warnings)  # never kept: it warns
         out: dict[str, Any] = {"role": "assistant", "content": "".join(text) if text else None}
@@ -108,14 +123,24 @@ class _Translator:
     def tool(self, message: Message) -> list[dict[str, Any]]:
         results = [p for p in message.content if isinstance(p, ToolResultPart)]
         if not results and message.tool_call_id:
-            return [{"role": "tool", "tool_call_id": self.wire_ids.get(message.tool_call_id, message.tool_call_id),
-                     "content": message.text}]
+            return [
+                {
+                    "role": "tool",
+                    "tool_call_id": self.wire_ids.get(message.tool_call_id, message.tool_call_id),
+                    "content": message.text,
+                }
+            ]
         out = []
         for result in results:
             if not isinstance(result.content, str) and any(isinstance(p, ImagePart) for p in result.content):
                 warn(self.warnings, "unsupported_content", "tool results are sent as text; an image was dropped")
-            out.append({"role": "tool", "tool_call_id": self.wire_ids.get(result.tool_call_id, result.tool_call_id),
-                        "content": error_text(result)})
+            out.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": self.wire_ids.get(result.tool_call_id, result.tool_call_id),
+                    "content": error_text(result),
+                }
+            )
         return out
 
 
@@ -123,15 +148,28 @@ def _check_tools(request: Request, model: ModelInfo) -> None:
     """Refuse function tools a model does not take over Chat Completions, before the call."""
     rule = model.rules.chat_completions_tools
     if rule == "no":
-        raise ProviderError("invalid_request", f"{model.id} takes no function tools over Chat Completions "
-                            "(rule `chat_completions_tools`); use the Responses API for tools")
+        raise ProviderError(
+            "invalid_request",
+            f"{model.id} takes no function tools over Chat Completions "
+            "(rule `chat_completions_tools`); use the Responses API for tools",
+        )
     if rule == "no_reasoning" and _rules.effective_effort(request, model) not in (None, "none"):
-        raise ProviderError("invalid_request", f"{model.id} takes function tools over Chat Completions only with "
-                            "reasoning_effort none (rule `chat_completions_tools`)")
+        raise ProviderError(
+            "invalid_request",
+            f"{model.id} takes function tools over Chat Completions only with "
+            "reasoning_effort none (rule `chat_completions_tools`)",
+        )
 
 
-def build(request: Request, model: ModelInfo, *, provider: str, wire_ids: dict[str, str], stream: bool,
-          instance: dict[str, Any]) -> Built:
+def build(
+    request: Request,
+    model: ModelInfo,
+    *,
+    provider: str,
+    wire_ids: dict[str, str],
+    stream: bool,
+    instance: dict[str, Any],
+) -> Built:
     warnings: list[WarningInfo] = []
     t = _Translator(wire_ids, warnings, model.wire_name)
     messages: list[dict[str, Any]] = []
@@ -159,8 +197,9 @@ def build(request: Request, model: ModelInfo, *, provider: str, wire_ids: dict[s
                 function["strict"] = tool.strict
             body["tools"].append({"type": "function", "function": function})
         if choice is not None:
-            body["tool_choice"] = ({"type": "function", "function": {"name": choice.name}} if choice.mode == "tool"
-                                   else choice.mode)
+            body["tool_choice"] = (
+                {"type": "function", "function": {"name": choice.name}} if choice.mode == "tool" else choice.mode
+            )
     if request.tools:
         _check_tools(request, model)
     if request.max_tokens is not None:
@@ -169,13 +208,16 @@ def build(request: Request, model: ModelInfo, *, provider: str, wire_ids: dict[s
         # refuse `max_tokens`); a local server's reasoning model keeps what the instance asks.
         if legacy and model.reasoning and model.rules.efforts is not None:
             legacy = False
-            warn(warnings, "unsupported_setting", f"{model.id} is a reasoning model, which refuses the legacy "
-                 "max_tokens; max_completion_tokens was sent instead")
+            warn(
+                warnings,
+                "unsupported_setting",
+                f"{model.id} is a reasoning model, which refuses the legacy "
+                "max_tokens; max_completion_tokens was sent instead",
+            )
         body["max_tokens" if legacy else "max_completion_tokens"] = request.max_tokens
     if request.stop_sequences:
         body["stop"] = list(request.stop_sequences)
-    body.update(_rules.sampling({"temperature": request.temperature, "top_p": request.top_p}, request, model,
-                                warnings))
+    body.update(_rules.sampling({"temperature": request.temperature, "top_p": request.top_p}, request, model, warnings))
     if request.seed is not None:
         body["seed"] = request.seed
     fmt = request.response_format
@@ -204,8 +246,12 @@ def build(request: Request, model: ModelInfo, *, provider: str, wire_ids: dict[s
     unknown = provider_options.unknown_keys("openai_compat", options)
     if unknown:
         # Servers have extensions of their own, so these go as asked, but not silently.
-        warn(warnings, "unknown_option", f"provider_options.{provider}: {', '.join(sorted(unknown))} "
-             "forwarded as given (not a Chat Completions field or a known server extension); put a field "
-             "in extra_body to send it without this warning")
+        warn(
+            warnings,
+            "unknown_option",
+            f"provider_options.{provider}: {', '.join(sorted(unknown))} "
+            "forwarded as given (not a Chat Completions field or a known server extension); put a field "
+            "in extra_body to send it without this warning",
+        )
     body.update(provider_options.body_fields("openai_compat", options))
     return Built(body, warnings=warnings, usage_requested=usage_requested)

@@ -104,8 +104,15 @@ def parse(body: Any, include_raw: bool = False) -> tuple[Response, bool]:
             raw = json.dumps(raw)
         raw = raw if isinstance(raw, str) else ""
         name = function.get("name") or ""
-        parts.append(ToolCallPart(id="", name=name, arguments=tool_arguments(raw, name, degraded),
-                                  raw_arguments=raw or None, provider_id=call.get("id") or None))
+        parts.append(
+            ToolCallPart(
+                id="",
+                name=name,
+                arguments=tool_arguments(raw, name, degraded),
+                raw_arguments=raw or None,
+                provider_id=call.get("id") or None,
+            )
+        )
     reported = usage(body.get("usage"))
     return Response(
         id=body.get("id") or "",

@@ -161,15 +161,21 @@ class ChatStream:
 
     def generated(self) -> str:
         """Everything the model produced, for a usage estimate when none was reported."""
-        return "".join(self._reasoning_chunks) + "".join(self._text_chunks) + "".join(
-            c.name + "".join(c.chunks) for c in self._calls.values())
+        return (
+            "".join(self._reasoning_chunks)
+            + "".join(self._text_chunks)
+            + "".join(c.name + "".join(c.chunks) for c in self._calls.values())
+        )
 
     def finish(self) -> Ending:
         """Close every open part; the finish skeleton, and whether usage was reported.
         A stream that ended with neither `[DONE]` nor a `finish_reason` was cut short."""
         if not self.done and self._finish is None:
-            raise ProviderError("network", f"the {self.provider} stream ended before its end "
-                                "(no `[DONE]` and no finish_reason): the answer is incomplete")
+            raise ProviderError(
+                "network",
+                f"the {self.provider} stream ended before its end "
+                "(no `[DONE]` and no finish_reason): the answer is incomplete",
+            )
         reason = finish_reason(self._finish)
         degraded = reason.reason == "error"
         out = self._close_reasoning()
@@ -183,7 +189,18 @@ class ChatStream:
                 out.append(ToolCallStart(index=call.index, provider_id=call.id, name=call.name))
                 out += [ToolCallDelta(index=call.index, partial_json=p) for p in call.pending]
             raw = "".join(call.chunks)
-            out.append(ToolCallEnd(index=call.index, provider_id=call.id, name=call.name,
-                                   arguments=tool_arguments(raw, call.name, degraded), raw_arguments=raw))
-        return Ending(out, Response(id=self._id, model=self._model, finish_reason=reason,
-                                    usage=self._usage or Usage()), self._usage is not None, self.generated())
+            out.append(
+                ToolCallEnd(
+                    index=call.index,
+                    provider_id=call.id,
+                    name=call.name,
+                    arguments=tool_arguments(raw, call.name, degraded),
+                    raw_arguments=raw,
+                )
+            )
+        return Ending(
+            out,
+            Response(id=self._id, model=self._model, finish_reason=reason, usage=self._usage or Usage()),
+            self._usage is not None,
+            self.generated(),
+        )

@@ -13,7 +13,6 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-
     from .client import Client, ResponseStream, build_request
     from .errors import (
         AccessDeniedError,
@@ -70,14 +69,30 @@ if TYPE_CHECKING:
 
 
 _WHERE = {
-    "Client": ".client", "ResponseStream": ".client", "build_request": ".client", "SyncClient": ".sync",
-    "StreamAccumulator": ".protocol.accumulate", "__version__": ".protocol",
-    "generate": ".generation", "stream": ".generation", "GenerateStream": ".generation",
-    "generate_object": ".structured", "stream_object": ".structured", "ObjectStream": ".structured",
-    "get_model_info": ".models", "latest_model": ".models", "get_latest_model": ".models",
+    "Client": ".client",
+    "ResponseStream": ".client",
+    "build_request": ".client",
+    "SyncClient": ".sync",
+    "StreamAccumulator": ".protocol.accumulate",
+    "__version__": ".protocol",
+    "generate": ".generation",
+    "stream": ".generation",
+    "GenerateStream": ".generation",
+    "generate_object": ".structured",
+    "stream_object": ".structured",
+    "ObjectStream": ".structured",
+    "get_model_info": ".models",
+    "latest_model": ".models",
+    "get_latest_model": ".models",
     "list_models": ".models",
-    "Tool": ".tools", "tool": ".tools", "Middleware": ".middleware", "set_default_client": ".default_client",
-    "GenerateResult": ".results", "StepResult": ".results", "StepFinish": ".results", "ObjectResult": ".results",
+    "Tool": ".tools",
+    "tool": ".tools",
+    "Middleware": ".middleware",
+    "set_default_client": ".default_client",
+    "GenerateResult": ".results",
+    "StepResult": ".results",
+    "StepFinish": ".results",
+    "ObjectResult": ".results",
 }
 
 
@@ -93,6 +108,7 @@ def __getattr__(name: str) -> Any:
     value = getattr(importlib.import_module(module, __name__), name)
     globals()[name] = value
     return value
+
 
 __all__ = [
     "__version__",

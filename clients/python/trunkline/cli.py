@@ -59,9 +59,15 @@ def _client(args: argparse.Namespace, watch_bus: bool = False) -> Client:
     """A client for the daemon the options name: the local one by default; a remote one
     with --control-endpoint (or TRUNKLINE_CONTROL), --token and --tls-ca-file, the same
     names the Python client's arguments and the C client use."""
-    return Client(_runtime_dir(args), client_name="trunkline-cli", control_endpoint=args.control_endpoint,
-                  token=args.token, tls_ca_file=args.tls_ca_file, tls_server_name=args.tls_server_name,
-                  watch_bus=watch_bus)
+    return Client(
+        _runtime_dir(args),
+        client_name="trunkline-cli",
+        control_endpoint=args.control_endpoint,
+        token=args.token,
+        tls_ca_file=args.tls_ca_file,
+        tls_server_name=args.tls_server_name,
+        watch_bus=watch_bus,
+    )
 
 
 def _json(obj: Any) -> str:
@@ -76,18 +82,26 @@ def summary(response: Response) -> str:
     if u.reasoning_tokens:
         parts.append(f"{u.reasoning_tokens} reasoning")
     cost = f"${response.cost_usd:.6f}" if response.cost_usd is not None else "cost unknown"
-    estimated = (f" (estimated: {', '.join(u.estimated_fields)})" if u.estimated_fields
-                 else " (estimated)" if u.estimated else "")
+    estimated = (
+        f" (estimated: {', '.join(u.estimated_fields)})"
+        if u.estimated_fields
+        else " (estimated)"
+        if u.estimated
+        else ""
+    )
     reason = response.finish_reason.reason
-    return (f"[{response.provider}:{response.model}] {', '.join(parts)} tokens{estimated} · {cost} · "
-            f"{response.latency_ms:.0f} ms · {reason}")
+    return (
+        f"[{response.provider}:{response.model}] {', '.join(parts)} tokens{estimated} · {cost} · "
+        f"{response.latency_ms:.0f} ms · {reason}"
+    )
 
 
 def _text(data: bytes, what: str) -> str:
     """Bytes that must be a prompt: UTF-8 text without NUL bytes."""
     if b"\0" in data:
-        raise UsageError(f"{what} is not text (it holds NUL bytes); images and documents go as file parts "
-                         "from the Python client")
+        raise UsageError(
+            f"{what} is not text (it holds NUL bytes); images and documents go as file parts from the Python client"
+        )
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -198,20 +212,36 @@ async def _models(args: argparse.Namespace) -> int:
         providers = client.welcome.providers if client.welcome is not None else []
     if args.provider is not None and not models:
         if args.provider not in providers:
-            raise error_from_info(ErrorInfo(error_class="not_found", message=(
-                f"no provider {args.provider!r} on this daemon{did_you_mean(args.provider, providers)} "
-                f"(its providers: {', '.join(providers) or 'none'})")))
-        print(f"trunkline: the catalog lists no models of {args.provider}; any model name passes through to it "
-              f"as `{args.provider}:NAME`", file=sys.stderr)
+            raise error_from_info(
+                ErrorInfo(
+                    error_class="not_found",
+                    message=(
+                        f"no provider {args.provider!r} on this daemon{did_you_mean(args.provider, providers)} "
+                        f"(its providers: {', '.join(providers) or 'none'})"
+                    ),
+                )
+            )
+        print(
+            f"trunkline: the catalog lists no models of {args.provider}; any model name passes through to it "
+            f"as `{args.provider}:NAME`",
+            file=sys.stderr,
+        )
     if args.json:
         print(_json(models))
         return 0
     rows = [("MODEL", "ALIASES", "CONTEXT", "MAX OUT", "$/M IN", "$/M OUT", "READY")]
     for m in models:
-        rows.append((m.id, ",".join(m.aliases), str(m.context_window or "?"), str(m.max_output or "?"),
-                     f"{m.price.input:g}" if m.price.input is not None else "?",
-                     f"{m.price.output:g}" if m.price.output is not None else "?",
-                     "yes" if m.configured else "no key"))
+        rows.append(
+            (
+                m.id,
+                ",".join(m.aliases),
+                str(m.context_window or "?"),
+                str(m.max_output or "?"),
+                f"{m.price.input:g}" if m.price.input is not None else "?",
+                f"{m.price.output:g}" if m.price.output is not None else "?",
+                "yes" if m.configured else "no key",
+            )
+        )
     _table(rows)
     return 0
 
@@ -222,13 +252,24 @@ async def _status(args: argparse.Namespace) -> int:
     if args.json:
         print(_json(report))
         return 0
-    print(f"trunkline {report.server_version} · pid {report.pid} · up {report.uptime_s:.0f}s · "
-          f"{report.in_flight} in flight")
+    print(
+        f"trunkline {report.server_version} · pid {report.pid} · up {report.uptime_s:.0f}s · "
+        f"{report.in_flight} in flight"
+    )
     rows = [("PROVIDER", "TYPE", "STATE", "PID", "RESTARTS", "IN FLIGHT", "LAST ERROR")]
     for w in report.workers:
         state = f"{w.state} (unreachable)" if w.unreachable else w.state
-        rows.append((w.provider, w.provider_type, state, str(w.pid or "-"), str(w.restarts), str(w.in_flight),
-                     w.unreachable or w.last_error or ""))
+        rows.append(
+            (
+                w.provider,
+                w.provider_type,
+                state,
+                str(w.pid or "-"),
+                str(w.restarts),
+                str(w.in_flight),
+                w.unreachable or w.last_error or "",
+            )
+        )
     _table(rows)
     return 0
 
@@ -255,8 +296,7 @@ async def _tail(args: argparse.Namespace) -> int:
     async with _client(args, watch_bus=True) as client:
         # Said once the subscription is live (the client's probe has come back): from here
         # on nothing the daemon publishes is missed.
-        print(f"trunkline: watching the bus of {client.control_endpoint} (Ctrl-C to stop)", file=sys.stderr,
-              flush=True)
+        print(f"trunkline: watching the bus of {client.control_endpoint} (Ctrl-C to stop)", file=sys.stderr, flush=True)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_until_gone, client)
             async for ev in client.bus_events:
@@ -276,8 +316,10 @@ async def _until_gone(client: Client) -> None:
             with trio.fail_after(TAIL_PATIENCE_S):
                 await client.status()
         except (trio.TooSlowError, DaemonUnavailable, OSError):
-            raise DaemonUnavailable(f"the daemon at {client.control_endpoint} went away (no answer for "
-                                    f"{TAIL_PATIENCE_S:g} s); stopped watching its bus") from None
+            raise DaemonUnavailable(
+                f"the daemon at {client.control_endpoint} went away (no answer for "
+                f"{TAIL_PATIENCE_S:g} s); stopped watching its bus"
+            ) from None
 
 
 async def _ready(args: argparse.Namespace) -> int:
@@ -330,12 +372,16 @@ def _serve_overrides(args: argparse.Namespace) -> dict[str, Any]:
     daemon's environment, where it reads TRUNKLINE_TOKEN."""
     for flag, value in (("--tls-ca-file", args.tls_ca_file), ("--tls-server-name", args.tls_server_name)):
         if value:
-            raise UsageError(f"{flag} is a client's option (the daemon a client trusts); the daemon's own TLS is "
-                             "its certificate and key: --tls-cert-file and --tls-key-file (or endpoints.tls_cert_file "
-                             "and endpoints.tls_key_file in its config)")
+            raise UsageError(
+                f"{flag} is a client's option (the daemon a client trusts); the daemon's own TLS is "
+                "its certificate and key: --tls-cert-file and --tls-key-file (or endpoints.tls_cert_file "
+                "and endpoints.tls_key_file in its config)"
+            )
     endpoints: dict[str, str] = {}
-    for key, flag, value in (("control", "--control-endpoint", args.control_endpoint),
-                             ("events", "--events-endpoint", args.events_endpoint)):
+    for key, flag, value in (
+        ("control", "--control-endpoint", args.control_endpoint),
+        ("events", "--events-endpoint", args.events_endpoint),
+    ):
         if value is not None:
             problem = endpoint_problem(value)
             if problem:
@@ -359,15 +405,30 @@ def parser() -> argparse.ArgumentParser:
         # Given before the command (`trunkline --runtime-dir X status`) or after it: a
         # subcommand's copy must not reset what the top level read.
         keep = {} if top else {"default": argparse.SUPPRESS}
-        sp.add_argument("--runtime-dir", help="the daemon's runtime directory (default: $TRUNKLINE_RUNTIME_DIR, "
-                        "else $XDG_RUNTIME_DIR/trunkline, else /tmp/trunkline-$UID)", **keep)
-        sp.add_argument("--control-endpoint", help="a remote daemon's control endpoint, e.g. "
-                        "tls+tcp://host:7800 (default: $TRUNKLINE_CONTROL, else the local daemon)", **keep)
+        sp.add_argument(
+            "--runtime-dir",
+            help="the daemon's runtime directory (default: $TRUNKLINE_RUNTIME_DIR, "
+            "else $XDG_RUNTIME_DIR/trunkline, else /tmp/trunkline-$UID)",
+            **keep,
+        )
+        sp.add_argument(
+            "--control-endpoint",
+            help="a remote daemon's control endpoint, e.g. "
+            "tls+tcp://host:7800 (default: $TRUNKLINE_CONTROL, else the local daemon)",
+            **keep,
+        )
         sp.add_argument("--token", help="the daemon's client token (default: $TRUNKLINE_TOKEN)", **keep)
-        sp.add_argument("--tls-ca-file", help="the CA that signed the daemon's certificate, for tls+tcp:// "
-                        "(default: $TRUNKLINE_TLS_CA_FILE)", **keep)
-        sp.add_argument("--tls-server-name", help="the name the daemon's certificate must carry (default: "
-                        "$TRUNKLINE_TLS_SERVER_NAME, else the endpoint's host)", **keep)
+        sp.add_argument(
+            "--tls-ca-file",
+            help="the CA that signed the daemon's certificate, for tls+tcp:// (default: $TRUNKLINE_TLS_CA_FILE)",
+            **keep,
+        )
+        sp.add_argument(
+            "--tls-server-name",
+            help="the name the daemon's certificate must carry (default: "
+            "$TRUNKLINE_TLS_SERVER_NAME, else the endpoint's host)",
+            **keep,
+        )
 
     common(p, top=True)
     sub = p.add_subparsers(dest="command", required=True)
@@ -376,14 +437,24 @@ def parser() -> argparse.ArgumentParser:
     sp.add_argument("--config", help="YAML file merged over the defaults (default: ~/.config/trunkline/config.yaml)")
     # The daemon's own side of the settings clients name: where it listens, the token it
     # asks for, its certificate. Each wins over the config file, a reload included.
-    sp.add_argument("--runtime-dir", help="where the sockets live (default: the config's runtime_dir, else "
-                    "$TRUNKLINE_RUNTIME_DIR, $XDG_RUNTIME_DIR/trunkline or /tmp/trunkline-$UID)",
-                    default=argparse.SUPPRESS)
-    sp.add_argument("--control-endpoint", help="listen for control requests here (endpoints.control), e.g. "
-                    "tls+tcp://0.0.0.0:7300", default=argparse.SUPPRESS)
+    sp.add_argument(
+        "--runtime-dir",
+        help="where the sockets live (default: the config's runtime_dir, else "
+        "$TRUNKLINE_RUNTIME_DIR, $XDG_RUNTIME_DIR/trunkline or /tmp/trunkline-$UID)",
+        default=argparse.SUPPRESS,
+    )
+    sp.add_argument(
+        "--control-endpoint",
+        help="listen for control requests here (endpoints.control), e.g. tls+tcp://0.0.0.0:7300",
+        default=argparse.SUPPRESS,
+    )
     sp.add_argument("--events-endpoint", help="publish events here (endpoints.events), e.g. tls+tcp://0.0.0.0:7301")
-    sp.add_argument("--token", help="the token clients of a network endpoint must give (default: $TRUNKLINE_TOKEN, "
-                    "which other users cannot read in `ps` as they can a command line)", default=argparse.SUPPRESS)
+    sp.add_argument(
+        "--token",
+        help="the token clients of a network endpoint must give (default: $TRUNKLINE_TOKEN, "
+        "which other users cannot read in `ps` as they can a command line)",
+        default=argparse.SUPPRESS,
+    )
     sp.add_argument("--tls-cert-file", help="the daemon's certificate chain, PEM (endpoints.tls_cert_file)")
     sp.add_argument("--tls-key-file", help="the certificate's private key, PEM (endpoints.tls_key_file)")
     for client_only in ("--tls-ca-file", "--tls-server-name"):  # read only to say why they do not apply
@@ -402,8 +473,11 @@ def parser() -> argparse.ArgumentParser:
     common(sp)
 
     sp = sub.add_parser("tail", help="print the daemon's bus (calls, retries, workers) as it happens")
-    sp.add_argument("--name", action="append", help="only events whose name starts with this (repeatable), "
-                    "e.g. llm.call_failed or worker.")
+    sp.add_argument(
+        "--name",
+        action="append",
+        help="only events whose name starts with this (repeatable), e.g. llm.call_failed or worker.",
+    )
     sp.add_argument("--json", action="store_true", help="one JSON object per line")
     common(sp)
 
@@ -481,8 +555,11 @@ def _failure(exc: BaseException, command: str) -> tuple[int, str, ErrorInfo] | N
     if isinstance(exc, TLSError):
         return EXIT_TLS, f"trunkline: {exc}", ErrorInfo(error_class="unavailable", message=str(exc))
     if isinstance(exc, (DaemonNotRunning, DaemonUnavailable)):
-        return EXIT_NO_DAEMON, f"trunkline: {exc}", ErrorInfo(error_class="unavailable", message=str(exc),
-                                                                 retryable=True)
+        return (
+            EXIT_NO_DAEMON,
+            f"trunkline: {exc}",
+            ErrorInfo(error_class="unavailable", message=str(exc), retryable=True),
+        )
     if isinstance(exc, TrunklineError):
         return EXIT_FAILED, f"trunkline: {exc.info.error_class}: {exc.message}", exc.info
     if isinstance(exc, (UsageError, SystemExit)):

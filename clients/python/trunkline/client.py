@@ -204,8 +204,7 @@ def _plain_message(message: dict[str, Any]) -> dict[str, Any]:
     if isinstance(content, str):
         message = dict(message)
         if message.get("role") == "tool" and message.get("tool_call_id"):
-            message["content"] = [{"type": "tool_result", "tool_call_id": message["tool_call_id"],
-                                   "content": content}]
+            message["content"] = [{"type": "tool_result", "tool_call_id": message["tool_call_id"], "content": content}]
         else:
             message["content"] = [{"type": "text", "text": content}] if content else []
     return message
@@ -316,8 +315,9 @@ class Client:
         middleware: Sequence[Any] = (),
     ) -> None:
         self.runtime_dir = Path(runtime_dir).expanduser() if runtime_dir else default_runtime_dir()
-        self.control_endpoint = (control_endpoint or os.environ.get("TRUNKLINE_CONTROL")
-                                 or f"ipc://{self.runtime_dir / 'control.ipc'}")
+        self.control_endpoint = (
+            control_endpoint or os.environ.get("TRUNKLINE_CONTROL") or f"ipc://{self.runtime_dir / 'control.ipc'}"
+        )
         self.client_name = client_name
         self.token = token or os.environ.get("TRUNKLINE_TOKEN")
         self.timeout_s = timeout_s
@@ -355,7 +355,9 @@ class Client:
         await self._connect()
         return self
 
-    async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
         await self.aclose()
 
     async def _connect(self) -> None:
@@ -365,8 +367,10 @@ class Client:
             raise DaemonNotRunning(str(exc)) from None
         path = nng.ipc_path(self.control_endpoint)
         if path is not None and not path.exists():
-            raise DaemonNotRunning(f"no trunkline daemon is running (no socket at {path}); start one with "
-                                   "`trunkline serve`, or point TRUNKLINE_RUNTIME_DIR at its runtime directory")
+            raise DaemonNotRunning(
+                f"no trunkline daemon is running (no socket at {path}); start one with "
+                "`trunkline serve`, or point TRUNKLINE_RUNTIME_DIR at its runtime directory"
+            )
         tls = self._tls(self.control_endpoint)
         try:
             # Dialling waits for the connection (and a TLS handshake): off the event loop.
@@ -377,10 +381,13 @@ class Client:
                 # client does not trust it (or it is not the one named).
                 raise await self._handshake_failed(self.control_endpoint, exc) from None
             if _closed_early(exc) and _tls_hint(self.control_endpoint):
-                raise DaemonNotRunning(f"{self.control_endpoint} closed the connection before a daemon answered "
-                                       f"({exc}){_tls_hint(self.control_endpoint)}") from None
-            raise DaemonNotRunning(f"no trunkline daemon answers at {self.control_endpoint} ({exc}); start one "
-                                   "with `trunkline serve`") from None
+                raise DaemonNotRunning(
+                    f"{self.control_endpoint} closed the connection before a daemon answered "
+                    f"({exc}){_tls_hint(self.control_endpoint)}"
+                ) from None
+            raise DaemonNotRunning(
+                f"no trunkline daemon answers at {self.control_endpoint} ({exc}); start one with `trunkline serve`"
+            ) from None
         try:
             self._hello_at = self._control.connects
             try:
@@ -412,10 +419,14 @@ class Client:
 
     def _not_open(self) -> RuntimeError:
         if self._closed:
-            return RuntimeError("this Client is closed (its `async with` block has ended); open another with "
-                                "`async with Client() as client:`")
-        return RuntimeError("this Client is not connected: use it as `async with Client() as client:` (the block "
-                            "connects to the daemon and closes the connection at its end)")
+            return RuntimeError(
+                "this Client is closed (its `async with` block has ended); open another with "
+                "`async with Client() as client:`"
+            )
+        return RuntimeError(
+            "this Client is not connected: use it as `async with Client() as client:` (the block "
+            "connects to the daemon and closes the connection at its end)"
+        )
 
     async def _hello_again(self, force: bool = False) -> None:
         """Our control connection was made anew since our hello: the daemon restarted
@@ -439,17 +450,23 @@ class Client:
             return None
         if not self.tls_ca_file:
             # nng's TLS has no system store: without a CA nothing would be verified.
-            raise TLSError(f"{url} is a TLS endpoint: give the CA that signed the daemon's certificate "
-                           "(Client(tls_ca_file=...), --tls-ca-file or TRUNKLINE_TLS_CA_FILE)")
+            raise TLSError(
+                f"{url} is a TLS endpoint: give the CA that signed the daemon's certificate "
+                "(Client(tls_ca_file=...), --tls-ca-file or TRUNKLINE_TLS_CA_FILE)"
+            )
         try:
-            return nng.client_tls(self.tls_ca_file, self.tls_cert_file, self.tls_key_file,
-                                  self.tls_server_name or host_of(url))
+            return nng.client_tls(
+                self.tls_ca_file, self.tls_cert_file, self.tls_key_file, self.tls_server_name or host_of(url)
+            )
         except OSError as exc:
-            raise TLSError(f"cannot read the TLS files for {url} ({exc.filename or self.tls_ca_file}: "
-                           f"{exc.strerror or exc})") from None
+            raise TLSError(
+                f"cannot read the TLS files for {url} ({exc.filename or self.tls_ca_file}: {exc.strerror or exc})"
+            ) from None
         except (ValueError, nng.NNGException) as exc:
-            raise TLSError(f"cannot set up TLS for {url}: the CA file {self.tls_ca_file} (or the client's certificate "
-                           f"and key) holds nothing nng can read as a PEM certificate ({exc})") from None
+            raise TLSError(
+                f"cannot set up TLS for {url}: the CA file {self.tls_ca_file} (or the client's certificate "
+                f"and key) holds nothing nng can read as a PEM certificate ({exc})"
+            ) from None
 
     async def _handshake_failed(self, url: str, exc: BaseException) -> TLSError:
         """The error for a failed handshake, naming its cause when `ssl` can tell it."""
@@ -457,9 +474,11 @@ class Client:
         assert self.tls_ca_file is not None
         why = await anyio.to_thread.run_sync(handshake_problem, host_of(url), port_of(url), self.tls_ca_file, name)
         if why is None:
-            why = (f"this client could not verify the daemon's certificate as one for {name!r} signed by the CA in "
-                   f"{self.tls_ca_file}; check tls_ca_file (--tls-ca-file, TRUNKLINE_TLS_CA_FILE) and tls_server_name "
-                   "(--tls-server-name, TRUNKLINE_TLS_SERVER_NAME)")
+            why = (
+                f"this client could not verify the daemon's certificate as one for {name!r} signed by the CA in "
+                f"{self.tls_ca_file}; check tls_ca_file (--tls-ca-file, TRUNKLINE_TLS_CA_FILE) and tls_server_name "
+                "(--tls-server-name, TRUNKLINE_TLS_SERVER_NAME)"
+            )
         return TLSError(f"the TLS handshake with {url} failed ({exc}): {why}")
 
     async def _probe(self) -> None:
@@ -506,8 +525,14 @@ class Client:
         limits = self.welcome.limits if self.welcome is not None else None
         if limits is not None and len(data) > limits.max_message_bytes:
             # nng would close the connection for it: say why here instead.
-            raise error_from_info(ErrorInfo(error_class="invalid_request", message=(
-                f"message of {len(data)} bytes exceeds the daemon's limit of {limits.max_message_bytes} bytes")))
+            raise error_from_info(
+                ErrorInfo(
+                    error_class="invalid_request",
+                    message=(
+                        f"message of {len(data)} bytes exceeds the daemon's limit of {limits.max_message_bytes} bytes"
+                    ),
+                )
+            )
         limit = timeout_s or self.timeout_s
         try:
             with anyio.fail_after(limit):
@@ -548,7 +573,7 @@ class Client:
                     if data.startswith(mine):
                         events = decode(memoryview(data)[cut:])
                     elif data.startswith(bus):
-                        for ev in decode(memoryview(data)[len(bus):]):
+                        for ev in decode(memoryview(data)[len(bus) :]):
                             self._bus_send.send_nowait(ev)
                         continue
                     else:
@@ -590,9 +615,16 @@ class Client:
     def _connection_lost(self) -> None:
         for route in list(self._routes.values()):
             if not route.done:
-                route.fail(ErrorInfo(error_class="unavailable", retryable=True, message=(
-                    f"lost the connection to the trunkline daemon at {self.control_endpoint} (it stopped, "
-                    "restarted or was cut off), which cancels the requests it was running; retry the request")))
+                route.fail(
+                    ErrorInfo(
+                        error_class="unavailable",
+                        retryable=True,
+                        message=(
+                            f"lost the connection to the trunkline daemon at {self.control_endpoint} (it stopped, "
+                            "restarted or was cut off), which cancels the requests it was running; retry the request"
+                        ),
+                    )
+                )
 
     def _recover(self, route: _Route) -> None:
         if route.recovering or self._tg is None:
@@ -606,8 +638,13 @@ class Client:
             while not route.done:
                 result: ReplayResult = await self._call(Replay(request_id=route.request_id, from_seq=route.next_seq))
                 if result.state == "unknown":
-                    route.fail(ErrorInfo(error_class="unavailable", retryable=True, message=(
-                        "the daemon no longer knows this request (it restarted, or the request expired)")))
+                    route.fail(
+                        ErrorInfo(
+                            error_class="unavailable",
+                            retryable=True,
+                            message=("the daemon no longer knows this request (it restarted, or the request expired)"),
+                        )
+                    )
                     return
                 if result.first_seq > route.next_seq:
                     route.skip_to(result.first_seq)
@@ -626,8 +663,9 @@ class Client:
 
     # -- requests -------------------------------------------------------------------------
 
-    async def submit(self, request: Request, *, stream: bool = True, request_id: str | None = None,
-                     operation_id: str | None = None) -> tuple[Accepted, _Route]:
+    async def submit(
+        self, request: Request, *, stream: bool = True, request_id: str | None = None, operation_id: str | None = None
+    ) -> tuple[Accepted, _Route]:
         """Start a request; its events arrive on the returned route."""
         if self._control is None or self._closed:
             raise self._not_open()
@@ -637,8 +675,14 @@ class Client:
         request = await self._read_local_files(request)
         route = self._routes.get(rid) or _Route(self, rid)
         self._routes[rid] = route
-        submit = Submit(request_id=rid, client_id=self.client_id, request=request, stream=stream,
-                        operation_id=operation_id, trace_context=current_trace_context())
+        submit = Submit(
+            request_id=rid,
+            client_id=self.client_id,
+            request=request,
+            stream=stream,
+            operation_id=operation_id,
+            trace_context=current_trace_context(),
+        )
         try:
             reply = await self._call(submit)
             if type(reply) is Rejected and reply.error.provider_code == UNKNOWN_CLIENT:
@@ -679,8 +723,14 @@ class Client:
         while (ev := await self._next_event(route)) is not None:
             yield ev
 
-    async def complete(self, model: str | Request, messages: str | Message | Sequence[Message] | None = None,
-                       *, request_id: str | None = None, **fields: Unpack[RequestFields]) -> Response:
+    async def complete(
+        self,
+        model: str | Request,
+        messages: str | Message | Sequence[Message] | None = None,
+        *,
+        request_id: str | None = None,
+        **fields: Unpack[RequestFields],
+    ) -> Response:
         """Run a request to the end and return its response (or raise its error)."""
         request = build_request(model, messages, **fields)
         if not self.middleware:
@@ -712,8 +762,14 @@ class Client:
             raise
         raise DaemonUnavailable("the request ended without a terminal event")  # pragma: no cover
 
-    def stream(self, model: str | Request, messages: str | Message | Sequence[Message] | None = None,
-               *, request_id: str | None = None, **fields: Unpack[RequestFields]) -> ResponseStream:
+    def stream(
+        self,
+        model: str | Request,
+        messages: str | Message | Sequence[Message] | None = None,
+        *,
+        request_id: str | None = None,
+        **fields: Unpack[RequestFields],
+    ) -> ResponseStream:
         """A streaming request: iterate it for events, `.text_stream` for text, `.response()` at the end."""
         return ResponseStream(self, build_request(model, messages, **fields), request_id)
 
@@ -746,11 +802,15 @@ class Client:
         return await self._call(Reload())  # type: ignore[no-any-return]
 
     async def ready(self, model: str, provider: str | None = None) -> ReadyResult:
-        return await self._call(Ready(model=model, provider=provider),  # type: ignore[no-any-return]
-                                timeout_s=max(self.timeout_s, 35.0), slow=True)
+        return await self._call(
+            Ready(model=model, provider=provider),  # type: ignore[no-any-return]
+            timeout_s=max(self.timeout_s, 35.0),
+            slow=True,
+        )
 
-    async def count_tokens(self, model: str | Request, messages: str | Message | Sequence[Message] | None = None,
-                           **fields: Any) -> TokenCount:
+    async def count_tokens(
+        self, model: str | Request, messages: str | Message | Sequence[Message] | None = None, **fields: Any
+    ) -> TokenCount:
         request = await self._read_local_files(build_request(model, messages, **fields))
         reply = await self._call(CountTokens(request=request), slow=True)
         if type(reply) is Rejected:
@@ -802,7 +862,9 @@ class ResponseStream:
     async def __aenter__(self) -> ResponseStream:
         return await self.start()
 
-    async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if self._chain is not None:
             with anyio.CancelScope(shield=True):
                 if et is None and self.accumulator.done:
@@ -880,7 +942,7 @@ def host_of(url: str) -> str:
     """The host part of a network endpoint URL (brackets of an IPv6 address removed)."""
     rest = url.partition("://")[2]
     if rest.startswith("["):
-        return rest[1:rest.index("]")]
+        return rest[1 : rest.index("]")]
     return rest.rpartition(":")[0] if ":" in rest else rest
 
 

@@ -1,14 +1,14 @@
 """Exceptions a client raises: one per error class, all `TrunklineError`.
 
-    TrunklineError          .error_class .retryable .retry_after .provider .status .code .partial
-      AuthenticationError, AccessDeniedError, NotFoundError, InvalidRequestError,
-      ContextLengthError, ContentFilterError, QuotaExceededError, RateLimitError,
-      ServerError, ProviderTimeoutError, NetworkError, ModelNotLoadedError,
-      InvalidResponseError (NoObjectGeneratedError), RequestCancelledError, NotConfiguredError,
-      UnavailableError, OtherError            -- each named for its `error_class`
-    DaemonNotRunning        no daemon listens where the client looked
-    DaemonUnavailable       the daemon stopped answering
-    TLSError                a tls+tcp:// endpoint that cannot be trusted or reached over TLS
+TrunklineError          .error_class .retryable .retry_after .provider .status .code .partial
+  AuthenticationError, AccessDeniedError, NotFoundError, InvalidRequestError,
+  ContextLengthError, ContentFilterError, QuotaExceededError, RateLimitError,
+  ServerError, ProviderTimeoutError, NetworkError, ModelNotLoadedError,
+  InvalidResponseError (NoObjectGeneratedError), RequestCancelledError, NotConfiguredError,
+  UnavailableError, OtherError            -- each named for its `error_class`
+DaemonNotRunning        no daemon listens where the client looked
+DaemonUnavailable       the daemon stopped answering
+TLSError                a tls+tcp:// endpoint that cannot be trusted or reached over TLS
 """
 
 from __future__ import annotations
@@ -88,8 +88,16 @@ class NoObjectGeneratedError(InvalidResponseError):
     """`generate_object` got an answer that is not JSON or does not fit the schema:
     `text` is the answer, `validation_error` says what is wrong with it."""
 
-    def __init__(self, info: ErrorInfo, partial: Response | None = None, request_id: str | None = None, *,
-                 text: str = "", validation_error: str = "", response: Response | None = None) -> None:
+    def __init__(
+        self,
+        info: ErrorInfo,
+        partial: Response | None = None,
+        request_id: str | None = None,
+        *,
+        text: str = "",
+        validation_error: str = "",
+        response: Response | None = None,
+    ) -> None:
         super().__init__(info, partial, request_id)
         self.text = text
         self.validation_error = validation_error
@@ -115,10 +123,23 @@ class OtherError(TrunklineError):
 ERRORS: dict[str, type[TrunklineError]] = {
     cls.error_class: cls
     for cls in (
-        AuthenticationError, AccessDeniedError, NotFoundError, InvalidRequestError, ContextLengthError,
-        ContentFilterError, QuotaExceededError, RateLimitError, ServerError, ProviderTimeoutError,
-        NetworkError, ModelNotLoadedError, InvalidResponseError, RequestCancelledError,
-        NotConfiguredError, UnavailableError, OtherError,
+        AuthenticationError,
+        AccessDeniedError,
+        NotFoundError,
+        InvalidRequestError,
+        ContextLengthError,
+        ContentFilterError,
+        QuotaExceededError,
+        RateLimitError,
+        ServerError,
+        ProviderTimeoutError,
+        NetworkError,
+        ModelNotLoadedError,
+        InvalidResponseError,
+        RequestCancelledError,
+        NotConfiguredError,
+        UnavailableError,
+        OtherError,
     )
 }
 

@@ -98,8 +98,9 @@ def inline_local_files_sync(request: Request, max_bytes: int) -> Request:
     """`request` with every `path` part turned into base64 `data` (a copy if any was)."""
     if not has_local_files(request):
         return request
-    messages = [msgspec.structs.replace(m, content=[_inline(p, max_bytes) for p in m.content])
-                for m in request.messages]
+    messages = [
+        msgspec.structs.replace(m, content=[_inline(p, max_bytes) for p in m.content]) for m in request.messages
+    ]
     return msgspec.structs.replace(request, messages=messages)
 
 

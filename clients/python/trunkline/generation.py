@@ -32,8 +32,7 @@ if TYPE_CHECKING:
     from .fields import LoopFields
 
 
-def conversation(prompt: str | Message | None, messages: Sequence[Message] | None,
-                 system: str | None) -> list[Message]:
+def conversation(prompt: str | Message | None, messages: Sequence[Message] | None, system: str | None) -> list[Message]:
     """The opening messages: exactly one of `prompt` and `messages`, `system` before them."""
     if prompt is not None and messages is not None:
         raise TypeError("give either prompt or messages, not both")
@@ -49,8 +48,15 @@ def conversation(prompt: str | Message | None, messages: Sequence[Message] | Non
 class ToolLoop:
     """The state of one loop: the conversation so far, its steps, the tools."""
 
-    def __init__(self, model: str, messages: list[Message], tools: Sequence[Any], max_tool_rounds: int,
-                 step_timeout_s: float | None, fields: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        model: str,
+        messages: list[Message],
+        tools: Sequence[Any],
+        max_tool_rounds: int,
+        step_timeout_s: float | None,
+        fields: dict[str, Any],
+    ) -> None:
         if max_tool_rounds < 0:
             raise ValueError("max_tool_rounds must be 0 or more")
         self.model = model
@@ -75,18 +81,25 @@ class ToolLoop:
         another step follows."""
         calls = response.tool_calls
         self.messages.append(response.message)
-        go_on = (bool(calls) and len(self.steps) < self.max_tool_rounds
-                 and not any(c.name in self.passive for c in calls))
+        go_on = (
+            bool(calls) and len(self.steps) < self.max_tool_rounds and not any(c.name in self.passive for c in calls)
+        )
         if not go_on:
             # Done, out of rounds, or a passive tool's call: the calls go back to the caller.
             passive = any(c.name in self.passive for c in calls)
             if calls and not passive and self.max_tool_rounds > 0:
                 # Out of rounds with calls the model still waits for: say so, not a quiet stop.
                 names = ", ".join(sorted({c.name for c in calls}))
-                response.warnings.append(WarningInfo(code="tool_rounds_exhausted", message=(
-                    f"the model asked for {len(calls)} more tool call(s) ({names}) after max_tool_rounds="
-                    f"{self.max_tool_rounds} round(s); they were not run: raise max_tool_rounds, or run "
-                    "result.tool_calls yourself and continue from result.messages")))
+                response.warnings.append(
+                    WarningInfo(
+                        code="tool_rounds_exhausted",
+                        message=(
+                            f"the model asked for {len(calls)} more tool call(s) ({names}) after max_tool_rounds="
+                            f"{self.max_tool_rounds} round(s); they were not run: raise max_tool_rounds, or run "
+                            "result.tool_calls yourself and continue from result.messages"
+                        ),
+                    )
+                )
             self.steps.append(StepResult(response=response, tool_calls=calls))
             return False
         results = await run_calls(calls, self.active, self.messages)
@@ -99,19 +112,33 @@ class ToolLoop:
 
 
 def _timeout(timeout_s: float) -> ProviderTimeoutError:
-    return ProviderTimeoutError(ErrorInfo(error_class="timeout", message=(
-        f"the call did not finish within timeout_s={timeout_s:g}s (all its steps and tools)")))
+    return ProviderTimeoutError(
+        ErrorInfo(
+            error_class="timeout",
+            message=(f"the call did not finish within timeout_s={timeout_s:g}s (all its steps and tools)"),
+        )
+    )
 
 
-async def generate(model: str, prompt: str | Message | None = None, *, messages: Sequence[Message] | None = None,
-                   system: str | None = None, tools: Sequence[Any] = (), max_tool_rounds: int = 1,
-                   timeout_s: float | None = None, step_timeout_s: float | None = None, client: Client | None = None,
-                   **request_fields: Unpack[LoopFields]) -> GenerateResult:
+async def generate(
+    model: str,
+    prompt: str | Message | None = None,
+    *,
+    messages: Sequence[Message] | None = None,
+    system: str | None = None,
+    tools: Sequence[Any] = (),
+    max_tool_rounds: int = 1,
+    timeout_s: float | None = None,
+    step_timeout_s: float | None = None,
+    client: Client | None = None,
+    **request_fields: Unpack[LoopFields],
+) -> GenerateResult:
     """Call `model`, run the active tools it calls (up to `max_tool_rounds` rounds; 0: none),
     and return every step. `timeout_s` bounds the whole loop, `step_timeout_s` each model call;
     other keywords are `Request` fields (`max_tokens`, `response_format`, `provider_options`...)."""
-    loop = ToolLoop(model, conversation(prompt, messages, system), tools, max_tool_rounds, step_timeout_s,
-                    request_fields)
+    loop = ToolLoop(
+        model, conversation(prompt, messages, system), tools, max_tool_rounds, step_timeout_s, request_fields
+    )
     the_client = await get_client(client)
     try:
         with anyio.fail_after(timeout_s) if timeout_s is not None else anyio.CancelScope():
@@ -124,15 +151,25 @@ async def generate(model: str, prompt: str | Message | None = None, *, messages:
         raise _timeout(timeout_s) from None
 
 
-def stream(model: str, prompt: str | Message | None = None, *, messages: Sequence[Message] | None = None,
-           system: str | None = None, tools: Sequence[Any] = (), max_tool_rounds: int = 1,
-           timeout_s: float | None = None, step_timeout_s: float | None = None, client: Client | None = None,
-           **request_fields: Unpack[LoopFields]) -> GenerateStream:
+def stream(
+    model: str,
+    prompt: str | Message | None = None,
+    *,
+    messages: Sequence[Message] | None = None,
+    system: str | None = None,
+    tools: Sequence[Any] = (),
+    max_tool_rounds: int = 1,
+    timeout_s: float | None = None,
+    step_timeout_s: float | None = None,
+    client: Client | None = None,
+    **request_fields: Unpack[LoopFields],
+) -> GenerateStream:
     """`generate`, streamed: `async with trunkline.stream(...) as s: async for event in s`.
     Every step's events come in order, a `StepFinish` between two steps (after the
     tools ran); `await s.result()` gives the `GenerateResult`."""
-    loop = ToolLoop(model, conversation(prompt, messages, system), tools, max_tool_rounds, step_timeout_s,
-                    request_fields)
+    loop = ToolLoop(
+        model, conversation(prompt, messages, system), tools, max_tool_rounds, step_timeout_s, request_fields
+    )
     return GenerateStream(loop, client, timeout_s)
 
 
@@ -152,7 +189,9 @@ class GenerateStream:
     async def __aenter__(self) -> GenerateStream:
         return self
 
-    async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
         await self.aclose()
 
     async def aclose(self) -> None:

@@ -18,8 +18,9 @@ async def get_model_info(model: str, *, client: Client | None = None) -> ModelIn
     return await (await get_client(client)).get_model_info(model)
 
 
-async def latest_model(provider: str, capability: str | None = None, *,
-                       client: Client | None = None) -> ModelInfo | None:
+async def latest_model(
+    provider: str, capability: str | None = None, *, client: Client | None = None
+) -> ModelInfo | None:
     """The newest model of `provider`, optionally the newest with `capability` (tools,
     vision, reasoning, structured_output, streaming); None when there is none."""
     return await (await get_client(client)).latest_model(provider, capability)

@@ -45,7 +45,10 @@ class ObjectSchema:
         def fail(reason: str) -> NoObjectGeneratedError:
             return NoObjectGeneratedError(
                 ErrorInfo(error_class="invalid_response", message=f"no object generated: {reason}"),
-                text=text, validation_error=reason, response=response)
+                text=text,
+                validation_error=reason,
+                response=response,
+            )
 
         try:
             value = json.loads(text)
@@ -66,39 +69,59 @@ def object_schema(schema: Any) -> ObjectSchema:
         return ObjectSchema(schema, _name(schema.get("title") or "output"), lambda value: value)
     if isinstance(schema, type) and issubclass(schema, msgspec.Struct):
         struct = schema
-        return ObjectSchema(inline_root(msgspec.json.schema(struct)), _name(struct.__name__),
-                            lambda value: msgspec.convert(value, struct))
+        return ObjectSchema(
+            inline_root(msgspec.json.schema(struct)),
+            _name(struct.__name__),
+            lambda value: msgspec.convert(value, struct),
+        )
     if isinstance(schema, type) and hasattr(schema, "model_json_schema") and hasattr(schema, "model_validate"):
         model = schema  # pydantic v2, recognised by its methods so pydantic is never imported here
         return ObjectSchema(model.model_json_schema(), _name(model.__name__), model.model_validate)
-    raise TypeError(f"schema must be a JSON Schema dict, a msgspec Struct type or a pydantic model class, "
-                    f"not {schema!r}")
+    raise TypeError(
+        f"schema must be a JSON Schema dict, a msgspec Struct type or a pydantic model class, not {schema!r}"
+    )
 
 
 def _name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", text)[:64] or "output"
 
 
-async def generate_object(model: str, prompt: str | Message | None = None, *, schema: Any,
-                          messages: Sequence[Message] | None = None, system: str | None = None,
-                          client: Client | None = None, **fields: Any) -> ObjectResult:
+async def generate_object(
+    model: str,
+    prompt: str | Message | None = None,
+    *,
+    schema: Any,
+    messages: Sequence[Message] | None = None,
+    system: str | None = None,
+    client: Client | None = None,
+    **fields: Any,
+) -> ObjectResult:
     """Ask `model` for an object fitting `schema`; the validated object is `.object`.
     Other keywords are `generate`'s (`tools`, `max_tokens`, `provider_options`...)."""
     spec = object_schema(schema)
-    result = await generate(model, prompt, messages=messages, system=system, client=client,
-                            response_format=spec.response_format(), **fields)
+    result = await generate(
+        model, prompt, messages=messages, system=system, client=client, response_format=spec.response_format(), **fields
+    )
     return ObjectResult(object=spec.parse(result.text, result.response), result=result)
 
 
-def stream_object(model: str, prompt: str | Message | None = None, *, schema: Any,
-                  messages: Sequence[Message] | None = None, system: str | None = None,
-                  client: Client | None = None, **fields: Any) -> ObjectStream:
+def stream_object(
+    model: str,
+    prompt: str | Message | None = None,
+    *,
+    schema: Any,
+    messages: Sequence[Message] | None = None,
+    system: str | None = None,
+    client: Client | None = None,
+    **fields: Any,
+) -> ObjectStream:
     """`generate_object`, streamed: `async for partial in s` gives the object as far as
     its JSON has arrived (dicts and lists, not yet validated); `await s.object()` the
     validated whole."""
     spec = object_schema(schema)
-    events = stream(model, prompt, messages=messages, system=system, client=client,
-                    response_format=spec.response_format(), **fields)
+    events = stream(
+        model, prompt, messages=messages, system=system, client=client, response_format=spec.response_format(), **fields
+    )
     return ObjectStream(spec, events)
 
 
@@ -114,7 +137,9 @@ class ObjectStream:
     async def __aenter__(self) -> ObjectStream:
         return self
 
-    async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
         await self.events.aclose()
 
     def __aiter__(self) -> AsyncIterator[Any]:

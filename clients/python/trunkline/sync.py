@@ -54,12 +54,15 @@ def _refuse_inside_a_loop() -> None:
         raise RuntimeError(
             f"SyncClient blocks the thread it is called from, and this thread runs {article} {loop} event loop: in "
             "async code use `async with Client() as client:` and `await client.complete(...)` (or run the blocking "
-            f"code in a worker thread with `{to_thread}`)")
+            f"code in a worker thread with `{to_thread}`)"
+        )
 
 
 def _not_connected() -> RuntimeError:
-    return RuntimeError("this SyncClient is not connected: use it as `with SyncClient() as client:` (the block "
-                        "connects to the daemon and closes the connection at its end)")
+    return RuntimeError(
+        "this SyncClient is not connected: use it as `with SyncClient() as client:` (the block "
+        "connects to the daemon and closes the connection at its end)"
+    )
 
 
 class SyncStream:
@@ -165,12 +168,14 @@ class SyncClient:
         _refuse_inside_a_loop()
         return portal.call(lambda: fn(*args, **kwargs))
 
-    def complete(self, model: str | Request, messages: str | Message | Sequence[Message] | None = None,
-                 **fields: Any) -> Response:
+    def complete(
+        self, model: str | Request, messages: str | Message | Sequence[Message] | None = None, **fields: Any
+    ) -> Response:
         return self._call(self._open.complete, model, messages, **fields)  # type: ignore[no-any-return]
 
-    def stream(self, model: str | Request, prompt: str | Message | Sequence[Message] | None = None,
-               **options: Any) -> SyncStream:
+    def stream(
+        self, model: str | Request, prompt: str | Message | Sequence[Message] | None = None, **options: Any
+    ) -> SyncStream:
         """`trunkline.stream`, blocking: iterate it for the events of every step (breaking
         out early cancels the request and any running tools); `.text_stream`, `.result()`.
         A `Request` is sent as it is (its messages, tools and fields)."""
@@ -190,14 +195,22 @@ class SyncClient:
         """`trunkline.generate`, blocking; the same arguments."""
         return self._call(generate, model, prompt, client=self._open, **options)  # type: ignore[no-any-return]
 
-    def generate_object(self, model: str, prompt: str | Message | None = None, *, schema: Any,
-                        **options: Any) -> ObjectResult:
+    def generate_object(
+        self, model: str, prompt: str | Message | None = None, *, schema: Any, **options: Any
+    ) -> ObjectResult:
         """`trunkline.generate_object`, blocking; the same arguments."""
-        return self._call(generate_object, model, prompt, schema=schema,  # type: ignore[no-any-return]
-                          client=self._open, **options)
+        return self._call(
+            generate_object,
+            model,
+            prompt,
+            schema=schema,  # type: ignore[no-any-return]
+            client=self._open,
+            **options,
+        )
 
-    def stream_object(self, model: str, prompt: str | Message | None = None, *, schema: Any,
-                      **options: Any) -> SyncStream:
+    def stream_object(
+        self, model: str, prompt: str | Message | None = None, *, schema: Any, **options: Any
+    ) -> SyncStream:
         """`trunkline.stream_object`, blocking: iterate it for partial objects; `.result()`
         for the validated one."""
         objects = stream_object(model, prompt, schema=schema, client=self._open, **options)
@@ -226,6 +239,7 @@ class SyncClient:
     def ready(self, model: str) -> ReadyResult:
         return self._call(self._open.ready, model)  # type: ignore[no-any-return]
 
-    def count_tokens(self, model: str | Request, messages: str | Message | Sequence[Message] | None = None,
-                     **fields: Any) -> TokenCount:
+    def count_tokens(
+        self, model: str | Request, messages: str | Message | Sequence[Message] | None = None, **fields: Any
+    ) -> TokenCount:
         return self._call(self._open.count_tokens, model, messages, **fields)  # type: ignore[no-any-return]

@@ -26,20 +26,25 @@ def handshake_problem(host: str, port: int, ca_file: str, server_name: str, time
     except (OSError, ssl.SSLError, ValueError) as exc:
         return f"the CA file {ca_file} holds no certificate that can be used ({exc})"
     try:
-        with socket.create_connection((host, port), timeout=timeout_s) as raw, \
-                context.wrap_socket(raw, server_hostname=server_name):
+        with (
+            socket.create_connection((host, port), timeout=timeout_s) as raw,
+            context.wrap_socket(raw, server_hostname=server_name),
+        ):
             return None
     except ssl.SSLCertVerificationError as exc:
         if exc.verify_code in _NAME_MISMATCH:
-            return (f"the daemon's certificate is not issued for {server_name!r}; name the host it was issued for "
-                    "with tls_server_name (--tls-server-name, TRUNKLINE_TLS_SERVER_NAME)")
-        return (f"the daemon's certificate is not signed by the CA in {ca_file} ({exc.verify_message or exc.reason}); "
-                "give the CA that signed it with tls_ca_file (--tls-ca-file, TRUNKLINE_TLS_CA_FILE)")
+            return (
+                f"the daemon's certificate is not issued for {server_name!r}; name the host it was issued for "
+                "with tls_server_name (--tls-server-name, TRUNKLINE_TLS_SERVER_NAME)"
+            )
+        return (
+            f"the daemon's certificate is not signed by the CA in {ca_file} ({exc.verify_message or exc.reason}); "
+            "give the CA that signed it with tls_ca_file (--tls-ca-file, TRUNKLINE_TLS_CA_FILE)"
+        )
     except (ssl.SSLEOFError, ConnectionResetError, ssl.SSLZeroReturnError):
         return "the endpoint closed the connection during the handshake: it may not speak TLS (a tcp:// endpoint?)"
     except ssl.SSLError as exc:
-        if exc.reason in ("WRONG_VERSION_NUMBER", "UNKNOWN_PROTOCOL", "RECORD_LAYER_FAILURE",
-                          "PACKET_LENGTH_TOO_LONG"):
+        if exc.reason in ("WRONG_VERSION_NUMBER", "UNKNOWN_PROTOCOL", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG"):
             return "the endpoint does not speak TLS (a tcp:// endpoint?)"
         return None
     except OSError:

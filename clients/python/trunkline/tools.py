@@ -38,14 +38,17 @@ _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 class _ToolMeta(type(ToolDefinition)):  # type: ignore[misc]
     # Struct types may define neither __new__ nor __init__; the handler is taken here
     # and kept in the instance's __dict__, which msgspec never encodes.
-    def __call__(cls, *args: Any, execute: Callable[..., Any] | None = None, timeout_s: float | None = None,
-                 **kwargs: Any) -> Any:
+    def __call__(
+        cls, *args: Any, execute: Callable[..., Any] | None = None, timeout_s: float | None = None, **kwargs: Any
+    ) -> Any:
         obj = super().__call__(*args, **kwargs)
         if not _NAME.match(obj.name):
-            raise ValueError(f"tool name {obj.name!r}: use a letter, then letters, digits or underscores "
-                             "(64 at most), the names every provider accepts")
+            raise ValueError(
+                f"tool name {obj.name!r}: use a letter, then letters, digits or underscores "
+                "(64 at most), the names every provider accepts"
+            )
         if obj.parameters.get("type") != "object":
-            raise ValueError(f"tool {obj.name!r}: parameters must be a JSON Schema with \"type\": \"object\"")
+            raise ValueError(f'tool {obj.name!r}: parameters must be a JSON Schema with "type": "object"')
         obj.execute = execute
         obj.timeout_s = timeout_s
         return obj
@@ -93,16 +96,28 @@ def as_tool(value: Any) -> Any:
     raise TypeError(f"a tool is a function, a trunkline.Tool or a dict with a name, not {type(value).__name__}")
 
 
-def tool(fn: Callable[..., Any] | None = None, *, name: str | None = None, description: str | None = None,
-         parameters: dict[str, Any] | None = None, timeout_s: float | None = None, strict: bool | None = None) -> Any:
+def tool(
+    fn: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    parameters: dict[str, Any] | None = None,
+    timeout_s: float | None = None,
+    strict: bool | None = None,
+) -> Any:
     """Make an active `Tool` of a function; its schema comes from the type hints and
     the docstring unless `parameters` is given. Use bare (`@tool`) or with options."""
 
     def make(fn: Callable[..., Any]) -> Tool:
         summary, arg_docs = _docstring(fn)
-        return Tool(name=name or fn.__name__, description=description if description is not None else summary,
-                    parameters=parameters if parameters is not None else schema_from_signature(fn, arg_docs),
-                    strict=strict, execute=fn, timeout_s=timeout_s)
+        return Tool(
+            name=name or fn.__name__,
+            description=description if description is not None else summary,
+            parameters=parameters if parameters is not None else schema_from_signature(fn, arg_docs),
+            strict=strict,
+            execute=fn,
+            timeout_s=timeout_s,
+        )
 
     return make(fn) if fn is not None else make
 
@@ -237,8 +252,9 @@ def _parameters(fn: Callable[..., Any]) -> set[str]:
         return set()
 
 
-async def run_calls(calls: Sequence[ToolCallPart], tools: dict[str, Any],
-                    messages: Sequence[Message]) -> list[ToolResultPart]:
+async def run_calls(
+    calls: Sequence[ToolCallPart], tools: dict[str, Any], messages: Sequence[Message]
+) -> list[ToolResultPart]:
     """Every call of one turn, concurrently; the results in the calls' order."""
     results: list[ToolResultPart | None] = [None] * len(calls)
 

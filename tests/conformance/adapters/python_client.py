@@ -59,8 +59,12 @@ class Adapter:
         self.changed = trio.Event()
 
     async def connect(self, cmd: dict[str, Any]) -> dict[str, Any]:
-        client = Client(control_endpoint=cmd["control"], token=cmd.get("token"),
-                        silence_check_s=cmd.get("silence_s", 5.0), client_name="conformance-python")
+        client = Client(
+            control_endpoint=cmd["control"],
+            token=cmd.get("token"),
+            silence_check_s=cmd.get("silence_s", 5.0),
+            client_name="conformance-python",
+        )
         try:
             await client.__aenter__()
         except TrunklineError as exc:
@@ -83,8 +87,13 @@ class Adapter:
         self.logs[rid] = []
         self.routes[rid] = route
         self.nursery.start_soon(self._drain, rid, route)
-        return {"ok": True, "reply": "accepted", "model": accepted.model, "provider": accepted.provider,
-                "duplicate": accepted.duplicate}
+        return {
+            "ok": True,
+            "reply": "accepted",
+            "model": accepted.model,
+            "provider": accepted.provider,
+            "duplicate": accepted.duplicate,
+        }
 
     async def _drain(self, rid: str, route: Any) -> None:
         assert self.client is not None
@@ -102,8 +111,12 @@ class Adapter:
             while not self._satisfied(log, until):
                 await self.changed.wait()
         route = self.routes.get(rid)
-        return {"ok": True, "events": log, "recovered": route.recovered if route else 0,
-                "lost": route.lost if route else 0}
+        return {
+            "ok": True,
+            "events": log,
+            "recovered": route.recovered if route else 0,
+            "lost": route.lost if route else 0,
+        }
 
     @staticmethod
     def _satisfied(log: list[Any], until: str | None) -> bool:
@@ -128,12 +141,21 @@ class Adapter:
             return {"ok": True, "cancelled": await self.client.cancel(cmd["id"])}
         if op == "replay":
             result = await self.client.replay(cmd["id"], cmd.get("from_seq", 0))
-            return {"ok": True, "state": result.state, "first_seq": result.first_seq, "last_seq": result.last_seq,
-                    "events": [msgspec.msgpack.decode(raw) for raw in result.events]}
+            return {
+                "ok": True,
+                "state": result.state,
+                "first_seq": result.first_seq,
+                "last_seq": result.last_seq,
+                "events": [msgspec.msgpack.decode(raw) for raw in result.events],
+            }
         if op == "status":
             report = await self.client.status()
-            return {"ok": True, "client_id": self.client.client_id, "in_flight": report.in_flight,
-                    "workers": {w.name: w.state for w in report.workers}}
+            return {
+                "ok": True,
+                "client_id": self.client.client_id,
+                "in_flight": report.in_flight,
+                "workers": {w.name: w.state for w in report.workers},
+            }
         if op == "call":
             return await self.call(cmd)
         if op == "hold":

@@ -22,8 +22,7 @@ from trunkline.protocol.messages import (
 from trunkline.workers.anthropic.adapter import AnthropicAdapter
 
 RECORDINGS = REPO.parent / "shared" / "recordings" / "anthropic"
-MODEL = ModelInfo(id="anthropic:claude-sonnet-4-5", provider="anthropic", wire_name="claude-sonnet-4-5",
-                  reasoning=True)
+MODEL = ModelInfo(id="anthropic:claude-sonnet-4-5", provider="anthropic", wire_name="claude-sonnet-4-5", reasoning=True)
 
 
 def canonical(body: dict) -> Request:
@@ -50,8 +49,10 @@ def canonical(body: dict) -> Request:
             elif b["type"] == "thinking":
                 parts.append(ThinkingPart(text=b["thinking"]))
         messages.append(Message(role=m["role"], content=parts))
-    tools = [Tool(name=t["name"], description=t.get("description", ""), parameters=t["input_schema"])
-             for t in body.get("tools", [])]
+    tools = [
+        Tool(name=t["name"], description=t.get("description", ""), parameters=t["input_schema"])
+        for t in body.get("tools", [])
+    ]
     effort = "low" if body.get("thinking", {}).get("type") == "enabled" else None
     return Request(model=MODEL.id, messages=messages, tools=tools, reasoning_effort=effort)
 
@@ -59,15 +60,18 @@ def canonical(body: dict) -> Request:
 def reported_input(raw: str) -> int | None:
     for line in raw.splitlines():
         if '"message_start"' in line:
-            usage = json.loads(line[line.index("{"):])["message"]["usage"]
+            usage = json.loads(line[line.index("{") :])["message"]["usage"]
             break
     else:
         try:
             usage = json.loads(raw)["usage"]
         except (ValueError, KeyError):
             return None
-    return usage["input_tokens"] + (usage.get("cache_read_input_tokens") or 0) + (
-        usage.get("cache_creation_input_tokens") or 0)
+    return (
+        usage["input_tokens"]
+        + (usage.get("cache_read_input_tokens") or 0)
+        + (usage.get("cache_creation_input_tokens") or 0)
+    )
 
 
 def cases() -> list[Path]:

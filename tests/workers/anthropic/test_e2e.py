@@ -30,15 +30,20 @@ async def upstream(nursery) -> FakeUpstream:
 
 @pytest.fixture
 async def daemon(start_daemon, upstream):
-    return await start_daemon({"providers": {"anthropic": {"base_url": upstream.base_url}}},
-                              env={"ANTHROPIC_API_KEY": KEY})
+    return await start_daemon(
+        {"providers": {"anthropic": {"base_url": upstream.base_url}}}, env={"ANTHROPIC_API_KEY": KEY}
+    )
 
 
 async def test_stream_through_the_daemon(daemon, upstream):
-    upstream.route("POST", "/v1/messages", Reply.sse((CASSETTES / "tools-parallel.sse").read_bytes(),
-                                                     chunk_size=50, delay_s=0.001))
-    request = Request(model="anthropic:claude-sonnet-4-5", messages=[Message.system("Be brief."),
-                      Message.user("Weather in Paris?")], tools=[Tool(name="get_weather"), Tool(name="current_time")])
+    upstream.route(
+        "POST", "/v1/messages", Reply.sse((CASSETTES / "tools-parallel.sse").read_bytes(), chunk_size=50, delay_s=0.001)
+    )
+    request = Request(
+        model="anthropic:claude-sonnet-4-5",
+        messages=[Message.system("Be brief."), Message.user("Weather in Paris?")],
+        tools=[Tool(name="get_weather"), Tool(name="current_time")],
+    )
     with trio.fail_after(20):
         async with Client(daemon.runtime_dir) as client:
             events = []
@@ -61,12 +66,23 @@ async def test_stream_through_the_daemon(daemon, upstream):
 
 
 async def test_a_conversation_continues_with_the_providers_own_ids_and_signatures(daemon, upstream):
-    upstream.route("POST", "/v1/messages",
-                   Reply.sse((CASSETTES / "tools-parallel.sse").read_bytes()),
-                   Reply.sse((CASSETTES / "thinking.sse").read_bytes()),
-                   Reply.json({"id": "msg_3", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
-                               "content": [{"type": "text", "text": "Done."}], "stop_reason": "end_turn",
-                               "usage": {"input_tokens": 5, "output_tokens": 2}}))
+    upstream.route(
+        "POST",
+        "/v1/messages",
+        Reply.sse((CASSETTES / "tools-parallel.sse").read_bytes()),
+        Reply.sse((CASSETTES / "thinking.sse").read_bytes()),
+        Reply.json(
+            {
+                "id": "msg_3",
+                "type": "message",
+                "role": "assistant",
+                "model": "claude-sonnet-4-5",
+                "content": [{"type": "text", "text": "Done."}],
+                "stop_reason": "end_turn",
+                "usage": {"input_tokens": 5, "output_tokens": 2},
+            }
+        ),
+    )
     tools = [Tool(name="get_weather"), Tool(name="current_time"), Tool(name="lookup")]
     model = "anthropic:claude-sonnet-4-5"
     with trio.fail_after(20):
@@ -76,11 +92,23 @@ async def test_a_conversation_continues_with_the_providers_own_ids_and_signature
                 first = await stream.response()
             paris, clock = first.tool_calls
             # a tool call that came from another provider (the mock) sits in the history too
-            mock = await client.complete("mock:echo", "x", provider_options={"mock": {"steps": [
-                {"tool_call": {"name": "lookup", "arguments": {"q": 1}}}, {"finish": "tool_calls"}]}})
+            mock = await client.complete(
+                "mock:echo",
+                "x",
+                provider_options={
+                    "mock": {
+                        "steps": [{"tool_call": {"name": "lookup", "arguments": {"q": 1}}}, {"finish": "tool_calls"}]
+                    }
+                },
+            )
             foreign = mock.tool_calls[0]
-            history += [first.message, Message.tool_result(paris.id, "18°C"), Message.tool_result(clock.id, "noon"),
-                        mock.message, Message.tool_result(foreign.id, "found")]
+            history += [
+                first.message,
+                Message.tool_result(paris.id, "18°C"),
+                Message.tool_result(clock.id, "noon"),
+                mock.message,
+                Message.tool_result(foreign.id, "found"),
+            ]
             async with client.stream(model, history, tools=tools, session_id="s1") as stream:
                 second = await stream.response()
             history += [second.message, Message.user("thanks")]
@@ -92,22 +120,32 @@ async def test_a_conversation_continues_with_the_providers_own_ids_and_signature
     assert [u["id"] for u in uses] == ["toolu_01Paris", "toolu_02Clock"]  # the provider's own ids, verbatim
     results = [b for m in body2["messages"] if m["role"] == "user" for b in m["content"] if b["type"] == "tool_result"]
     assert [r["tool_use_id"] for r in results] == ["toolu_01Paris", "toolu_02Clock", foreign.id]
-    foreign_use = [b for m in body2["messages"] for b in m["content"]
-                   if b["type"] == "tool_use" and b["name"] == "lookup"]
+    foreign_use = [
+        b for m in body2["messages"] for b in m["content"] if b["type"] == "tool_use" and b["name"] == "lookup"
+    ]
     assert foreign_use[0]["id"] == foreign.id  # a canonical id is a valid Anthropic id
     body3 = upstream.requests[2].json()
-    replayed = [b for m in body3["messages"] if m["role"] == "assistant" for b in m["content"]
-                if b["type"] in ("thinking", "redacted_thinking")]
+    replayed = [
+        b
+        for m in body3["messages"]
+        if m["role"] == "assistant"
+        for b in m["content"]
+        if b["type"] in ("thinking", "redacted_thinking")
+    ]
     assert replayed == [
         {"type": "thinking", "thinking": "Two plus two is four.", "signature": "EqQBCkgIARABGAIiQL+sig=="},
-        {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT"}]
+        {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT"},
+    ]
     assert body3["stream"] is True  # whole responses are streamed from the provider too
 
 
 async def test_overloaded_is_retried_with_the_same_idempotency_key(daemon, upstream):
-    upstream.route("POST", "/v1/messages",
-                   Reply(529, {"content-type": "application/json"}, [error("overloaded_error", "Overloaded")]),
-                   Reply.sse((CASSETTES / "thinking.sse").read_bytes()))
+    upstream.route(
+        "POST",
+        "/v1/messages",
+        Reply(529, {"content-type": "application/json"}, [error("overloaded_error", "Overloaded")]),
+        Reply.sse((CASSETTES / "thinking.sse").read_bytes()),
+    )
     with trio.fail_after(20):
         async with Client(daemon.runtime_dir) as client:
             async with client.stream("anthropic:claude-sonnet-4-5", "2+2?") as stream:
@@ -132,8 +170,11 @@ async def test_cancel_closes_the_upstream_connection(daemon, upstream):
 
 
 async def test_authentication_error_never_shows_the_key(daemon, upstream):
-    upstream.route("POST", "/v1/messages", Reply(401, {"content-type": "application/json"},
-                                                 [error("authentication_error", f"invalid x-api-key: {KEY}")]))
+    upstream.route(
+        "POST",
+        "/v1/messages",
+        Reply(401, {"content-type": "application/json"}, [error("authentication_error", f"invalid x-api-key: {KEY}")]),
+    )
     with trio.fail_after(20):
         async with Client(daemon.runtime_dir, watch_bus=True) as client:
             with pytest.raises(AuthenticationError) as info:
@@ -152,8 +193,15 @@ async def test_authentication_error_never_shows_the_key(daemon, upstream):
 
 
 async def test_context_too_long_is_refused(daemon, upstream):
-    upstream.route("POST", "/v1/messages", Reply(400, {"content-type": "application/json"},
-                                                 [error("invalid_request_error", "prompt is too long: 210000 tokens > 200000 maximum")]))
+    upstream.route(
+        "POST",
+        "/v1/messages",
+        Reply(
+            400,
+            {"content-type": "application/json"},
+            [error("invalid_request_error", "prompt is too long: 210000 tokens > 200000 maximum")],
+        ),
+    )
     from trunkline.errors import ContextLengthError
 
     with trio.fail_after(20):
@@ -161,18 +209,32 @@ async def test_context_too_long_is_refused(daemon, upstream):
             with pytest.raises(ContextLengthError):
                 await client.complete("anthropic:claude-sonnet-4-5", "hi")
             with pytest.raises(InvalidRequestError, match="does not answer"):
-                await client.complete("anthropic:claude-sonnet-4-5", [
-                    Message.user("x"), Message.tool_result("tu_missing", "r")])
+                await client.complete(
+                    "anthropic:claude-sonnet-4-5", [Message.user("x"), Message.tool_result("tu_missing", "r")]
+                )
     assert len(upstream.requests) == 1  # the invalid request never reached the provider
 
 
 async def test_non_streaming_complete(daemon, upstream):
-    upstream.route("POST", "/v1/messages", Reply.json({
-        "id": "msg_2", "type": "message", "role": "assistant", "model": "claude-haiku-4-5",
-        "content": [{"type": "text", "text": "Hello!"},
-                    {"type": "tool_use", "id": "toolu_X", "name": "f", "input": {"a": 1}}],
-        "stop_reason": "tool_use", "usage": {"input_tokens": 9, "output_tokens": 4}},
-        headers={"anthropic-ratelimit-requests-remaining": "49", "anthropic-ratelimit-requests-limit": "50"}))
+    upstream.route(
+        "POST",
+        "/v1/messages",
+        Reply.json(
+            {
+                "id": "msg_2",
+                "type": "message",
+                "role": "assistant",
+                "model": "claude-haiku-4-5",
+                "content": [
+                    {"type": "text", "text": "Hello!"},
+                    {"type": "tool_use", "id": "toolu_X", "name": "f", "input": {"a": 1}},
+                ],
+                "stop_reason": "tool_use",
+                "usage": {"input_tokens": 9, "output_tokens": 4},
+            },
+            headers={"anthropic-ratelimit-requests-remaining": "49", "anthropic-ratelimit-requests-limit": "50"},
+        ),
+    )
     with trio.fail_after(20):
         async with Client(daemon.runtime_dir) as client:
             response = await client.complete("anthropic:claude-haiku-4-5", "hi", tools=[Tool(name="f")])
@@ -185,8 +247,11 @@ async def test_non_streaming_complete(daemon, upstream):
 
 async def test_ready_checks_the_models_endpoint(daemon, upstream):
     upstream.route("GET", "/v1/models/claude-sonnet-4-5", Reply.json({"id": "claude-sonnet-4-5", "type": "model"}))
-    upstream.route("GET", "/v1/models/claude-nope", Reply(404, {"content-type": "application/json"},
-                                                          [error("not_found_error", "model: claude-nope")]))
+    upstream.route(
+        "GET",
+        "/v1/models/claude-nope",
+        Reply(404, {"content-type": "application/json"}, [error("not_found_error", "model: claude-nope")]),
+    )
     with trio.fail_after(20):
         async with Client(daemon.runtime_dir) as client:
             ok = await client.ready("anthropic:claude-sonnet-4-5")
@@ -211,20 +276,52 @@ async def test_without_a_key_the_provider_is_not_configured(start_daemon):
 
 def _reply(model: str, usage: dict, stream: bool = True) -> Reply:
     if not stream:
-        return Reply.json({"id": "msg_r", "type": "message", "role": "assistant", "model": model,
-                           "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn", "usage": usage})
+        return Reply.json(
+            {
+                "id": "msg_r",
+                "type": "message",
+                "role": "assistant",
+                "model": model,
+                "content": [{"type": "text", "text": "ok"}],
+                "stop_reason": "end_turn",
+                "usage": usage,
+            }
+        )
     events = [
-        ("message_start", {"type": "message_start", "message": {
-            "id": "msg_r", "type": "message", "role": "assistant", "model": model, "content": [],
-            "stop_reason": None, "usage": usage}}),
-        ("content_block_start", {"type": "content_block_start", "index": 0,
-                                 "content_block": {"type": "text", "text": ""}}),
-        ("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                 "delta": {"type": "text_delta", "text": "ok"}}),
+        (
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": "msg_r",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": model,
+                    "content": [],
+                    "stop_reason": None,
+                    "usage": usage,
+                },
+            },
+        ),
+        (
+            "content_block_start",
+            {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        ),
+        (
+            "content_block_delta",
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "ok"}},
+        ),
         ("content_block_stop", {"type": "content_block_stop", "index": 0}),
-        ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
-                           "usage": {"output_tokens": usage["output_tokens"]}}),
-        ("message_stop", {"type": "message_stop"})]
+        (
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn"},
+                "usage": {"output_tokens": usage["output_tokens"]},
+            },
+        ),
+        ("message_stop", {"type": "message_stop"}),
+    ]
     return Reply.sse("".join(f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events).encode())
 
 
@@ -232,19 +329,32 @@ async def test_model_rules_through_the_daemon(daemon, upstream):
     """Issue 12 end to end: a dated snapshot is sent and accepted as named; a parameter the model
     does not take is left out with a warning; a request it cannot serve never reaches the provider;
     the cost counts the 1-hour cache writes at their own price."""
-    upstream.route("POST", "/v1/messages",
-                   _reply("claude-haiku-4-5-20251001", {
-                       "input_tokens": 1000, "output_tokens": 100, "cache_creation_input_tokens": 3000,
-                       "cache_creation": {"ephemeral_5m_input_tokens": 2000, "ephemeral_1h_input_tokens": 1000}}),
-                   _reply("claude-opus-5-5", {"input_tokens": 10, "output_tokens": 2}, stream=False))
+    upstream.route(
+        "POST",
+        "/v1/messages",
+        _reply(
+            "claude-haiku-4-5-20251001",
+            {
+                "input_tokens": 1000,
+                "output_tokens": 100,
+                "cache_creation_input_tokens": 3000,
+                "cache_creation": {"ephemeral_5m_input_tokens": 2000, "ephemeral_1h_input_tokens": 1000},
+            },
+        ),
+        _reply("claude-opus-5-5", {"input_tokens": 10, "output_tokens": 2}, stream=False),
+    )
     with trio.fail_after(20):
         async with Client(daemon.runtime_dir) as client:
-            async with client.stream(Request(model="claude-haiku-4-5-20251001", messages=[Message.user("hi")],
-                                             temperature=0.2, top_p=0.5)) as stream:
+            async with client.stream(
+                Request(model="claude-haiku-4-5-20251001", messages=[Message.user("hi")], temperature=0.2, top_p=0.5)
+            ) as stream:
                 response = await stream.response()
             assert stream.accepted.model == "anthropic:claude-haiku-4-5-20251001"
-            with pytest.raises(InvalidRequestError, match=r"reasoning_effort 'none' is not available on "
-                                                          r"anthropic:claude-opus-5-5"):
+            with pytest.raises(
+                InvalidRequestError,
+                match=r"reasoning_effort 'none' is not available on "
+                r"anthropic:claude-opus-5-5",
+            ):
                 await client.complete("opus", "hi", reasoning_effort="none")
             opus = await client.complete("opus", "hi", temperature=0.9)
     sent = [r.json() for r in upstream.requests]
@@ -263,18 +373,28 @@ async def test_what_would_break_a_header_or_name_no_model_never_reaches_the_prov
     """A line break in a header the caller asks for, or a model name left empty, is
     refused before any call; a request id no header can carry still goes out, its
     idempotency key a digest of it, the same on every attempt."""
-    reply = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
-             "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn",
-             "usage": {"input_tokens": 1, "output_tokens": 1}}
-    upstream.route("POST", "/v1/messages",
-                   Reply(529, {"content-type": "application/json"}, [error("overloaded_error", "Overloaded")]),
-                   Reply.json(reply))
+    reply = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-4-5",
+        "content": [{"type": "text", "text": "ok"}],
+        "stop_reason": "end_turn",
+        "usage": {"input_tokens": 1, "output_tokens": 1},
+    }
+    upstream.route(
+        "POST",
+        "/v1/messages",
+        Reply(529, {"content-type": "application/json"}, [error("overloaded_error", "Overloaded")]),
+        Reply.json(reply),
+    )
     with trio.fail_after(20):
         async with Client(daemon.runtime_dir) as client:
             for betas in (["ok-2025", "x\r\nX-Injected: 1"], "é"):
                 with pytest.raises(InvalidRequestError, match="beta_headers"):
-                    await client.complete("anthropic:claude-sonnet-4-5", "hi",
-                                          provider_options={"anthropic": {"beta_headers": betas}})
+                    await client.complete(
+                        "anthropic:claude-sonnet-4-5", "hi", provider_options={"anthropic": {"beta_headers": betas}}
+                    )
             for empty in ("anthropic:", "anthropic: "):
                 with pytest.raises(InvalidRequestError, match="model name is empty"):
                     await client.complete(empty, "hi")

@@ -37,8 +37,9 @@ async def upstream(nursery) -> FakeUpstream:
 
 @pytest.fixture
 async def daemon(start_daemon, upstream):
-    return await start_daemon({"providers": {"anthropic": {"base_url": upstream.base_url}}},
-                              env={"ANTHROPIC_API_KEY": KEY})
+    return await start_daemon(
+        {"providers": {"anthropic": {"base_url": upstream.base_url}}}, env={"ANTHROPIC_API_KEY": KEY}
+    )
 
 
 async def test_a_pause_turn_comes_back_whole_and_continues(daemon, upstream):
@@ -58,8 +59,9 @@ async def test_a_pause_turn_comes_back_whole_and_continues(daemon, upstream):
             first = events[-1].response
             assert first.finish_reason.raw == "pause_turn"
             # continue the paused turn: send it back as it came, as the last message
-            async with client.stream(model, [Message.user(question), first.message],
-                                     provider_options=options) as stream:
+            async with client.stream(
+                model, [Message.user(question), first.message], provider_options=options
+            ) as stream:
                 second = await stream.response()
     parts = [p for p in first.message.content if type(p) is ProviderPart]
     kinds = [p.kind for p in parts]
@@ -69,7 +71,11 @@ async def test_a_pause_turn_comes_back_whole_and_continues(daemon, upstream):
     streamed = [e for e in events if type(e) is ProviderPartEvent]
     assert [(e.kind, e.data) for e in streamed] == [(p.kind, p.data) for p in parts]
     assert [type(p).__name__ for p in first.message.content][:4] == [
-        "ThinkingPart", "TextPart", "ProviderPart", "ProviderPart"]
+        "ThinkingPart",
+        "TextPart",
+        "ProviderPart",
+        "ProviderPart",
+    ]
     assert second.finish_reason.raw == "end_turn" and second.text
     # what reached Anthropic the second time: the paused turn, every block verbatim, in order
     body = upstream.sent("/v1/messages")[1].json()
@@ -84,20 +90,42 @@ async def test_a_pause_turn_comes_back_whole_and_continues(daemon, upstream):
 
 
 async def test_a_compaction_is_billed_in_full_and_goes_back(daemon, upstream):
-    upstream.route("POST", "/v1/messages", Reply.sse(recorded(COMPACTION), chunk_size=100),
-                   Reply.json({"id": "msg_2", "type": "message", "role": "assistant", "model": "claude-sonnet-4-6",
-                               "content": [{"type": "text", "text": "Hello again."}], "stop_reason": "end_turn",
-                               "usage": {"input_tokens": 120, "output_tokens": 4}}))
-    options = {"anthropic": {"beta_headers": ["compact-2026-01-12"], "context_management": {
-        "edits": [{"type": "compact_20260112", "trigger": {"type": "input_tokens", "value": 50000}}]}}}
+    upstream.route(
+        "POST",
+        "/v1/messages",
+        Reply.sse(recorded(COMPACTION), chunk_size=100),
+        Reply.json(
+            {
+                "id": "msg_2",
+                "type": "message",
+                "role": "assistant",
+                "model": "claude-sonnet-4-6",
+                "content": [{"type": "text", "text": "Hello again."}],
+                "stop_reason": "end_turn",
+                "usage": {"input_tokens": 120, "output_tokens": 4},
+            }
+        ),
+    )
+    options = {
+        "anthropic": {
+            "beta_headers": ["compact-2026-01-12"],
+            "context_management": {
+                "edits": [{"type": "compact_20260112", "trigger": {"type": "input_tokens", "value": 50000}}]
+            },
+        }
+    }
     model = "anthropic:claude-sonnet-4-6"
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir) as client:
-            async with client.stream(model, "Remember this context: ... Now say hello.",
-                                     provider_options=options) as stream:
+            async with client.stream(
+                model, "Remember this context: ... Now say hello.", provider_options=options
+            ) as stream:
                 first = await stream.response()
-            history = [Message.user("Remember this context: ... Now say hello."), first.message,
-                       Message.user("Once more.")]
+            history = [
+                Message.user("Remember this context: ... Now say hello."),
+                first.message,
+                Message.user("Once more."),
+            ]
             second = await client.complete(model, history, provider_options=options)
             moved = await client.complete("mock:echo", history)  # the conversation moves elsewhere
     u = first.usage
@@ -110,8 +138,11 @@ async def test_a_compaction_is_billed_in_full_and_goes_back(daemon, upstream):
     assert compaction.data["content"].startswith("The user provided a very long context")
     assert second.text == "Hello again."
     body = upstream.sent("/v1/messages")[1].json()
-    assert body["messages"][1]["content"][0] == compaction.data == {"type": "compaction",
-                                                                   "content": compaction.data["content"]}
+    assert (
+        body["messages"][1]["content"][0]
+        == compaction.data
+        == {"type": "compaction", "content": compaction.data["content"]}
+    )
     assert upstream.sent("/v1/messages")[1].headers["anthropic-beta"] == "compact-2026-01-12"
     assert moved.text == "Once more." and [w.code for w in moved.warnings] == ["provider_part_dropped"]
     assert "anthropic content (compaction)" in moved.warnings[0].message

@@ -37,13 +37,27 @@ def model(name: str) -> ModelInfo:
 def build_for(name: str, *messages: Message, **fields):
     fields.setdefault("provider_options", NO_CACHE)
     info = model(name)
-    return build(Request(model=info.id, messages=list(messages) or [Message.user("hi")], **fields), info,
-                 provider="anthropic", wire_ids={"tu_1": "toolu_1"}, stream=False)
+    return build(
+        Request(model=info.id, messages=list(messages) or [Message.user("hi")], **fields),
+        info,
+        provider="anthropic",
+        wire_ids={"tu_1": "toolu_1"},
+        stream=False,
+    )
 
 
 #: The nine catalogued Claude models that answer 400 to any sampling parameter.
-NO_SAMPLING = ["claude-fable-5-1", "claude-fable-5", "claude-opus-5-5", "claude-opus-5", "claude-opus-4-8",
-               "claude-opus-4-7", "claude-sonnet-5-5", "claude-sonnet-5", "claude-haiku-5-5"]
+NO_SAMPLING = [
+    "claude-fable-5-1",
+    "claude-fable-5",
+    "claude-opus-5-5",
+    "claude-opus-5",
+    "claude-opus-4-8",
+    "claude-opus-4-7",
+    "claude-sonnet-5-5",
+    "claude-sonnet-5",
+    "claude-haiku-5-5",
+]
 
 
 @pytest.mark.parametrize("name", NO_SAMPLING + ["sonnet", "opus", "haiku"])
@@ -53,7 +67,8 @@ def test_models_that_refuse_sampling_get_none(name):
     info = model(name)
     assert [w.message for w in built.warnings] == [
         f"{info.id} does not take temperature (rule `sampling`); it was left out",
-        f"{info.id} does not take top_p (rule `sampling`); it was left out"]
+        f"{info.id} does not take top_p (rule `sampling`); it was left out",
+    ]
 
 
 def test_the_catalog_lists_exactly_those_nine():
@@ -73,17 +88,31 @@ def test_models_that_refuse_the_two_together_get_temperature_only(name):
     assert built.body == {"model": name, "max_tokens": 16000, "messages": [USER], "temperature": 0.3}
     assert [w.message for w in built.warnings] == [
         f"anthropic:{name} takes one sampling parameter per request (rule `sampling_exclusive`); temperature "
-        "was sent and top_p left out"]
+        "was sent and top_p left out"
+    ]
     assert build_for(name, top_p=0.8).body["top_p"] == 0.8
 
 
-@pytest.mark.parametrize(("name", "effort"), [("claude-opus-4-6", "high"), ("claude-opus-4-6", "max"),
-                                              ("claude-sonnet-4-6", "low"), ("claude-opus-4-7", "xhigh"),
-                                              ("claude-opus-5-5", "medium"), ("claude-fable-5-1", "max")])
+@pytest.mark.parametrize(
+    ("name", "effort"),
+    [
+        ("claude-opus-4-6", "high"),
+        ("claude-opus-4-6", "max"),
+        ("claude-sonnet-4-6", "low"),
+        ("claude-opus-4-7", "xhigh"),
+        ("claude-opus-5-5", "medium"),
+        ("claude-fable-5-1", "max"),
+    ],
+)
 def test_adaptive_models_get_adaptive_thinking_and_an_effort_never_a_budget(name, effort):
     built = build_for(name, reasoning_effort=effort)
-    assert built.body == {"model": name, "max_tokens": 16000, "messages": [USER],
-                          "thinking": {"type": "adaptive"}, "output_config": {"effort": effort}}
+    assert built.body == {
+        "model": name,
+        "max_tokens": 16000,
+        "messages": [USER],
+        "thinking": {"type": "adaptive"},
+        "output_config": {"effort": effort},
+    }
     assert built.warnings == []
 
 
@@ -109,8 +138,9 @@ def test_a_forced_tool_on_a_model_that_thinks_unasked_turns_thinking_off():
 
 
 def test_a_forced_tool_with_asked_for_thinking_lets_the_model_choose():
-    built = build_for("claude-sonnet-4-6", reasoning_effort="high", tools=[WEATHER],
-                      tool_choice=ToolChoice(mode="required"))
+    built = build_for(
+        "claude-sonnet-4-6", reasoning_effort="high", tools=[WEATHER], tool_choice=ToolChoice(mode="required")
+    )
     assert "tool_choice" not in built.body and built.body["thinking"] == {"type": "adaptive"}
     assert [w.code for w in built.warnings] == ["unsupported_setting"]
 
@@ -125,22 +155,33 @@ CALL = ToolCallPart(id="tu_1", name="get-weather", arguments={"city": "Oslo"}, p
 
 
 def _loop(*assistant_parts) -> list[Message]:
-    return [Message.user("weather?"), Message(role="assistant", content=[*assistant_parts, CALL]),
-            Message.tool_result("tu_1", "cold")]
+    return [
+        Message.user("weather?"),
+        Message(role="assistant", content=[*assistant_parts, CALL]),
+        Message.tool_result("tu_1", "cold"),
+    ]
 
 
 def test_a_tool_loop_without_a_leading_thinking_block_runs_with_thinking_off():
-    built = build_for("claude-sonnet-4-6", *_loop(TextPart(text="Let me check.")), reasoning_effort="high",
-                      tools=[WEATHER])
+    built = build_for(
+        "claude-sonnet-4-6", *_loop(TextPart(text="Let me check.")), reasoning_effort="high", tools=[WEATHER]
+    )
     assert built.body == {
-        "model": "claude-sonnet-4-6", "max_tokens": 16000, "tools": [{"name": "get-weather",
-                                                                       "input_schema": WEATHER.parameters}],
+        "model": "claude-sonnet-4-6",
+        "max_tokens": 16000,
+        "tools": [{"name": "get-weather", "input_schema": WEATHER.parameters}],
         "messages": [
             {"role": "user", "content": [{"type": "text", "text": "weather?"}]},
-            {"role": "assistant", "content": [{"type": "text", "text": "Let me check."},
-                                              {"type": "tool_use", "id": "toolu_1", "name": "get-weather",
-                                               "input": {"city": "Oslo"}}]},
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "cold"}]}]}
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "text", "text": "Let me check."},
+                    {"type": "tool_use", "id": "toolu_1", "name": "get-weather", "input": {"city": "Oslo"}},
+                ],
+            },
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "cold"}]},
+        ],
+    }
     assert [w.code for w in built.warnings] == ["thinking_off"]
 
 
@@ -148,8 +189,11 @@ def test_a_tool_loop_opening_with_its_thinking_block_keeps_thinking():
     thought = ThinkingPart(text="need weather", signature="sig", provider="anthropic", model="claude-sonnet-4-6")
     built = build_for("claude-sonnet-4-6", *_loop(thought), reasoning_effort="high", tools=[WEATHER])
     assert built.body["thinking"] == {"type": "adaptive"} and built.body["output_config"] == {"effort": "high"}
-    assert built.body["messages"][1]["content"][0] == {"type": "thinking", "thinking": "need weather",
-                                                       "signature": "sig"}
+    assert built.body["messages"][1]["content"][0] == {
+        "type": "thinking",
+        "thinking": "need weather",
+        "signature": "sig",
+    }
     assert built.warnings == []
 
 
@@ -162,27 +206,38 @@ def test_a_foreign_tool_loop_on_a_model_that_thinks_unasked_disables_thinking():
 
 @pytest.mark.parametrize("name", ["claude-opus-5-5", "claude-sonnet-5-5", "claude-fable-5-1"])
 def test_tied_thinking_goes_back_only_to_the_model_that_wrote_it(name):
-    own = [ThinkingPart(text="mine", signature="s1", provider="anthropic", model=name),
-           RedactedThinkingPart(data="r1", provider="anthropic", model=name), TextPart(text="answer")]
+    own = [
+        ThinkingPart(text="mine", signature="s1", provider="anthropic", model=name),
+        RedactedThinkingPart(data="r1", provider="anthropic", model=name),
+        TextPart(text="answer"),
+    ]
     built = build_for(name, Message.user("q"), Message(role="assistant", content=own), Message.user("more"))
-    assert built.body["messages"][1]["content"] == [{"type": "thinking", "thinking": "mine", "signature": "s1"},
-                                                    {"type": "redacted_thinking", "data": "r1"},
-                                                    {"type": "text", "text": "answer"}]
+    assert built.body["messages"][1]["content"] == [
+        {"type": "thinking", "thinking": "mine", "signature": "s1"},
+        {"type": "redacted_thinking", "data": "r1"},
+        {"type": "text", "text": "answer"},
+    ]
     assert built.warnings == []
-    other = [ThinkingPart(text="theirs", signature="s2", provider="anthropic", model="claude-opus-5"),
-             TextPart(text="answer")]
+    other = [
+        ThinkingPart(text="theirs", signature="s2", provider="anthropic", model="claude-opus-5"),
+        TextPart(text="answer"),
+    ]
     built = build_for(name, Message.user("q"), Message(role="assistant", content=other), Message.user("more"))
     assert built.body["messages"][1]["content"] == [{"type": "text", "text": "answer"}]
     assert [w.message for w in built.warnings] == [
         f"anthropic:{name} accepts only its own thinking blocks (rule `thinking_tied_to_model`); reasoning "
-        "written by claude-opus-5 was dropped"]
+        "written by claude-opus-5 was dropped"
+    ]
 
 
 def test_untied_models_take_thinking_from_another_claude_model():
-    other = [ThinkingPart(text="t", signature="s", provider="anthropic", model="claude-opus-4-6"),
-             TextPart(text="answer")]
-    built = build_for("claude-opus-5", Message.user("q"), Message(role="assistant", content=other),
-                      Message.user("more"))
+    other = [
+        ThinkingPart(text="t", signature="s", provider="anthropic", model="claude-opus-4-6"),
+        TextPart(text="answer"),
+    ]
+    built = build_for(
+        "claude-opus-5", Message.user("q"), Message(role="assistant", content=other), Message.user("more")
+    )
     assert built.body["messages"][1]["content"][0]["type"] == "thinking" and built.warnings == []
 
 
@@ -193,20 +248,44 @@ def test_json_object_is_refused_clearly():
 
 
 def test_schemas_get_additional_properties_false_on_every_object():
-    schema = {"type": "object", "properties": {
-        "name": {"type": "string"},
-        "address": {"type": "object", "properties": {"city": {"type": "string"}}},
-        "tags": {"type": "array", "items": {"type": "object", "properties": {"k": {"type": "string"}}}}},
-        "$defs": {"point": {"type": "object", "properties": {"x": {"type": "number"}}}}}
-    built = build_for("claude-sonnet-4-5", response_format=ResponseFormat(kind="json_schema", schema=schema))
-    assert built.body["output_config"] == {"format": {"type": "json_schema", "schema": {
-        "type": "object", "additionalProperties": False, "properties": {
+    schema = {
+        "type": "object",
+        "properties": {
             "name": {"type": "string"},
-            "address": {"type": "object", "properties": {"city": {"type": "string"}}, "additionalProperties": False},
-            "tags": {"type": "array", "items": {"type": "object", "properties": {"k": {"type": "string"}},
-                                                "additionalProperties": False}}},
-        "$defs": {"point": {"type": "object", "properties": {"x": {"type": "number"}},
-                            "additionalProperties": False}}}}}
+            "address": {"type": "object", "properties": {"city": {"type": "string"}}},
+            "tags": {"type": "array", "items": {"type": "object", "properties": {"k": {"type": "string"}}}},
+        },
+        "$defs": {"point": {"type": "object", "properties": {"x": {"type": "number"}}}},
+    }
+    built = build_for("claude-sonnet-4-5", response_format=ResponseFormat(kind="json_schema", schema=schema))
+    assert built.body["output_config"] == {
+        "format": {
+            "type": "json_schema",
+            "schema": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "name": {"type": "string"},
+                    "address": {
+                        "type": "object",
+                        "properties": {"city": {"type": "string"}},
+                        "additionalProperties": False,
+                    },
+                    "tags": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "properties": {"k": {"type": "string"}},
+                            "additionalProperties": False,
+                        },
+                    },
+                },
+                "$defs": {
+                    "point": {"type": "object", "properties": {"x": {"type": "number"}}, "additionalProperties": False}
+                },
+            },
+        }
+    }
     assert "additionalProperties" not in schema["properties"]["address"]  # the caller's schema is untouched
 
 

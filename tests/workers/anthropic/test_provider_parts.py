@@ -31,42 +31,104 @@ from trunkline.workers.errors import ProviderError
 
 from .test_stream import RECORDINGS, run
 
-SONNET = ModelInfo(id="anthropic:claude-sonnet-4-5", provider="anthropic", wire_name="claude-sonnet-4-5",
-                   max_output=64000, reasoning=True)
+SONNET = ModelInfo(
+    id="anthropic:claude-sonnet-4-5",
+    provider="anthropic",
+    wire_name="claude-sonnet-4-5",
+    max_output=64000,
+    reasoning=True,
+)
 NO_CACHE = {"anthropic": {"auto_cache": False}}
 
 #: One block of each kind, shaped as Anthropic sends it (and takes it back).
 BLOCKS: dict[str, dict] = {
-    "server_tool_use": {"type": "server_tool_use", "id": "srvtoolu_01", "name": "web_search",
-                        "input": {"query": "trio nurseries"}},
-    "web_search_tool_result": {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_01", "content": [
-        {"type": "web_search_result", "url": "https://trio.readthedocs.io/", "title": "Trio",
-         "encrypted_content": "EqgfCioIARgBIiQ3", "page_age": "April 30, 2025"}]},
-    "web_fetch_tool_result": {"type": "web_fetch_tool_result", "tool_use_id": "srvtoolu_02", "content": {
-        "type": "web_fetch_result", "url": "https://example.com/", "retrieved_at": "2025-11-20T10:00:00Z",
-        "content": {"type": "document", "title": "Example",
-                    "source": {"type": "text", "media_type": "text/plain", "data": "Example Domain"}}}},
-    "code_execution_tool_result": {"type": "code_execution_tool_result", "tool_use_id": "srvtoolu_03", "content": {
-        "type": "code_execution_result", "stdout": "4\n", "stderr": "", "return_code": 0, "content": []}},
-    "bash_code_execution_tool_result": {"type": "bash_code_execution_tool_result", "tool_use_id": "srvtoolu_04",
-                                        "content": {"type": "bash_code_execution_result", "stdout": "Sum: 650\n",
-                                                    "stderr": "", "return_code": 0, "content": []}},
-    "tool_search_tool_result": {"type": "tool_search_tool_result", "tool_use_id": "srvtoolu_05", "content": {
-        "type": "tool_search_tool_search_result",
-        "tool_references": [{"type": "tool_reference", "tool_name": "get_exchange_rate"}]}},
-    "mcp_tool_use": {"type": "mcp_tool_use", "id": "mcptoolu_01", "name": "ask_question", "server_name": "deepwiki",
-                     "input": {"repoName": "python-trio/trio", "question": "What is a nursery?"}},
-    "mcp_tool_result": {"type": "mcp_tool_result", "tool_use_id": "mcptoolu_01", "is_error": False,
-                        "content": [{"type": "text", "text": "A nursery supervises tasks."}]},
+    "server_tool_use": {
+        "type": "server_tool_use",
+        "id": "srvtoolu_01",
+        "name": "web_search",
+        "input": {"query": "trio nurseries"},
+    },
+    "web_search_tool_result": {
+        "type": "web_search_tool_result",
+        "tool_use_id": "srvtoolu_01",
+        "content": [
+            {
+                "type": "web_search_result",
+                "url": "https://trio.readthedocs.io/",
+                "title": "Trio",
+                "encrypted_content": "EqgfCioIARgBIiQ3",
+                "page_age": "April 30, 2025",
+            }
+        ],
+    },
+    "web_fetch_tool_result": {
+        "type": "web_fetch_tool_result",
+        "tool_use_id": "srvtoolu_02",
+        "content": {
+            "type": "web_fetch_result",
+            "url": "https://example.com/",
+            "retrieved_at": "2025-11-20T10:00:00Z",
+            "content": {
+                "type": "document",
+                "title": "Example",
+                "source": {"type": "text", "media_type": "text/plain", "data": "Example Domain"},
+            },
+        },
+    },
+    "code_execution_tool_result": {
+        "type": "code_execution_tool_result",
+        "tool_use_id": "srvtoolu_03",
+        "content": {"type": "code_execution_result", "stdout": "4\n", "stderr": "", "return_code": 0, "content": []},
+    },
+    "bash_code_execution_tool_result": {
+        "type": "bash_code_execution_tool_result",
+        "tool_use_id": "srvtoolu_04",
+        "content": {
+            "type": "bash_code_execution_result",
+            "stdout": "Sum: 650\n",
+            "stderr": "",
+            "return_code": 0,
+            "content": [],
+        },
+    },
+    "tool_search_tool_result": {
+        "type": "tool_search_tool_result",
+        "tool_use_id": "srvtoolu_05",
+        "content": {
+            "type": "tool_search_tool_search_result",
+            "tool_references": [{"type": "tool_reference", "tool_name": "get_exchange_rate"}],
+        },
+    },
+    "mcp_tool_use": {
+        "type": "mcp_tool_use",
+        "id": "mcptoolu_01",
+        "name": "ask_question",
+        "server_name": "deepwiki",
+        "input": {"repoName": "python-trio/trio", "question": "What is a nursery?"},
+    },
+    "mcp_tool_result": {
+        "type": "mcp_tool_result",
+        "tool_use_id": "mcptoolu_01",
+        "is_error": False,
+        "content": [{"type": "text", "text": "A nursery supervises tasks."}],
+    },
     "compaction": {"type": "compaction", "content": "The user asked for a greeting; next: say hello."},
 }
 CONTAINER = {"id": "container_011CdYfpjpVt", "expires_at": "2026-11-23T18:54:08.960841Z"}
 
 
 def message_with(blocks: list[dict], **extra) -> dict:
-    return {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
-            "content": blocks, "stop_reason": "end_turn", "stop_sequence": None,
-            "usage": {"input_tokens": 10, "output_tokens": 5}, **extra}
+    return {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-4-5",
+        "content": blocks,
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 10, "output_tokens": 5},
+        **extra,
+    }
 
 
 def sse(events: list[dict]) -> bytes:
@@ -82,13 +144,16 @@ def streamed(block: dict, index: int = 0) -> list[dict]:
         start["input"] = {}
         text = json.dumps(block["input"])
         deltas = [{"type": "input_json_delta", "partial_json": ""}] + [
-            {"type": "input_json_delta", "partial_json": text[i:i + 5]} for i in range(0, len(text), 5)]
+            {"type": "input_json_delta", "partial_json": text[i : i + 5]} for i in range(0, len(text), 5)
+        ]
     elif block["type"] == "compaction":
         start["content"] = None
         deltas = [{"type": "compaction_delta", "content": block["content"]}]
-    return [{"type": "content_block_start", "index": index, "content_block": start},
-            *({"type": "content_block_delta", "index": index, "delta": d} for d in deltas),
-            {"type": "content_block_stop", "index": index}]
+    return [
+        {"type": "content_block_start", "index": index, "content_block": start},
+        *({"type": "content_block_delta", "index": index, "delta": d} for d in deltas),
+        {"type": "content_block_stop", "index": index},
+    ]
 
 
 def stream_of(blocks: list[dict], container: dict | None = None) -> bytes:
@@ -104,40 +169,60 @@ def stream_of(blocks: list[dict], container: dict | None = None) -> bytes:
 
 def continuation(*parts, model: ModelInfo = SONNET, **fields) -> dict:
     fields.setdefault("provider_options", NO_CACHE)
-    request = Request(model=model.id, messages=[Message.user("go on"), Message(role="assistant", content=list(parts)),
-                                                Message.user("and?")], **fields)
+    request = Request(
+        model=model.id,
+        messages=[Message.user("go on"), Message(role="assistant", content=list(parts)), Message.user("and?")],
+        **fields,
+    )
     return build(request, model, provider="anthropic", wire_ids={}, stream=True).body
 
 
 @pytest.mark.parametrize("kind", list(BLOCKS))
 def test_each_kind_from_a_whole_response(kind):
     response = parse(message_with([{"type": "text", "text": "Here:"}, BLOCKS[kind]]))
-    assert response.message.content == [TextPart(text="Here:"), ProviderPart(api="anthropic", kind=kind,
-                                                                             data=BLOCKS[kind])]
+    assert response.message.content == [
+        TextPart(text="Here:"),
+        ProviderPart(api="anthropic", kind=kind, data=BLOCKS[kind]),
+    ]
 
 
 @pytest.mark.parametrize("kind", list(BLOCKS))
 def test_each_kind_from_a_stream_is_one_event_with_the_whole_block(kind):
     data = stream_of([{"type": "text", "text": "Here:"}, BLOCKS[kind]])
-    for chunks in ([data], [data[i:i + 3] for i in range(0, len(data), 3)]):
+    for chunks in ([data], [data[i : i + 3] for i in range(0, len(data), 3)]):
         events = run(chunks)
         check_invariants(events)
         parts = [e for e in events if type(e) is ProviderPartEvent]
         assert [(e.index, e.api, e.kind, e.data, e.model) for e in parts] == [
-            (1, "anthropic", kind, BLOCKS[kind], None)]
-        assert events[-1].response.message.content[1] == ProviderPart(api="anthropic", kind=kind, data=BLOCKS[kind],
-                                                                      provider="anthropic")
+            (1, "anthropic", kind, BLOCKS[kind], None)
+        ]
+        assert events[-1].response.message.content[1] == ProviderPart(
+            api="anthropic", kind=kind, data=BLOCKS[kind], provider="anthropic"
+        )
 
 
 @pytest.mark.parametrize("kind", list(BLOCKS))
 def test_each_kind_goes_back_verbatim_in_place(kind):
     part = ProviderPart(api="anthropic", kind=kind, data=BLOCKS[kind], provider="anthropic")
-    built = build(Request(model=SONNET.id, provider_options=NO_CACHE, messages=[
-        Message.user("go on"), Message(role="assistant", content=[TextPart(text="Before."), part,
-                                                                   TextPart(text="After.")]),
-        Message.user("and?")]), SONNET, provider="anthropic", wire_ids={}, stream=True)
-    assert built.body["messages"][1] == {"role": "assistant", "content": [
-        {"type": "text", "text": "Before."}, BLOCKS[kind], {"type": "text", "text": "After."}]}
+    built = build(
+        Request(
+            model=SONNET.id,
+            provider_options=NO_CACHE,
+            messages=[
+                Message.user("go on"),
+                Message(role="assistant", content=[TextPart(text="Before."), part, TextPart(text="After.")]),
+                Message.user("and?"),
+            ],
+        ),
+        SONNET,
+        provider="anthropic",
+        wire_ids={},
+        stream=True,
+    )
+    assert built.body["messages"][1] == {
+        "role": "assistant",
+        "content": [{"type": "text", "text": "Before."}, BLOCKS[kind], {"type": "text", "text": "After."}],
+    }
     assert built.warnings == [] and "container" not in built.body
 
 
@@ -147,7 +232,9 @@ def test_the_container_comes_after_the_blocks_and_goes_back_as_container():
     events = run([stream_of([BLOCKS["server_tool_use"]], container=CONTAINER)])
     check_invariants(events)
     assert [(e.index, e.kind, e.data) for e in events if type(e) is ProviderPartEvent] == [
-        (0, "server_tool_use", BLOCKS["server_tool_use"]), (1, "container", CONTAINER)]
+        (0, "server_tool_use", BLOCKS["server_tool_use"]),
+        (1, "container", CONTAINER),
+    ]
     older = ProviderPart(api="anthropic", kind="container", data={"id": "container_old"})
     newer = ProviderPart(api="anthropic", kind="container", data=CONTAINER)
     body = continuation(older, TextPart(text="ran it"), newer)
@@ -155,16 +242,29 @@ def test_the_container_comes_after_the_blocks_and_goes_back_as_container():
     assert body["container"] == CONTAINER["id"]
     assert body["messages"][1]["content"] == [{"type": "text", "text": "ran it"}]
     # the caller's own choice wins
-    assert continuation(newer, TextPart(text="x"), provider_options={
-        "anthropic": {"auto_cache": False, "container": "container_mine"}})["container"] == "container_mine"
+    assert (
+        continuation(
+            newer,
+            TextPart(text="x"),
+            provider_options={"anthropic": {"auto_cache": False, "container": "container_mine"}},
+        )["container"]
+        == "container_mine"
+    )
 
 
 def test_parts_of_another_api_are_dropped_with_a_warning():
-    foreign = ProviderPart(api="openai", kind="reasoning", data={"type": "reasoning", "encrypted_content": "x"},
-                           provider="openai")
-    request = Request(model=SONNET.id, provider_options=NO_CACHE, messages=[
-        Message.user("go on"), Message(role="assistant", content=[foreign, TextPart(text="Hi.")]),
-        Message.user("and?")])
+    foreign = ProviderPart(
+        api="openai", kind="reasoning", data={"type": "reasoning", "encrypted_content": "x"}, provider="openai"
+    )
+    request = Request(
+        model=SONNET.id,
+        provider_options=NO_CACHE,
+        messages=[
+            Message.user("go on"),
+            Message(role="assistant", content=[foreign, TextPart(text="Hi.")]),
+            Message.user("and?"),
+        ],
+    )
     built = build(request, SONNET, provider="anthropic", wire_ids={}, stream=True)
     assert built.body["messages"][1]["content"] == [{"type": "text", "text": "Hi."}]
     assert [w.code for w in built.warnings] == ["provider_part_dropped"]
@@ -173,18 +273,28 @@ def test_parts_of_another_api_are_dropped_with_a_warning():
 
 def test_a_part_tied_to_another_model_is_dropped_with_a_warning():
     tied = ProviderPart(api="anthropic", kind="compaction", data=BLOCKS["compaction"], model="claude-opus-5-5")
-    request = Request(model=SONNET.id, provider_options=NO_CACHE, messages=[
-        Message.user("go on"), Message(role="assistant", content=[tied, TextPart(text="Hi.")]), Message.user("?")])
+    request = Request(
+        model=SONNET.id,
+        provider_options=NO_CACHE,
+        messages=[
+            Message.user("go on"),
+            Message(role="assistant", content=[tied, TextPart(text="Hi.")]),
+            Message.user("?"),
+        ],
+    )
     built = build(request, SONNET, provider="anthropic", wire_ids={}, stream=False)
     assert built.body["messages"][1]["content"] == [{"type": "text", "text": "Hi."}]
     assert "claude-opus-5-5" in built.warnings[0].message
 
 
-@pytest.mark.parametrize(("part", "problem"), [
-    (ProviderPart(api="anthropic", kind="compaction", data="a summary"), "whose `type` is 'compaction'"),
-    (ProviderPart(api="anthropic", kind="compaction", data={"type": "server_tool_use"}), "whose `type`"),
-    (ProviderPart(api="anthropic", kind="container", data="container_1"), "container's `id`"),
-])
+@pytest.mark.parametrize(
+    ("part", "problem"),
+    [
+        (ProviderPart(api="anthropic", kind="compaction", data="a summary"), "whose `type` is 'compaction'"),
+        (ProviderPart(api="anthropic", kind="compaction", data={"type": "server_tool_use"}), "whose `type`"),
+        (ProviderPart(api="anthropic", kind="container", data="container_1"), "container's `id`"),
+    ],
+)
 def test_a_malformed_part_is_refused_clearly(part, problem):
     with pytest.raises(ProviderError) as info:
         continuation(part, TextPart(text="x"))
@@ -203,17 +313,28 @@ def recorded_pair(name: str) -> tuple[bytes, dict]:
 
 
 def test_the_recorded_pause_turn_goes_back_as_the_recording_sent_it():
-    data, sent_back = recorded_pair("tests__models__cassettes__test_anthropic__test_pause_turn_web_search_streaming_vcr")
-    events = run([data[i:i + 4096] for i in range(0, len(data), 4096)])
+    data, sent_back = recorded_pair(
+        "tests__models__cassettes__test_anthropic__test_pause_turn_web_search_streaming_vcr"
+    )
+    events = run([data[i : i + 4096] for i in range(0, len(data), 4096)])
     check_invariants(events)
     response = events[-1].response
     assert response.finish_reason.raw == "pause_turn"
     kinds = [p.kind for p in response.message.content if type(p) is ProviderPart]
     assert kinds.count("server_tool_use") == 11 and kinds.count("web_search_tool_result") == 10
     first_user = sent_back["messages"][0]["content"][0]["text"]
-    body = build(Request(model=SONNET.id, provider_options=NO_CACHE, reasoning_effort="low",
-                         messages=[Message.user(first_user), response.message]),
-                 SONNET, provider="anthropic", wire_ids={}, stream=True).body
+    body = build(
+        Request(
+            model=SONNET.id,
+            provider_options=NO_CACHE,
+            reasoning_effort="low",
+            messages=[Message.user(first_user), response.message],
+        ),
+        SONNET,
+        provider="anthropic",
+        wire_ids={},
+        stream=True,
+    ).body
     ours, theirs = body["messages"][1]["content"], sent_back["messages"][1]["content"]
     assert body["messages"][0] == sent_back["messages"][0] and len(ours) == len(theirs) == 25
     assert [essentials(b) for b in ours] == [essentials(b) for b in theirs]  # the blocks Anthropic accepted
@@ -227,8 +348,15 @@ def essentials(block: dict) -> tuple:
     """What makes a block the same block, whoever serialized it."""
     content = block.get("content")
     secrets = [r.get("encrypted_content") for r in content] if isinstance(content, list) else content
-    return (block["type"], block.get("id"), block.get("tool_use_id"), block.get("input"), block.get("text"),
-            block.get("signature"), secrets if block["type"] != "text" else None)
+    return (
+        block["type"],
+        block.get("id"),
+        block.get("tool_use_id"),
+        block.get("input"),
+        block.get("text"),
+        block.get("signature"),
+        secrets if block["type"] != "text" else None,
+    )
 
 
 def test_the_recorded_tool_search_continues_as_the_recording_did():
@@ -238,10 +366,21 @@ def test_the_recorded_tool_search_continues_as_the_recording_did():
     call = next(p for p in response.message.content if type(p) is ToolCallPart)
     user = sent_back["messages"][0]["content"][0]["text"]
     result = sent_back["messages"][2]["content"][0]
-    body = build(Request(model=SONNET.id, provider_options=NO_CACHE, messages=[
-        Message.user(user), response.message,
-        Message.tool_result(call.id, [TextPart(text=result["content"][0]["text"])])]),
-        SONNET, provider="anthropic", wire_ids={call.id: call.provider_id}, stream=True).body
+    body = build(
+        Request(
+            model=SONNET.id,
+            provider_options=NO_CACHE,
+            messages=[
+                Message.user(user),
+                response.message,
+                Message.tool_result(call.id, [TextPart(text=result["content"][0]["text"])]),
+            ],
+        ),
+        SONNET,
+        provider="anthropic",
+        wire_ids={call.id: call.provider_id},
+        stream=True,
+    ).body
     assert body["messages"][1] == sent_back["messages"][1]
 
 
@@ -268,16 +407,27 @@ def test_recorded_messages_keep_every_block(case: Path):
     assert len(response.message.content) == len(body["content"]) + bool(body.get("container"))
     # and they go back as they came
     if expected:
-        sent = build(Request(model=SONNET.id, provider_options=NO_CACHE, messages=[
-            Message.user("x"), response.message, Message.user("y")]), SONNET, provider="anthropic", wire_ids={},
-            stream=True).body
+        sent = build(
+            Request(
+                model=SONNET.id,
+                provider_options=NO_CACHE,
+                messages=[Message.user("x"), response.message, Message.user("y")],
+            ),
+            SONNET,
+            provider="anthropic",
+            wire_ids={},
+            stream=True,
+        ).body
         assert [b for b in sent["messages"][1]["content"] if b["type"] not in canonical] == [
-            b for kind, b in expected if kind != "container"]
+            b for kind, b in expected if kind != "container"
+        ]
 
 
 @settings(max_examples=100, deadline=None)
-@given(cuts=st.lists(st.integers(min_value=1), max_size=60), kinds=st.lists(st.sampled_from(list(BLOCKS)),
-                                                                           min_size=1, max_size=6))
+@given(
+    cuts=st.lists(st.integers(min_value=1), max_size=60),
+    kinds=st.lists(st.sampled_from(list(BLOCKS)), min_size=1, max_size=6),
+)
 def test_any_chunking_of_any_blocks_gives_the_same_parts(cuts, kinds):
     data = stream_of([BLOCKS[k] for k in kinds], container=CONTAINER)
     points = sorted({c % len(data) for c in cuts} - {0})
@@ -285,7 +435,9 @@ def test_any_chunking_of_any_blocks_gives_the_same_parts(cuts, kinds):
     events = run(chunks)
     check_invariants(events)
     assert [(e.kind, e.data) for e in events if type(e) is ProviderPartEvent] == [
-        *((k, BLOCKS[k]) for k in kinds), ("container", CONTAINER)]
+        *((k, BLOCKS[k]) for k in kinds),
+        ("container", CONTAINER),
+    ]
 
 
 @settings(max_examples=100, deadline=None)

@@ -13,19 +13,31 @@ from trunkline.workers.anthropic.response import finish_reason, parse, usage
 from trunkline.workers.errors import ProviderError
 
 MESSAGE = {
-    "id": "msg_01XFDUDYJgAACzvnptvVoYEL", "type": "message", "role": "assistant",
+    "id": "msg_01XFDUDYJgAACzvnptvVoYEL",
+    "type": "message",
+    "role": "assistant",
     "model": "claude-sonnet-4-5-20250929",
     "content": [
         {"type": "thinking", "thinking": "The user wants weather.", "signature": "EqQBCkgIARABGAIiQL"},
         {"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix"},
         {"type": "text", "text": "Let me check.", "citations": None},
         {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "x"}},
-        {"type": "tool_use", "id": "toolu_01A09q90qw90lq917835lq9", "name": "get_weather",
-         "input": {"location": "San Francisco, CA", "unit": "celsius"}},
+        {
+            "type": "tool_use",
+            "id": "toolu_01A09q90qw90lq917835lq9",
+            "name": "get_weather",
+            "input": {"location": "San Francisco, CA", "unit": "celsius"},
+        },
     ],
-    "stop_reason": "tool_use", "stop_sequence": None,
-    "usage": {"input_tokens": 2095, "output_tokens": 503, "cache_creation_input_tokens": 100,
-              "cache_read_input_tokens": 1000, "service_tier": "standard"},
+    "stop_reason": "tool_use",
+    "stop_sequence": None,
+    "usage": {
+        "input_tokens": 2095,
+        "output_tokens": 503,
+        "cache_creation_input_tokens": 100,
+        "cache_read_input_tokens": 1000,
+        "service_tier": "standard",
+    },
 }
 
 
@@ -37,8 +49,12 @@ def test_parse_a_whole_message():
         RedactedThinkingPart(data="EmwKAhgBEgy3va3pzix"),
         TextPart(text="Let me check."),
         ProviderPart(api="anthropic", kind="server_tool_use", data=MESSAGE["content"][3]),
-        ToolCallPart(id="", name="get_weather", arguments={"location": "San Francisco, CA", "unit": "celsius"},
-                     provider_id="toolu_01A09q90qw90lq917835lq9"),
+        ToolCallPart(
+            id="",
+            name="get_weather",
+            arguments={"location": "San Francisco, CA", "unit": "celsius"},
+            provider_id="toolu_01A09q90qw90lq917835lq9",
+        ),
     ]
     assert response.finish_reason.reason == "tool_calls" and response.finish_reason.raw == "tool_use"
     u = response.usage
@@ -53,11 +69,20 @@ def test_raw_only_when_asked():
     assert parse(MESSAGE).raw is None
 
 
-@pytest.mark.parametrize(("raw", "reason"), [
-    ("end_turn", "stop"), ("stop_sequence", "stop"), ("max_tokens", "length"), ("tool_use", "tool_calls"),
-    ("refusal", "content_filter"), ("pause_turn", "other"), ("model_context_window_exceeded", "length"),
-    ("brand_new_reason", "other"), (None, "other"),
-])
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        ("end_turn", "stop"),
+        ("stop_sequence", "stop"),
+        ("max_tokens", "length"),
+        ("tool_use", "tool_calls"),
+        ("refusal", "content_filter"),
+        ("pause_turn", "other"),
+        ("model_context_window_exceeded", "length"),
+        ("brand_new_reason", "other"),
+        (None, "other"),
+    ],
+)
 def test_stop_reasons(raw, reason):
     mapped = finish_reason(raw, "END" if raw == "stop_sequence" else None)
     assert mapped.reason == reason and mapped.raw == raw
@@ -77,10 +102,17 @@ def test_malformed_bodies_are_invalid_responses():
 
 
 def test_a_tool_use_whose_input_is_not_an_object_stays_a_call_with_the_raw_input():
-    body = {"id": "m", "type": "message", "model": "claude-sonnet-4-5", "stop_reason": "tool_use",
-            "content": [{"type": "tool_use", "id": "toolu_1", "name": "f", "input": [1]},
-                        {"type": "tool_use", "id": "toolu_2", "name": "g", "input": "{\"a\": 1"}],
-            "usage": {"input_tokens": 3, "output_tokens": 4}}
+    body = {
+        "id": "m",
+        "type": "message",
+        "model": "claude-sonnet-4-5",
+        "stop_reason": "tool_use",
+        "content": [
+            {"type": "tool_use", "id": "toolu_1", "name": "f", "input": [1]},
+            {"type": "tool_use", "id": "toolu_2", "name": "g", "input": '{"a": 1'},
+        ],
+        "usage": {"input_tokens": 3, "output_tokens": 4},
+    }
     first, second = parse(body).tool_calls
     assert (first.arguments, first.raw_arguments) == (None, "[1]")
     assert (second.arguments, second.raw_arguments) == (None, '{"a": 1')
@@ -90,18 +122,21 @@ def error_body(kind: str, message: str) -> bytes:
     return json.dumps({"type": "error", "error": {"type": kind, "message": message}, "request_id": "req_1"}).encode()
 
 
-@pytest.mark.parametrize(("status", "kind", "message", "error_class", "retryable"), [
-    (401, "authentication_error", "invalid x-api-key", "authentication", False),
-    (403, "permission_error", "no access", "access_denied", False),
-    (404, "not_found_error", "model: claude-sonet-4-5", "not_found", False),
-    (413, "request_too_large", "Request exceeds the maximum allowed number of bytes.", "context_length", False),
-    (400, "invalid_request_error", "prompt is too long: 250000 tokens > 200000 maximum", "context_length", False),
-    (400, "invalid_request_error", "messages.0.content: field required", "invalid_request", False),
-    (429, "rate_limit_error", "Number of request tokens has exceeded your rate limit", "rate_limit", True),
-    (529, "overloaded_error", "Overloaded", "rate_limit", True),
-    (500, "api_error", "Internal server error", "server_error", True),
-    (402, "billing_error", "credit balance too low", "quota_exceeded", False),
-])
+@pytest.mark.parametrize(
+    ("status", "kind", "message", "error_class", "retryable"),
+    [
+        (401, "authentication_error", "invalid x-api-key", "authentication", False),
+        (403, "permission_error", "no access", "access_denied", False),
+        (404, "not_found_error", "model: claude-sonet-4-5", "not_found", False),
+        (413, "request_too_large", "Request exceeds the maximum allowed number of bytes.", "context_length", False),
+        (400, "invalid_request_error", "prompt is too long: 250000 tokens > 200000 maximum", "context_length", False),
+        (400, "invalid_request_error", "messages.0.content: field required", "invalid_request", False),
+        (429, "rate_limit_error", "Number of request tokens has exceeded your rate limit", "rate_limit", True),
+        (529, "overloaded_error", "Overloaded", "rate_limit", True),
+        (500, "api_error", "Internal server error", "server_error", True),
+        (402, "billing_error", "credit balance too low", "quota_exceeded", False),
+    ],
+)
 def test_error_classification(status, kind, message, error_class, retryable):
     err = errors.classify(status, httpx.Headers({"retry-after": "7"}), error_body(kind, message))
     assert (err.error_class, err.retryable, err.status, err.code) == (error_class, retryable, status, kind)
@@ -116,8 +151,11 @@ def test_error_without_a_json_body():
 def test_the_recorded_404_classifies_as_not_found():
     from pathlib import Path
 
-    case = Path(__file__).resolve().parents[3].parent / "shared/recordings/anthropic/pydantic+pydantic-ai" / \
-        "tests__cassettes__test_model_name_suggestions__test_model_name_suggestion_anthropic_"
+    case = (
+        Path(__file__).resolve().parents[3].parent
+        / "shared/recordings/anthropic/pydantic+pydantic-ai"
+        / "tests__cassettes__test_model_name_suggestions__test_model_name_suggestion_anthropic_"
+    )
     if not case.exists():
         pytest.skip("../shared/recordings is not present")
     meta = json.loads((case / "meta.json").read_text())

@@ -37,15 +37,24 @@ def chunkings(data: bytes) -> list[list[bytes]]:
     rng = random.Random(len(data))
     cuts = sorted(rng.sample(range(1, len(data)), min(40, len(data) - 1)))
     randomly = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)])]
-    return [[data], [data[i:i + 1] for i in range(len(data))], [data[i:i + 7] for i in range(0, len(data), 7)],
-            randomly]
+    return [
+        [data],
+        [data[i : i + 1] for i in range(len(data))],
+        [data[i : i + 7] for i in range(0, len(data), 7)],
+        randomly,
+    ]
 
 
 def run(chunks: list[bytes], passthrough: bool = False) -> list:
     """Bytes through the SSE decoder, the translator and the real emitter, as the worker runs them."""
     frames: list[bytes] = []
-    job = Job(request_id="r", client_id="c", operation_id="o", model=MODEL,
-              request=Request(model=MODEL.id, messages=[Message.user("x")]))
+    job = Job(
+        request_id="r",
+        client_id="c",
+        operation_id="o",
+        model=MODEL,
+        request=Request(model=MODEL.id, messages=[Message.user("x")]),
+    )
     counter = iter(range(100))
     emitter = Emitter(job, "anthropic", lambda rid, f, seq, t: frames.extend(f), lambda pid: f"tu_{next(counter)}")
     through_pipeline(chunks, AnthropicStream(passthrough=passthrough), "sse", emitter, "anthropic")
@@ -61,7 +70,9 @@ def test_parallel_tool_calls(chunking):
     assert response.text == "I'll check both — Paris and Tōkyō."
     calls = response.tool_calls
     assert [(c.name, c.arguments, c.provider_id) for c in calls] == [
-        ("get_weather", {"city": "Paris", "unit": "°C"}, "toolu_01Paris"), ("current_time", {}, "toolu_02Clock")]
+        ("get_weather", {"city": "Paris", "unit": "°C"}, "toolu_01Paris"),
+        ("current_time", {}, "toolu_02Clock"),
+    ]
     # fragments pass through verbatim; the empty first fragment carries nothing and is not sent
     assert [e.partial_json for e in events if type(e) is ToolCallDelta] == ['{"city": ', '"Paris", "unit": "°C"}']
     assert response.finish_reason.reason == "tool_calls"
@@ -97,7 +108,10 @@ def test_error_event_mid_stream_ends_with_the_partial(chunking):
     last = events[-1]
     assert type(last) is ErrorEvent
     assert (last.error.error_class, last.error.retryable, last.error.provider_code) == (
-        "rate_limit", True, "overloaded_error")
+        "rate_limit",
+        True,
+        "overloaded_error",
+    )
     assert last.partial.text == "Partial answer"
     cut = [e for e in events if type(e) is ToolCallEnd][0]
     assert cut.arguments == {} and cut.raw_arguments == '{"q": "ha'
@@ -110,15 +124,22 @@ def test_server_tool_blocks_and_the_container_become_provider_parts_in_order(chu
     parts = [e for e in events if type(e) is ProviderPartEvent]
     # the server tool's input arrives in input_json_delta pieces: one event, at its stop, with the whole block
     assert [(e.index, e.kind, e.data) for e in parts] == [
-        (0, "server_tool_use", {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search",
-                                "input": {"query": "x"}}),
+        (
+            0,
+            "server_tool_use",
+            {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "x"}},
+        ),
         (1, "web_search_tool_result", {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1", "content": []}),
         (3, "container", {"id": "c1", "expires_at": "2026-11-22T00:00:00Z"}),
     ]
     assert all(e.api == "anthropic" and e.model is None for e in parts)  # Anthropic ties none to the model
     response = events[-1].response
     assert [type(p).__name__ for p in response.message.content] == [
-        "ProviderPart", "ProviderPart", "TextPart", "ProviderPart"]
+        "ProviderPart",
+        "ProviderPart",
+        "TextPart",
+        "ProviderPart",
+    ]
     assert all(p.provider == "anthropic" for p in response.message.content if type(p) is ProviderPart)
     assert response.text == "Found it." and not response.tool_calls
     assert response.finish_reason.reason == "other" and response.finish_reason.raw == "pause_turn"
@@ -141,7 +162,7 @@ def test_a_server_tool_input_that_is_not_json_is_an_invalid_response():
 
 def test_a_stream_cut_before_message_stop_is_an_error_with_the_partial():
     data = (CASSETTES / "tools-parallel.sse").read_bytes()
-    events = run([data[: data.index(b"event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":2")]])
+    events = run([data[: data.index(b'event: content_block_start\ndata: {"type":"content_block_start","index":2')]])
     check_invariants(events)
     assert type(events[-1]) is ErrorEvent and events[-1].error.error_class == "network"
     assert events[-1].partial.tool_calls[0].arguments == {"city": "Paris", "unit": "°C"}
@@ -214,9 +235,13 @@ def naive_expectations(data: bytes) -> dict:
     provider = [(opaque[i]["type"], opaque[i]) for i in sorted(opaque)]
     if container:
         provider.append(("container", container))
-    return {"text": "".join(texts[i] for i in sorted(texts)),
-            "tools": [json.loads(tools[i]) if tools[i] else {} for i in sorted(tools)],
-            "provider": provider, "usage": usage, "stop": stop}
+    return {
+        "text": "".join(texts[i] for i in sorted(texts)),
+        "tools": [json.loads(tools[i]) if tools[i] else {} for i in sorted(tools)],
+        "provider": provider,
+        "usage": usage,
+        "stop": stop,
+    }
 
 
 @pytest.mark.skipif(not RECORDINGS.exists(), reason="../shared/recordings/anthropic is not present")
@@ -257,15 +282,28 @@ def _sse(*events: dict) -> bytes:
 @pytest.mark.parametrize("chunking", range(4))
 def test_tool_arguments_that_are_not_json_stay_a_call_the_loop_can_answer(chunking):
     data = _sse(
-        {"type": "message_start", "message": {"id": "msg_bad", "model": "claude-sonnet-4-5", "usage": {
-            "input_tokens": 10, "output_tokens": 1}}},
-        {"type": "content_block_start", "index": 0, "content_block": {"type": "tool_use", "id": "toolu_bad",
-                                                                     "name": "get_weather", "input": {}}},
-        {"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta",
-                                                              "partial_json": '{"city": "Par'}},
+        {
+            "type": "message_start",
+            "message": {
+                "id": "msg_bad",
+                "model": "claude-sonnet-4-5",
+                "usage": {"input_tokens": 10, "output_tokens": 1},
+            },
+        },
+        {
+            "type": "content_block_start",
+            "index": 0,
+            "content_block": {"type": "tool_use", "id": "toolu_bad", "name": "get_weather", "input": {}},
+        },
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "input_json_delta", "partial_json": '{"city": "Par'},
+        },
         {"type": "content_block_stop", "index": 0},
         {"type": "message_delta", "delta": {"stop_reason": "tool_use"}, "usage": {"output_tokens": 7}},
-        {"type": "message_stop"})
+        {"type": "message_stop"},
+    )
     events = run(chunkings(data)[chunking])
     check_invariants(events)
     response = events[-1].response

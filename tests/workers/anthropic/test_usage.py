@@ -6,12 +6,25 @@ from trunkline.workers.anthropic.response import usage
 
 #: The usage of the recorded compaction (`test_anthropic_compaction_usage_with_cache_streaming`).
 COMPACTED = {
-    "input_tokens": 181, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0, "output_tokens": 8,
+    "input_tokens": 181,
+    "cache_creation_input_tokens": 0,
+    "cache_read_input_tokens": 0,
+    "output_tokens": 8,
     "iterations": [
-        {"type": "compaction", "input_tokens": 100, "output_tokens": 83, "cache_read_input_tokens": 55096,
-         "cache_creation_input_tokens": 0},
-        {"type": "message", "input_tokens": 181, "output_tokens": 8, "cache_read_input_tokens": 0,
-         "cache_creation_input_tokens": 0},
+        {
+            "type": "compaction",
+            "input_tokens": 100,
+            "output_tokens": 83,
+            "cache_read_input_tokens": 55096,
+            "cache_creation_input_tokens": 0,
+        },
+        {
+            "type": "message",
+            "input_tokens": 181,
+            "output_tokens": 8,
+            "cache_read_input_tokens": 0,
+            "cache_creation_input_tokens": 0,
+        },
     ],
 }
 
@@ -38,6 +51,7 @@ def test_iterations_without_the_message_step_keep_the_top_level():
 def test_only_the_estimated_figure_is_named():
     u = usage({"input_tokens": 10, "output_tokens": 90}, "Let me think about the weather in Paris.")
     assert u.estimated and u.estimated_fields == ["reasoning_tokens"] and 0 < u.reasoning_tokens <= 90
-    reported = usage({"input_tokens": 10, "output_tokens": 90, "output_tokens_details": {"thinking_tokens": 64}},
-                     "some thinking")
+    reported = usage(
+        {"input_tokens": 10, "output_tokens": 90, "output_tokens_details": {"thinking_tokens": 64}}, "some thinking"
+    )
     assert not reported.estimated and reported.estimated_fields == []

@@ -11,9 +11,12 @@ from hypothesis import strategies as st
 from trunkline.workers.gemini.partial_args import PartialArgs, parse_path
 
 keys = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=6)
-leaves = st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.text(max_size=12)
-values = st.recursive(leaves, lambda inner: st.lists(inner, min_size=1, max_size=3)
-                      | st.dictionaries(keys, inner, min_size=1, max_size=3), max_leaves=10)
+leaves = st.none() | st.booleans() | st.integers(-(10**6), 10**6) | st.text(max_size=12)
+values = st.recursive(
+    leaves,
+    lambda inner: st.lists(inner, min_size=1, max_size=3) | st.dictionaries(keys, inner, min_size=1, max_size=3),
+    max_leaves=10,
+)
 objects = st.dictionaries(keys, values, min_size=1, max_size=4)
 
 
@@ -74,8 +77,16 @@ def test_paths():
 
 def test_out_of_order_paths_still_give_valid_json_and_the_object_wins():
     args = PartialArgs()
-    text = "".join(args.feed(f) for f in [
-        {"jsonPath": "$.a.x", "numberValue": 1}, {"jsonPath": "$.b", "stringValue": "s"},
-        {"jsonPath": "$.a.y", "numberValue": 2}]) + args.finish()
+    text = (
+        "".join(
+            args.feed(f)
+            for f in [
+                {"jsonPath": "$.a.x", "numberValue": 1},
+                {"jsonPath": "$.b", "stringValue": "s"},
+                {"jsonPath": "$.a.y", "numberValue": 2},
+            ]
+        )
+        + args.finish()
+    )
     assert args.value == {"a": {"x": 1, "y": 2}, "b": "s"}
     json.loads(text)  # a repeated key, but well-formed

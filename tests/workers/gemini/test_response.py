@@ -14,14 +14,30 @@ from trunkline.workers.gemini.errors import classify, retry_delay
 
 def test_a_whole_response_golden():
     body = {
-        "candidates": [{"content": {"role": "model", "parts": [
-            {"text": "I'll look.", "thoughtSignature": "c2ln"},
-            {"functionCall": {"name": "find", "args": {"q": "café"}}},
-            {"functionCall": {"name": "find", "args": {"q": "bar"}, "id": "x1"}},
-        ]}, "finishReason": "STOP", "finishMessage": "Model generated function call(s).", "index": 0}],
-        "usageMetadata": {"promptTokenCount": 40, "candidatesTokenCount": 12, "thoughtsTokenCount": 30,
-                          "cachedContentTokenCount": 16, "totalTokenCount": 82},
-        "modelVersion": "gemini-3.8-flash-001", "responseId": "resp-1",
+        "candidates": [
+            {
+                "content": {
+                    "role": "model",
+                    "parts": [
+                        {"text": "I'll look.", "thoughtSignature": "c2ln"},
+                        {"functionCall": {"name": "find", "args": {"q": "café"}}},
+                        {"functionCall": {"name": "find", "args": {"q": "bar"}, "id": "x1"}},
+                    ],
+                },
+                "finishReason": "STOP",
+                "finishMessage": "Model generated function call(s).",
+                "index": 0,
+            }
+        ],
+        "usageMetadata": {
+            "promptTokenCount": 40,
+            "candidatesTokenCount": 12,
+            "thoughtsTokenCount": 30,
+            "cachedContentTokenCount": 16,
+            "totalTokenCount": 82,
+        },
+        "modelVersion": "gemini-3.8-flash-001",
+        "responseId": "resp-1",
     }
     resp = response.parse(body, "gemini-3.8-flash", include_raw=True)
     assert resp.message.content == [
@@ -33,7 +49,12 @@ def test_a_whole_response_golden():
     assert (resp.finish_reason.reason, resp.finish_reason.raw) == ("tool_calls", "STOP")
     u = resp.usage
     assert (u.input_tokens, u.output_tokens, u.reasoning_tokens, u.cache_read_tokens, u.total_tokens) == (
-        40, 42, 30, 16, 82)
+        40,
+        42,
+        30,
+        16,
+        82,
+    )
     assert (resp.id, resp.model, resp.raw) == ("resp-1", "gemini-3.8-flash-001", body)
 
 
@@ -43,25 +64,36 @@ def test_a_body_with_neither_candidates_nor_a_block_is_invalid():
     assert err.value.error_class == "invalid_response"
 
 
-@pytest.mark.parametrize("status,code,cls", [
-    (400, "INVALID_ARGUMENT", "invalid_request"),
-    (401, "UNAUTHENTICATED", "authentication"),
-    (403, "PERMISSION_DENIED", "access_denied"),
-    (404, "NOT_FOUND", "not_found"),
-    (429, "RESOURCE_EXHAUSTED", "rate_limit"),
-    (500, "INTERNAL", "server_error"),
-    (503, "UNAVAILABLE", "server_error"),
-    (504, "DEADLINE_EXCEEDED", "server_error"),  # Google's backend gave up: retried, as any 5xx
-])
+@pytest.mark.parametrize(
+    "status,code,cls",
+    [
+        (400, "INVALID_ARGUMENT", "invalid_request"),
+        (401, "UNAUTHENTICATED", "authentication"),
+        (403, "PERMISSION_DENIED", "access_denied"),
+        (404, "NOT_FOUND", "not_found"),
+        (429, "RESOURCE_EXHAUSTED", "rate_limit"),
+        (500, "INTERNAL", "server_error"),
+        (503, "UNAVAILABLE", "server_error"),
+        (504, "DEADLINE_EXCEEDED", "server_error"),  # Google's backend gave up: retried, as any 5xx
+    ],
+)
 def test_errors_are_classified_by_status_name(status, code, cls):
     err = classify(status, {}, json.dumps({"error": {"code": status, "message": "m", "status": code}}).encode())
     assert err.error_class == cls and err.status == status and err.code == code and "m" in err.message
 
 
 def test_a_rate_limit_carries_the_retry_info_delay():
-    body = {"error": {"code": 429, "status": "RESOURCE_EXHAUSTED", "message": "Quota exceeded", "details": [
-        {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": []},
-        {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "34s"}]}}
+    body = {
+        "error": {
+            "code": 429,
+            "status": "RESOURCE_EXHAUSTED",
+            "message": "Quota exceeded",
+            "details": [
+                {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": []},
+                {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "34s"},
+            ],
+        }
+    }
     err = classify(429, {}, json.dumps(body).encode())
     assert err.error_class == "rate_limit" and err.retry_after == 34.0 and err.retryable
     assert retry_delay([{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "0.25s"}]) == 0.25
@@ -69,11 +101,22 @@ def test_a_rate_limit_carries_the_retry_info_delay():
 
 
 def test_an_invalid_key_is_authentication_and_a_long_prompt_context_length():
-    body = {"error": {"code": 400, "status": "INVALID_ARGUMENT", "message": "API key not valid.", "details": [
-        {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID"}]}}
+    body = {
+        "error": {
+            "code": 400,
+            "status": "INVALID_ARGUMENT",
+            "message": "API key not valid.",
+            "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "API_KEY_INVALID"}],
+        }
+    }
     assert classify(400, {}, json.dumps(body).encode()).error_class == "authentication"
-    body = {"error": {"code": 400, "status": "INVALID_ARGUMENT",
-                      "message": "The input token count (1200000) exceeds the maximum number of tokens allowed"}}
+    body = {
+        "error": {
+            "code": 400,
+            "status": "INVALID_ARGUMENT",
+            "message": "The input token count (1200000) exceeds the maximum number of tokens allowed",
+        }
+    }
     assert classify(400, {}, json.dumps(body).encode()).error_class == "context_length"
 
 

@@ -45,7 +45,7 @@ def generate_content_recordings() -> list[Path]:
     """Every recorded generateContent / streamGenerateContent reply (the cache API's are not ours)."""
     out = []
     for folder in sorted(RECORDINGS.glob("*/*")):
-        url = (json.loads((folder / "request.json").read_text()).get("url") or "")
+        url = json.loads((folder / "request.json").read_text()).get("url") or ""
         if url and "generateContent" not in url and "GenerateContent" not in url:
             continue
         out.append(folder)
@@ -66,15 +66,24 @@ def chunkings(data: bytes) -> list[list[bytes]]:
     rng = random.Random(len(data))
     cuts = sorted(rng.sample(range(1, len(data)), min(60, len(data) - 1)))
     randomly = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)])]
-    return [[data], [data[i:i + 1] for i in range(len(data))], [data[i:i + 7] for i in range(0, len(data), 7)],
-            randomly]
+    return [
+        [data],
+        [data[i : i + 1] for i in range(len(data))],
+        [data[i : i + 7] for i in range(0, len(data), 7)],
+        randomly,
+    ]
 
 
 def run(chunks: list[bytes], model: ModelInfo = MODEL) -> list[Any]:
     """Bytes through the body decoder, the translator and the real emitter, as the worker runs them."""
     frames: list[bytes] = []
-    job = Job(request_id="r", client_id="c", operation_id="o", model=model,
-              request=Request(model=model.id, messages=[Message.user("x")]))
+    job = Job(
+        request_id="r",
+        client_id="c",
+        operation_id="o",
+        model=model,
+        request=Request(model=model.id, messages=[Message.user("x")]),
+    )
     counter = iter(range(1000))
     emitter = Emitter(job, "gemini", lambda rid, f, seq, t: frames.extend(f), lambda pid: f"tu_{next(counter)}")
     through_pipeline(chunks, GeminiStream(model.wire_name), "sse_or_json", emitter, "gemini")
@@ -150,8 +159,10 @@ def test_piecewise_arguments_are_assembled_and_streamed_as_json_text():
     events = run([(folder / "response.body").read_bytes()])
     resp = final(events)
     calls = resp.tool_calls
-    assert [(c.name, c.arguments) for c in calls] == [("getWeather", {"location": "Boston"}),
-                                                      ("getWeather", {"location": "San Francisco"})]
+    assert [(c.name, c.arguments) for c in calls] == [
+        ("getWeather", {"location": "Boston"}),
+        ("getWeather", {"location": "San Francisco"}),
+    ]
     first_deltas = "".join(e.partial_json for e in events if type(e) is ToolCallDelta and e.index == 0)
     assert json.loads(first_deltas) == {"location": "Boston"}
     # only the first of the parallel calls is signed, and its signature follows it
@@ -222,20 +233,33 @@ def test_thinking_then_a_signed_text_then_more_text():
 
 
 def test_integer_enums_are_read():
-    body = sse({"candidates": [{"content": {"role": "model", "parts": [
-        {"functionCall": {"name": "f", "args": {"a": 1}}}]}, "finishReason": 1}],
-        "usageMetadata": {"promptTokenCount": 3, "candidatesTokenCount": 2}})
+    body = sse(
+        {
+            "candidates": [
+                {
+                    "content": {"role": "model", "parts": [{"functionCall": {"name": "f", "args": {"a": 1}}}]},
+                    "finishReason": 1,
+                }
+            ],
+            "usageMetadata": {"promptTokenCount": 3, "candidatesTokenCount": 2},
+        }
+    )
     resp = final(run([body]))
     assert resp.finish_reason.reason == "tool_calls" and resp.finish_reason.raw == "STOP"
-    body = sse({"candidates": [{"content": {}, "finishReason": 3,
-                                "safetyRatings": [{"category": 8, "blocked": True}]}]})
+    body = sse(
+        {"candidates": [{"content": {}, "finishReason": 3, "safetyRatings": [{"category": 8, "blocked": True}]}]}
+    )
     resp = final(run([body]))
     assert resp.finish_reason.reason == "content_filter" and resp.finish_reason.raw == "SAFETY"
 
 
 def test_prompt_blocked_before_any_candidate():
-    body = sse({"promptFeedback": {"blockReason": "PROHIBITED_CONTENT"},
-                "usageMetadata": {"promptTokenCount": 7, "totalTokenCount": 7}})
+    body = sse(
+        {
+            "promptFeedback": {"blockReason": "PROHIBITED_CONTENT"},
+            "usageMetadata": {"promptTokenCount": 7, "totalTokenCount": 7},
+        }
+    )
     events = run([body])
     check_invariants(events)
     resp = final(events)
@@ -245,17 +269,28 @@ def test_prompt_blocked_before_any_candidate():
 
 
 def test_malformed_function_call_is_a_degraded_finish_that_keeps_the_text():
-    body = sse({"candidates": [{"content": {"role": "model", "parts": [{"text": "Let me call"}]}}]},
-               {"candidates": [{"content": {"role": "model"}, "finishReason": "MALFORMED_FUNCTION_CALL",
-                                "finishMessage": "Malformed function call: foo(("}]})
+    body = sse(
+        {"candidates": [{"content": {"role": "model", "parts": [{"text": "Let me call"}]}}]},
+        {
+            "candidates": [
+                {
+                    "content": {"role": "model"},
+                    "finishReason": "MALFORMED_FUNCTION_CALL",
+                    "finishMessage": "Malformed function call: foo((",
+                }
+            ]
+        },
+    )
     resp = final(run([body]))
     assert resp.text == "Let me call" and resp.finish_reason.reason == "error"
     assert any(w.code == "degraded_finish" and "foo((" in w.message for w in resp.warnings)
 
 
 def test_an_error_object_mid_stream_ends_with_the_partial_response():
-    body = sse({"candidates": [{"content": {"role": "model", "parts": [{"text": "Hal"}]}}]},
-               {"error": {"code": 503, "message": "The model is overloaded.", "status": "UNAVAILABLE"}})
+    body = sse(
+        {"candidates": [{"content": {"role": "model", "parts": [{"text": "Hal"}]}}]},
+        {"error": {"code": 503, "message": "The model is overloaded.", "status": "UNAVAILABLE"}},
+    )
     events = run([body])
     check_invariants(events)
     err = events[-1]
@@ -272,22 +307,40 @@ def test_a_stream_cut_before_its_finish_is_a_network_error():
 def test_server_side_tool_parts_are_kept_verbatim_in_order():
     code = {"executableCode": {"language": "PYTHON", "code": "print(1+1)"}}
     result = {"codeExecutionResult": {"outcome": "OUTCOME_OK", "output": "2\n"}, "thoughtSignature": "c2ln"}
-    body = sse({"candidates": [{"content": {"role": "model", "parts": [{"text": "Computing."}, code]}}]},
-               {"candidates": [{"content": {"role": "model", "parts": [result, {"text": "It is 2."}]},
-                                "finishReason": "STOP"}]})
+    body = sse(
+        {"candidates": [{"content": {"role": "model", "parts": [{"text": "Computing."}, code]}}]},
+        {
+            "candidates": [
+                {"content": {"role": "model", "parts": [result, {"text": "It is 2."}]}, "finishReason": "STOP"}
+            ]
+        },
+    )
     events = run([body])
     check_invariants(events)
     parts = [e for e in events if type(e) is ProviderPartEvent]
     assert [(p.kind, p.data, p.model) for p in parts] == [
-        ("executableCode", code, None), ("codeExecutionResult", result, "gemini-3.8-flash")]
+        ("executableCode", code, None),
+        ("codeExecutionResult", result, "gemini-3.8-flash"),
+    ]
     resp = final(events)
     assert [type(p).__name__ for p in resp.message.content] == ["TextPart", "ProviderPart", "ProviderPart", "TextPart"]
     assert resp.finish_reason.reason == "stop"
 
 
 def test_a_signed_thought_part_with_no_text():
-    body = sse({"candidates": [{"content": {"role": "model", "parts": [
-        {"thought": True, "thoughtSignature": "dGg="}, {"text": "Answer."}]}, "finishReason": "STOP"}]})
+    body = sse(
+        {
+            "candidates": [
+                {
+                    "content": {
+                        "role": "model",
+                        "parts": [{"thought": True, "thoughtSignature": "dGg="}, {"text": "Answer."}],
+                    },
+                    "finishReason": "STOP",
+                }
+            ]
+        }
+    )
     resp = final(run([body]))
     first, second = resp.message.content
     assert isinstance(first, ProviderPart) and first.kind == "thought"
@@ -296,10 +349,18 @@ def test_a_signed_thought_part_with_no_text():
 
 
 def test_thoughts_become_reasoning_and_the_text_after_them_a_new_part():
-    body = sse({"candidates": [{"content": {"role": "model", "parts": [{"text": "Hmm", "thought": True}]}}]},
-               {"candidates": [{"content": {"role": "model", "parts": [{"text": " ok", "thought": True}]}}]},
-               {"candidates": [{"content": {"role": "model", "parts": [{"text": "Yes.", "thoughtSignature": "cw=="}]},
-                                "finishReason": "STOP"}]})
+    body = sse(
+        {"candidates": [{"content": {"role": "model", "parts": [{"text": "Hmm", "thought": True}]}}]},
+        {"candidates": [{"content": {"role": "model", "parts": [{"text": " ok", "thought": True}]}}]},
+        {
+            "candidates": [
+                {
+                    "content": {"role": "model", "parts": [{"text": "Yes.", "thoughtSignature": "cw=="}]},
+                    "finishReason": "STOP",
+                }
+            ]
+        },
+    )
     resp = final(run([body]))
     thinking, text, sig = resp.message.content
     assert isinstance(thinking, ThinkingPart) and thinking.text == "Hmm ok" and thinking.provider == "gemini"
@@ -307,11 +368,13 @@ def test_thoughts_become_reasoning_and_the_text_after_them_a_new_part():
 
 
 def test_the_json_array_form_with_objects_over_many_lines():
-    body = (b'[{\r\n  "candidates": [\r\n    {\r\n      "content": {\r\n        "parts": [\r\n'
-            b'          {\r\n            "text": "Caf\xc3\xa9 \\"}]\\" ok"\r\n          }\r\n        ],\r\n'
-            b'        "role": "model"\r\n      }\r\n    }\r\n  ]\r\n}\n,\r\n'
-            b'{\r\n  "candidates": [{"content": {"parts": [{"text": "!"}], "role": "model"},'
-            b' "finishReason": "STOP"}],\r\n  "usageMetadata": {"promptTokenCount": 4, "candidatesTokenCount": 3}\r\n}\r\n]')
+    body = (
+        b'[{\r\n  "candidates": [\r\n    {\r\n      "content": {\r\n        "parts": [\r\n'
+        b'          {\r\n            "text": "Caf\xc3\xa9 \\"}]\\" ok"\r\n          }\r\n        ],\r\n'
+        b'        "role": "model"\r\n      }\r\n    }\r\n  ]\r\n}\n,\r\n'
+        b'{\r\n  "candidates": [{"content": {"parts": [{"text": "!"}], "role": "model"},'
+        b' "finishReason": "STOP"}],\r\n  "usageMetadata": {"promptTokenCount": 4, "candidatesTokenCount": 3}\r\n}\r\n]'
+    )
     for chunks in chunkings(body):
         resp = final(run(chunks))
         assert resp.text == 'Café "}]" ok!' and resp.usage.input_tokens == 4
@@ -325,10 +388,21 @@ TRICKY = st.text(st.sampled_from('a"\\{}[]é, \n'), max_size=8) | st.text(max_si
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.dictionaries(TRICKY, st.recursive(
-    st.none() | st.booleans() | st.integers() | TRICKY,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
-    max_leaves=8), max_size=4), max_size=5), st.data())
+@given(
+    st.lists(
+        st.dictionaries(
+            TRICKY,
+            st.recursive(
+                st.none() | st.booleans() | st.integers() | TRICKY,
+                lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+                max_leaves=8,
+            ),
+            max_size=4,
+        ),
+        max_size=5,
+    ),
+    st.data(),
+)
 def test_json_array_decoder_gives_the_same_objects_under_any_chunking(objects, data):
     body = ("[" + "\n,\r\n".join(json.dumps(o, indent=1, ensure_ascii=False) for o in objects) + "]").encode()
     cuts = sorted(data.draw(st.lists(st.integers(0, len(body)), max_size=12)))
@@ -384,8 +458,11 @@ def test_cassette_function_calls_in_the_json_array_form(chunking):
     resp = final(events)
     assert [(c.name, c.arguments) for c in resp.tool_calls] == [
         ("get_weather", {"city": "Paris"}),
-        ("plan_trip", {"stops": [{"city": "Lyon", "nights": 2}, {"city": "Nice", "nights": 3}],
-                       "budget": {"eur": 900}})]
+        (
+            "plan_trip",
+            {"stops": [{"city": "Lyon", "nights": 2}, {"city": "Nice", "nights": 3}], "budget": {"eur": 900}},
+        ),
+    ]
     assert resp.finish_reason.reason == "tool_calls" and resp.usage.input_tokens == 40
 
 

@@ -29,11 +29,26 @@ async def daemon(start_daemon, upstream):
 
 
 async def test_stream_and_continue_a_tool_conversation(daemon, upstream):
-    upstream.route("POST", "/api/chat",
-                   Reply(200, {"content-type": "application/x-ndjson"},
-                         (CASSETTES / "think-tools.ndjson").read_bytes().splitlines(keepends=True), delay_s=0.001),
-                   Reply.json({"model": "qwen3:8b", "message": {"role": "assistant", "content": "It is -3°C."},
-                               "done": True, "done_reason": "stop", "prompt_eval_count": 40, "eval_count": 6}))
+    upstream.route(
+        "POST",
+        "/api/chat",
+        Reply(
+            200,
+            {"content-type": "application/x-ndjson"},
+            (CASSETTES / "think-tools.ndjson").read_bytes().splitlines(keepends=True),
+            delay_s=0.001,
+        ),
+        Reply.json(
+            {
+                "model": "qwen3:8b",
+                "message": {"role": "assistant", "content": "It is -3°C."},
+                "done": True,
+                "done_reason": "stop",
+                "prompt_eval_count": 40,
+                "eval_count": 6,
+            }
+        ),
+    )
     tools = [Tool(name="weather"), Tool(name="time")]
     with trio.fail_after(20):
         async with Client(daemon.runtime_dir) as client:
@@ -43,18 +58,26 @@ async def test_stream_and_continue_a_tool_conversation(daemon, upstream):
                     events.append(ev)
             first = events[-1].response
             calls = first.tool_calls
-            history = [Message.user("weather in Oslo?"), first.message, Message.tool_result(calls[0].id, "-3°C"),
-                       Message.tool_result(calls[1].id, "noon")]
+            history = [
+                Message.user("weather in Oslo?"),
+                first.message,
+                Message.tool_result(calls[0].id, "-3°C"),
+                Message.tool_result(calls[1].id, "noon"),
+            ]
             second = await client.complete("ollama:qwen3:8b", history, tools=tools)
     check_invariants(events)
     assert [type(e) for e in events].count(ToolCallEnd) == 2
     assert first.finish_reason.reason == "tool_calls" and second.text == "It is -3°C."
     sent = upstream.sent("/api/chat")[1].json()
     assert sent["stream"] is True  # whole responses are streamed from Ollama too
-    assert sent["messages"][1]["tool_calls"] == [{"function": {"name": "weather", "arguments": {"city": "Oslo"}}},
-                                                 {"function": {"name": "time", "arguments": {}}}]
-    assert sent["messages"][2:] == [{"role": "tool", "content": "-3°C", "tool_name": "weather"},
-                                    {"role": "tool", "content": "noon", "tool_name": "time"}]
+    assert sent["messages"][1]["tool_calls"] == [
+        {"function": {"name": "weather", "arguments": {"city": "Oslo"}}},
+        {"function": {"name": "time", "arguments": {}}},
+    ]
+    assert sent["messages"][2:] == [
+        {"role": "tool", "content": "-3°C", "tool_name": "weather"},
+        {"role": "tool", "content": "noon", "tool_name": "time"},
+    ]
 
 
 async def test_ready_distinguishes_unknown_from_not_loaded(daemon, upstream):
@@ -71,8 +94,15 @@ async def test_ready_distinguishes_unknown_from_not_loaded(daemon, upstream):
 
 
 async def test_unknown_model_from_the_server(daemon, upstream):
-    upstream.route("POST", "/api/chat", Reply(404, {"content-type": "application/json"},
-                                              [json.dumps({"error": "model \"nope\" not found, try pulling it first"}).encode()]))
+    upstream.route(
+        "POST",
+        "/api/chat",
+        Reply(
+            404,
+            {"content-type": "application/json"},
+            [json.dumps({"error": 'model "nope" not found, try pulling it first'}).encode()],
+        ),
+    )
     with trio.fail_after(20):
         async with Client(daemon.runtime_dir) as client:
             with pytest.raises(NotFoundError, match="not found"):
@@ -80,8 +110,9 @@ async def test_unknown_model_from_the_server(daemon, upstream):
 
 
 async def test_when_ollama_is_not_running(start_daemon):
-    daemon = await start_daemon({"providers": {"ollama": {"enabled": True, "base_url": "http://127.0.0.1:9"}},
-                                 "retry": {"max_retries": 0}})
+    daemon = await start_daemon(
+        {"providers": {"ollama": {"enabled": True, "base_url": "http://127.0.0.1:9"}}, "retry": {"max_retries": 0}}
+    )
     with trio.fail_after(20):
         async with Client(daemon.runtime_dir, watch_bus=True) as client:
             with pytest.raises(NetworkError, match="is Ollama running") as info:

@@ -57,17 +57,29 @@ def test_messages_images_tools_and_results():
         tools=[WEATHER],
     )
     assert built.body == {
-        "model": "qwen3:8b", "stream": True,
+        "model": "qwen3:8b",
+        "stream": True,
         "messages": [
             {"role": "system", "content": "Be brief."},
             {"role": "user", "content": "Weather here?", "images": ["aGk="]},
-            {"role": "assistant", "content": "", "tool_calls": [
-                {"function": {"name": "weather", "arguments": {"city": "Oslo"}}}]},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"function": {"name": "weather", "arguments": {"city": "Oslo"}}}],
+            },
             {"role": "tool", "content": "-3°C", "tool_name": "weather"},
             {"role": "tool", "content": "ERROR: again", "tool_name": "weather"},
         ],
-        "tools": [{"type": "function", "function": {"name": "weather", "description": "Weather",
-                                                    "parameters": {"type": "object", "properties": {}}}}],
+        "tools": [
+            {
+                "type": "function",
+                "function": {
+                    "name": "weather",
+                    "description": "Weather",
+                    "parameters": {"type": "object", "properties": {}},
+                },
+            }
+        ],
     }
     assert [w.code for w in built.warnings] == ["thinking_dropped"]
 
@@ -86,16 +98,29 @@ def test_tool_choice_none_drops_tools_and_forcing_is_a_warning_not_a_pretence():
     assert required.warnings[0].code == "tool_choice_unsupported"
 
 
-GPT_OSS = ModelInfo(id="ollama:gpt-oss:20b", provider="ollama", wire_name="gpt-oss:20b", reasoning=True,
-                    in_catalog=False)
+GPT_OSS = ModelInfo(
+    id="ollama:gpt-oss:20b", provider="ollama", wire_name="gpt-oss:20b", reasoning=True, in_catalog=False
+)
 
 
-@pytest.mark.parametrize(("effort", "think", "warned"), [
-    ("low", "low", False), ("medium", "medium", False), ("high", "high", False),
-    ("xhigh", "high", True), ("minimal", "low", True), ("none", "low", True)])
+@pytest.mark.parametrize(
+    ("effort", "think", "warned"),
+    [
+        ("low", "low", False),
+        ("medium", "medium", False),
+        ("high", "high", False),
+        ("xhigh", "high", True),
+        ("minimal", "low", True),
+        ("none", "low", True),
+    ],
+)
 def test_think_is_a_level_for_models_that_take_levels(effort, think, warned):
-    built = build(Request(model="ollama:gpt-oss:20b", messages=[Message.user("x")], reasoning_effort=effort),
-                  GPT_OSS, provider="ollama", stream=True)
+    built = build(
+        Request(model="ollama:gpt-oss:20b", messages=[Message.user("x")], reasoning_effort=effort),
+        GPT_OSS,
+        provider="ollama",
+        stream=True,
+    )
     assert built.body["think"] == think
     assert [w.code for w in built.warnings] == (["unsupported_setting"] if warned else [])
     if warned:
@@ -109,12 +134,26 @@ def test_think_stays_a_boolean_elsewhere():
 
 def test_options_format_think_and_keep_alive():
     schema = {"type": "object", "properties": {"city": {"type": "string"}}}
-    built = body(Message.user("x"), temperature=0.0, top_p=0.9, seed=7, max_tokens=50, stop_sequences=["\n\n"],
-                 response_format=ResponseFormat(kind="json_schema", schema=schema), reasoning_effort="high",
-                 provider_options={"ollama": {"keep_alive": "10m", "options": {"num_ctx": 8192}}})
+    built = body(
+        Message.user("x"),
+        temperature=0.0,
+        top_p=0.9,
+        seed=7,
+        max_tokens=50,
+        stop_sequences=["\n\n"],
+        response_format=ResponseFormat(kind="json_schema", schema=schema),
+        reasoning_effort="high",
+        provider_options={"ollama": {"keep_alive": "10m", "options": {"num_ctx": 8192}}},
+    )
     b = built.body
-    assert b["options"] == {"temperature": 0.0, "top_p": 0.9, "seed": 7, "num_predict": 50, "stop": ["\n\n"],
-                            "num_ctx": 8192}
+    assert b["options"] == {
+        "temperature": 0.0,
+        "top_p": 0.9,
+        "seed": 7,
+        "num_predict": 50,
+        "stop": ["\n\n"],
+        "num_ctx": 8192,
+    }
     assert b["format"] == schema and b["think"] is True and b["keep_alive"] == "10m"
     assert body(Message.user("x"), reasoning_effort="none").body["think"] is False
     assert body(Message.user("x"), response_format=ResponseFormat(kind="json_object")).body["format"] == "json"
@@ -123,8 +162,13 @@ def test_options_format_think_and_keep_alive():
 
 def run(chunks: list[bytes]) -> list:
     frames: list[bytes] = []
-    job = Job(request_id="r", client_id="c", operation_id="o", model=MODEL,
-              request=Request(model=MODEL.id, messages=[Message.user("x")]))
+    job = Job(
+        request_id="r",
+        client_id="c",
+        operation_id="o",
+        model=MODEL,
+        request=Request(model=MODEL.id, messages=[Message.user("x")]),
+    )
     counter = iter(range(100))
     emitter = Emitter(job, "ollama", lambda rid, f, seq, t: frames.extend(f), lambda pid: f"tu_{next(counter)}")
     through_pipeline(chunks, OllamaStream(), "ndjson", emitter, "ollama")
@@ -134,7 +178,11 @@ def run(chunks: list[bytes]) -> list:
 def chunkings(data: bytes) -> list[list[bytes]]:
     rng = random.Random(len(data))
     cuts = sorted(rng.sample(range(1, len(data)), min(50, len(data) - 1)))
-    return [[data], [data[i:i + 1] for i in range(len(data))], [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)])]]
+    return [
+        [data],
+        [data[i : i + 1] for i in range(len(data))],
+        [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)])],
+    ]
 
 
 @pytest.mark.parametrize("chunking", range(3))
@@ -154,8 +202,16 @@ def test_thinking_text_and_whole_tool_calls(chunking):
 
 
 def test_a_server_that_buffers_everything_into_one_object():
-    whole = json.dumps({"model": "m", "message": {"role": "assistant", "content": "all at once"}, "done": True,
-                        "done_reason": "length", "prompt_eval_count": 3, "eval_count": 4}).encode()
+    whole = json.dumps(
+        {
+            "model": "m",
+            "message": {"role": "assistant", "content": "all at once"},
+            "done": True,
+            "done_reason": "length",
+            "prompt_eval_count": 3,
+            "eval_count": 4,
+        }
+    ).encode()
     events = run([whole])  # no newline at all
     check_invariants(events)
     assert events[-1].response.text == "all at once" and events[-1].response.finish_reason.reason == "length"
@@ -237,9 +293,25 @@ def test_model_not_found():
 
 
 def test_ids_in_ollama_cloud_tool_calls_are_kept():
-    line = json.dumps({"model": "gpt-oss", "message": {"role": "assistant", "content": "", "tool_calls": [
-        {"id": "call_mo1wm122", "function": {"index": 0, "name": "f", "arguments": {"a": 1}}}]},
-        "done": True, "done_reason": "stop", "prompt_eval_count": 1, "eval_count": 1}).encode() + b"\n"
+    line = (
+        json.dumps(
+            {
+                "model": "gpt-oss",
+                "message": {
+                    "role": "assistant",
+                    "content": "",
+                    "tool_calls": [
+                        {"id": "call_mo1wm122", "function": {"index": 0, "name": "f", "arguments": {"a": 1}}}
+                    ],
+                },
+                "done": True,
+                "done_reason": "stop",
+                "prompt_eval_count": 1,
+                "eval_count": 1,
+            }
+        ).encode()
+        + b"\n"
+    )
     events = run([line])
     end = [e for e in events if type(e) is ToolCallEnd][0]
     assert end.provider_id == "call_mo1wm122" and end.arguments == {"a": 1}

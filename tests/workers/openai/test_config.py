@@ -34,8 +34,12 @@ def test_another_instance_is_untouched_by_the_default_ones_variables(monkeypatch
     monkeypatch.setenv("OPENAI_BASE_URL", "https://elsewhere.example/v1")
     monkeypatch.setenv("OPENAI_ORG_ID", "org-1")
     monkeypatch.setenv("AZURE_KEY", "azure-secret-0000000000")
-    config = ProviderConfig(type="openai", api_key_env="AZURE_KEY", base_url="https://my.azure.example/openai/v1",
-                            headers={"api-version": "preview"})
+    config = ProviderConfig(
+        type="openai",
+        api_key_env="AZURE_KEY",
+        base_url="https://my.azure.example/openai/v1",
+        headers={"api-version": "preview"},
+    )
     a = adapter(config, "azure")
     assert a.base_url == "https://my.azure.example/openai/v1" and a.config.headers == {"api-version": "preview"}
     assert a.api_key == "azure-secret-0000000000"

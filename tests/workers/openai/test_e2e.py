@@ -40,8 +40,9 @@ def stream_reply(items, **kwargs) -> Reply:
 
 
 def error_reply(status: int, error: dict, headers: dict | None = None) -> Reply:
-    return Reply(status, {"content-type": "application/json", **(headers or {})},
-                 [json.dumps({"error": error}).encode()])
+    return Reply(
+        status, {"content-type": "application/json", **(headers or {})}, [json.dumps({"error": error}).encode()]
+    )
 
 
 @pytest.fixture
@@ -54,15 +55,24 @@ async def daemon(start_daemon, upstream):
     # The default `openai` provider, pointed at the fake through the SDK's own variables.
     return await start_daemon(
         {"providers": {"anthropic": {"base_url": upstream.base_url}}},
-        env={"OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": upstream.base_url + "/v1", "OPENAI_ORG_ID": "org-test",
-             "OPENAI_PROJECT_ID": "proj_test", "ANTHROPIC_API_KEY": "fake-anthropic-key-0123456789"})
+        env={
+            "OPENAI_API_KEY": KEY,
+            "OPENAI_BASE_URL": upstream.base_url + "/v1",
+            "OPENAI_ORG_ID": "org-test",
+            "OPENAI_PROJECT_ID": "proj_test",
+            "ANTHROPIC_API_KEY": "fake-anthropic-key-0123456789",
+        },
+    )
 
 
 async def test_reasoning_is_reported_and_its_encrypted_item_goes_back_next_turn(daemon, upstream):
     thought = oa.reasoning("rs_A", ["Adding the numbers.", "Checking twice."], encrypted="gAAAAB-secret-thoughts")
-    upstream.route("POST", RESPONSES,
-                   stream_reply([thought, oa.message("msg_A", "2 + 2 = 4 — sure.", phase="final_answer")]),
-                   stream_reply([oa.message("msg_B", "And 6.")], response_id="resp_2"))
+    upstream.route(
+        "POST",
+        RESPONSES,
+        stream_reply([thought, oa.message("msg_A", "2 + 2 = 4 — sure.", phase="final_answer")]),
+        stream_reply([oa.message("msg_B", "And 6.")], response_id="resp_2"),
+    )
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir) as client:
             history = [Message.system("Be exact."), Message.user("2+2?")]
@@ -76,7 +86,9 @@ async def test_reasoning_is_reported_and_its_encrypted_item_goes_back_next_turn(
             second = await client.complete(MODEL, history, reasoning_effort="high")
     assert first.text == "2 + 2 = 4 — sure."
     assert [p.text for p in first.message.content if isinstance(p, ThinkingPart)] == [
-        "Adding the numbers.", "Checking twice."]
+        "Adding the numbers.",
+        "Checking twice.",
+    ]
     assert "".join(e.text for e in events if type(e) is ReasoningDelta) == "Adding the numbers.Checking twice."
     u = first.usage
     assert (u.input_tokens, u.output_tokens, u.reasoning_tokens, u.cache_read_tokens) == (120, 80, 48, 64)
@@ -95,13 +107,16 @@ async def test_reasoning_is_reported_and_its_encrypted_item_goes_back_next_turn(
         {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "2+2?"}]},
         thought,  # byte for byte: original id, summary and encrypted content
         {"type": "message", "role": "assistant", "content": "2 + 2 = 4 — sure.", "phase": "final_answer"},
-        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "and 3+3?"}]}]
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "and 3+3?"}]},
+    ]
     assert second.warnings == []
 
 
 async def test_parallel_function_calls_stream_and_their_results_go_back(daemon, upstream):
-    calls = [oa.function_call("fc_1", "call_Paris", "get_weather", {"city": "Paris"}),
-             oa.function_call("fc_2", "call_Clock", "current_time", {})]
+    calls = [
+        oa.function_call("fc_1", "call_Paris", "get_weather", {"city": "Paris"}),
+        oa.function_call("fc_2", "call_Clock", "current_time", {}),
+    ]
     upstream.route("POST", RESPONSES, stream_reply(calls), stream_reply([oa.message("msg_1", "18°C at noon.")]))
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir) as client:
@@ -118,30 +133,57 @@ async def test_parallel_function_calls_stream_and_their_results_go_back(daemon, 
                 second = await stream.response()
     assert first.finish_reason.reason == "tool_calls"
     assert [(c.name, c.arguments, c.provider_id) for c in first.tool_calls] == [
-        ("get_weather", {"city": "Paris"}, "call_Paris"), ("current_time", {}, "call_Clock")]
+        ("get_weather", {"city": "Paris"}, "call_Paris"),
+        ("current_time", {}, "call_Clock"),
+    ]
     assert all(c.id.startswith("tu_") for c in first.tool_calls)
-    assert "".join(e.partial_json for e in events if type(e) is ToolCallDelta and e.id == paris.id) == \
-        '{"city": "Paris"}'
+    assert (
+        "".join(e.partial_json for e in events if type(e) is ToolCallDelta and e.id == paris.id) == '{"city": "Paris"}'
+    )
     assert second.text == "18°C at noon."
     body = upstream.sent(RESPONSES)[1].json()
     assert body["input"][1:] == [
         {"type": "function_call", "call_id": "call_Paris", "name": "get_weather", "arguments": '{"city": "Paris"}'},
         {"type": "function_call", "call_id": "call_Clock", "name": "current_time", "arguments": "{}"},
         {"type": "function_call_output", "call_id": "call_Paris", "output": "18°C"},
-        {"type": "function_call_output", "call_id": "call_Clock", "output": "noon"}]
-    assert body["tools"][0] == {"type": "function", "name": "get_weather", "strict": False,
-                                "parameters": WEATHER.parameters}
+        {"type": "function_call_output", "call_id": "call_Clock", "output": "noon"},
+    ]
+    assert body["tools"][0] == {
+        "type": "function",
+        "name": "get_weather",
+        "strict": False,
+        "parameters": WEATHER.parameters,
+    }
 
 
 async def test_a_conversation_moves_anthropic_openai_anthropic(daemon, upstream):
-    upstream.route("POST", "/v1/messages",
-                   Reply.sse((ANTHROPIC / "thinking.sse").read_bytes()),
-                   Reply.sse((ANTHROPIC / "tools-parallel.sse").read_bytes()),
-                   Reply.json({"id": "msg_3", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
-                               "content": [{"type": "text", "text": "Done."}], "stop_reason": "end_turn",
-                               "usage": {"input_tokens": 5, "output_tokens": 2}}))
-    upstream.route("POST", RESPONSES, stream_reply([
-        oa.reasoning("rs_O", ["Need a lookup."]), oa.function_call("fc_O", "call_Lookup", "lookup", {"q": "Paris"})]))
+    upstream.route(
+        "POST",
+        "/v1/messages",
+        Reply.sse((ANTHROPIC / "thinking.sse").read_bytes()),
+        Reply.sse((ANTHROPIC / "tools-parallel.sse").read_bytes()),
+        Reply.json(
+            {
+                "id": "msg_3",
+                "type": "message",
+                "role": "assistant",
+                "model": "claude-sonnet-4-5",
+                "content": [{"type": "text", "text": "Done."}],
+                "stop_reason": "end_turn",
+                "usage": {"input_tokens": 5, "output_tokens": 2},
+            }
+        ),
+    )
+    upstream.route(
+        "POST",
+        RESPONSES,
+        stream_reply(
+            [
+                oa.reasoning("rs_O", ["Need a lookup."]),
+                oa.function_call("fc_O", "call_Lookup", "lookup", {"q": "Paris"}),
+            ]
+        ),
+    )
     tools = [WEATHER, CLOCK, LOOKUP]
     claude = "anthropic:claude-sonnet-4-5"
     with trio.fail_after(40):
@@ -178,20 +220,32 @@ async def test_a_conversation_moves_anthropic_openai_anthropic(daemon, upstream)
     blocks = [b for m in last["messages"] for b in m["content"]]
     assert [b["id"] for b in blocks if b["type"] == "tool_use"] == ["toolu_01Paris", "toolu_02Clock", lookup.id]
     assert [b["tool_use_id"] for b in blocks if b["type"] == "tool_result"] == [
-        "toolu_01Paris", "toolu_02Clock", lookup.id]
+        "toolu_01Paris",
+        "toolu_02Clock",
+        lookup.id,
+    ]
     assert [b["type"] for b in blocks if b["type"] in ("thinking", "redacted_thinking")] == [
-        "thinking", "redacted_thinking"]
+        "thinking",
+        "redacted_thinking",
+    ]
     assert "Need a lookup." not in json.dumps(last)
 
 
 async def test_structured_output(daemon, upstream):
-    schema = {"type": "object", "properties": {"city": {"type": "string"}, "temp_c": {"type": "number"}},
-              "required": ["city", "temp_c"], "additionalProperties": False}
+    schema = {
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "temp_c": {"type": "number"}},
+        "required": ["city", "temp_c"],
+        "additionalProperties": False,
+    }
     upstream.route("POST", RESPONSES, stream_reply([oa.message("msg_1", '{"city":"Paris","temp_c":18}')]))
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir) as client:
-            response = await client.complete(MODEL, "Weather in Paris as JSON", response_format=ResponseFormat(
-                kind="json_schema", name="weather", schema=schema, strict=True))
+            response = await client.complete(
+                MODEL,
+                "Weather in Paris as JSON",
+                response_format=ResponseFormat(kind="json_schema", name="weather", schema=schema, strict=True),
+            )
     assert json.loads(response.text) == {"city": "Paris", "temp_c": 18}
     body = upstream.sent(RESPONSES)[0].json()
     assert body["text"] == {"format": {"type": "json_schema", "name": "weather", "schema": schema, "strict": True}}
@@ -199,11 +253,24 @@ async def test_structured_output(daemon, upstream):
 
 async def test_an_error_inside_a_200_stream(daemon, upstream):
     payloads = oa.events([oa.message("msg_1", "Partial answer that will not finish")])[:6]
-    failure = [{"type": "error", "code": "insufficient_quota", "message": "You exceeded your current quota.",
-                "param": None, "sequence_number": 6},
-               {"type": "response.failed", "sequence_number": 7, "response": {
-                   "id": "resp_1", "status": "failed",
-                   "error": {"code": "insufficient_quota", "message": "You exceeded your current quota."}}}]
+    failure = [
+        {
+            "type": "error",
+            "code": "insufficient_quota",
+            "message": "You exceeded your current quota.",
+            "param": None,
+            "sequence_number": 6,
+        },
+        {
+            "type": "response.failed",
+            "sequence_number": 7,
+            "response": {
+                "id": "resp_1",
+                "status": "failed",
+                "error": {"code": "insufficient_quota", "message": "You exceeded your current quota."},
+            },
+        },
+    ]
     upstream.route("POST", RESPONSES, Reply.sse(oa.sse(payloads + failure), chunk_size=61))
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir) as client:
@@ -223,14 +290,33 @@ async def test_an_error_inside_a_200_stream(daemon, upstream):
 
 
 async def test_429_waits_for_retry_after_and_reports_the_rate_limit(daemon, upstream):
-    limits = {"x-ratelimit-limit-requests": "500", "x-ratelimit-remaining-requests": "0",
-              "x-ratelimit-reset-requests": "120ms", "x-ratelimit-limit-tokens": "30000",
-              "x-ratelimit-remaining-tokens": "29000", "x-ratelimit-reset-tokens": "2s"}
-    upstream.route("POST", RESPONSES,
-                   error_reply(429, {"message": "Rate limit reached for requests", "type": "requests",
-                                     "param": None, "code": "rate_limit_exceeded"}, {"retry-after": "0.1", **limits}),
-                   Reply(200, {"content-type": "text/event-stream", **limits, "x-ratelimit-remaining-requests": "499"},
-                         [oa.sse(oa.events([oa.message("msg_1", "Hello.")]))]))
+    limits = {
+        "x-ratelimit-limit-requests": "500",
+        "x-ratelimit-remaining-requests": "0",
+        "x-ratelimit-reset-requests": "120ms",
+        "x-ratelimit-limit-tokens": "30000",
+        "x-ratelimit-remaining-tokens": "29000",
+        "x-ratelimit-reset-tokens": "2s",
+    }
+    upstream.route(
+        "POST",
+        RESPONSES,
+        error_reply(
+            429,
+            {
+                "message": "Rate limit reached for requests",
+                "type": "requests",
+                "param": None,
+                "code": "rate_limit_exceeded",
+            },
+            {"retry-after": "0.1", **limits},
+        ),
+        Reply(
+            200,
+            {"content-type": "text/event-stream", **limits, "x-ratelimit-remaining-requests": "499"},
+            [oa.sse(oa.events([oa.message("msg_1", "Hello.")]))],
+        ),
+    )
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir, watch_bus=True) as client:
             async with client.stream(MODEL, "hi") as stream:
@@ -250,8 +336,11 @@ async def test_429_waits_for_retry_after_and_reports_the_rate_limit(daemon, upst
 
 async def test_cancel_mid_function_call_closes_the_upstream(daemon, upstream):
     payloads = oa.events([oa.function_call("fc_1", "call_1", "lookup", {"q": "a long query about Paris"})])
-    upstream.route("POST", RESPONSES, Reply(200, {"content-type": "text/event-stream"},
-                                            [oa.sse([p]) for p in payloads], stall_after=5))
+    upstream.route(
+        "POST",
+        RESPONSES,
+        Reply(200, {"content-type": "text/event-stream"}, [oa.sse([p]) for p in payloads], stall_after=5),
+    )
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir) as client:
             async with client.stream(MODEL, "look it up", tools=[LOOKUP]) as stream:
@@ -275,25 +364,41 @@ async def test_audio_is_refused_before_any_call(daemon, upstream):
 
 
 async def test_built_in_tool_items_reach_the_client_as_provider_parts(daemon, upstream):
-    search = {"type": "web_search_call", "id": "ws_1", "status": "completed",
-              "action": {"type": "search", "query": "Paris weather"}}
+    search = {
+        "type": "web_search_call",
+        "id": "ws_1",
+        "status": "completed",
+        "action": {"type": "search", "query": "Paris weather"},
+    }
     upstream.route("POST", RESPONSES, stream_reply([search, oa.message("msg_1", "Sunny.")]))
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir) as client:
-            async with client.stream(MODEL, "Weather?", provider_options={
-                    "openai": {"tools": [{"type": "web_search"}]}}) as stream:
+            async with client.stream(
+                MODEL, "Weather?", provider_options={"openai": {"tools": [{"type": "web_search"}]}}
+            ) as stream:
                 response = await stream.response()
     assert response.tool_calls == [] and response.text == "Sunny."
-    assert response.message.content[0] == ProviderPart(api="openai", kind="web_search_call", data=search,
-                                                       provider="openai")
+    assert response.message.content[0] == ProviderPart(
+        api="openai", kind="web_search_call", data=search, provider="openai"
+    )
     assert upstream.sent(RESPONSES)[0].json()["tools"] == [{"type": "web_search"}]
 
 
 async def test_ready_asks_for_the_model(daemon, upstream):
     upstream.route("GET", "/v1/models/gpt-5", Reply.json({"id": "gpt-5", "object": "model"}))
-    upstream.route("GET", "/v1/models/gpt-nope", error_reply(404, {
-        "message": "The model 'gpt-nope' does not exist", "type": "invalid_request_error", "param": None,
-        "code": "model_not_found"}))
+    upstream.route(
+        "GET",
+        "/v1/models/gpt-nope",
+        error_reply(
+            404,
+            {
+                "message": "The model 'gpt-nope' does not exist",
+                "type": "invalid_request_error",
+                "param": None,
+                "code": "model_not_found",
+            },
+        ),
+    )
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir) as client:
             ok = await client.ready(MODEL)
@@ -303,15 +408,22 @@ async def test_ready_asks_for_the_model(daemon, upstream):
 
 
 async def test_count_tokens_asks_openai_and_falls_back_to_the_estimate(daemon, upstream):
-    upstream.route("POST", "/v1/responses/input_tokens",
-                   Reply.json({"object": "response.input_tokens", "input_tokens": 1234}),
-                   error_reply(404, {"message": "Not found", "type": "invalid_request_error", "code": None}))
+    upstream.route(
+        "POST",
+        "/v1/responses/input_tokens",
+        Reply.json({"object": "response.input_tokens", "input_tokens": 1234}),
+        error_reply(404, {"message": "Not found", "type": "invalid_request_error", "code": None}),
+    )
     upstream.route("GET", "/v1/models/gpt-5", Reply.json({"id": "gpt-5", "object": "model"}))
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir) as client:
             assert (await client.ready(MODEL)).ok  # the worker is up: counts go to it, not to the daemon's estimate
-            counted = await client.count_tokens(MODEL, [Message.system("Be brief."), Message.user("hello there")],
-                                                tools=[LOOKUP], reasoning_effort="low")
+            counted = await client.count_tokens(
+                MODEL,
+                [Message.system("Be brief."), Message.user("hello there")],
+                tools=[LOOKUP],
+                reasoning_effort="low",
+            )
             estimated = await client.count_tokens(MODEL, "hello there")
     assert (counted.input_tokens, counted.exact) == (1234, True)
     assert not estimated.exact and 0 < estimated.input_tokens < 50
@@ -329,7 +441,7 @@ async def test_a_dropped_background_stream_is_resumed_with_nothing_lost_or_repea
     cut = 12  # the connection drops after this many events (mid-way through the text)
     first = Reply(200, {"content-type": "text/event-stream"}, [oa.sse([p]) for p in payloads], disconnect_after=cut)
     # The resumed stream overlaps what already arrived by two events: they must not be repeated.
-    rest = Reply.sse(oa.sse(payloads[cut - 2:]), chunk_size=53)
+    rest = Reply.sse(oa.sse(payloads[cut - 2 :]), chunk_size=53)
     upstream.route("POST", RESPONSES, first)
     upstream.route("GET", "/v1/responses/resp_bg", rest)
     with trio.fail_after(30):
@@ -352,10 +464,14 @@ async def test_a_dropped_background_stream_is_resumed_with_nothing_lost_or_repea
 
 
 async def test_cancelling_a_background_response_cancels_it_at_openai(daemon, upstream):
-    payloads = oa.events([oa.message("msg_bg", "A long answer that the client will not wait for.")],
-                         response_id="resp_bg")
-    upstream.route("POST", RESPONSES, Reply(200, {"content-type": "text/event-stream"},
-                                            [oa.sse([p]) for p in payloads], stall_after=6))
+    payloads = oa.events(
+        [oa.message("msg_bg", "A long answer that the client will not wait for.")], response_id="resp_bg"
+    )
+    upstream.route(
+        "POST",
+        RESPONSES,
+        Reply(200, {"content-type": "text/event-stream"}, [oa.sse([p]) for p in payloads], stall_after=6),
+    )
     upstream.route("POST", "/v1/responses/resp_bg/cancel", Reply.json({"id": "resp_bg", "status": "cancelled"}))
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir) as client:
@@ -373,8 +489,11 @@ async def test_cancelling_a_background_response_cancels_it_at_openai(daemon, ups
 
 async def test_a_dropped_stream_without_background_fails_with_its_partial(daemon, upstream):
     payloads = oa.events([oa.message("msg_1", "This answer will be cut short by the network.")])
-    upstream.route("POST", RESPONSES, Reply(200, {"content-type": "text/event-stream"},
-                                            [oa.sse([p]) for p in payloads], disconnect_after=6))
+    upstream.route(
+        "POST",
+        RESPONSES,
+        Reply(200, {"content-type": "text/event-stream"}, [oa.sse([p]) for p in payloads], disconnect_after=6),
+    )
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir) as client:
             events = []
@@ -390,9 +509,13 @@ async def test_a_second_instance_runs_beside_the_default_one(start_daemon, upstr
     upstream.route("POST", "/proxy/v1/responses", stream_reply([oa.message("msg_p", "via the proxy")]))
     upstream.route("POST", RESPONSES, stream_reply([oa.message("msg_d", "direct")]))
     daemon = await start_daemon(
-        {"providers": {"proxy": {"type": "openai", "api_key_env": "PROXY_KEY",
-                                 "base_url": upstream.base_url + "/proxy/v1"}}},
-        env={"OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": upstream.base_url + "/v1", "PROXY_KEY": "proxy-key-0123456789"})
+        {
+            "providers": {
+                "proxy": {"type": "openai", "api_key_env": "PROXY_KEY", "base_url": upstream.base_url + "/proxy/v1"}
+            }
+        },
+        env={"OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": upstream.base_url + "/v1", "PROXY_KEY": "proxy-key-0123456789"},
+    )
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir) as client:
             async with client.stream("gpt-5", "hi", provider="proxy") as stream:
@@ -400,7 +523,11 @@ async def test_a_second_instance_runs_beside_the_default_one(start_daemon, upstr
             async with client.stream(MODEL, "hi") as stream:
                 direct = await stream.response()
     assert (proxied.text, proxied.provider, direct.text, direct.provider) == (
-        "via the proxy", "proxy", "direct", "openai")
+        "via the proxy",
+        "proxy",
+        "direct",
+        "openai",
+    )
     assert upstream.sent("/proxy/v1/responses")[0].headers["authorization"] == "Bearer proxy-key-0123456789"
     assert "openai-organization" not in upstream.sent("/proxy/v1/responses")[0].headers
 
@@ -420,8 +547,9 @@ async def test_without_a_key_openai_is_not_configured(start_daemon):
 async def test_a_non_streamed_background_response_is_polled_until_done(daemon, upstream):
     done = oa.body([oa.message("msg_bg", "Finished in the background.")], response_id="resp_bg")
     upstream.route("POST", RESPONSES, Reply.json({**done, "status": "queued", "output": [], "usage": None}))
-    upstream.route("GET", "/v1/responses/resp_bg", Reply.json({**done, "status": "in_progress", "output": []}),
-                   Reply.json(done))
+    upstream.route(
+        "GET", "/v1/responses/resp_bg", Reply.json({**done, "status": "in_progress", "output": []}), Reply.json(done)
+    )
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir) as client:
             response = await client.complete(MODEL, "go", provider_options={"openai": {"background": True}})

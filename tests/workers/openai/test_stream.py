@@ -66,14 +66,23 @@ def chunkings(data: bytes) -> list[list[bytes]]:
     rng = random.Random(len(data))
     cuts = sorted(rng.sample(range(1, len(data)), min(60, len(data) - 1)))
     randomly = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)])]
-    return [[data], [data[i:i + 1] for i in range(len(data))], [data[i:i + 7] for i in range(0, len(data), 7)],
-            randomly]
+    return [
+        [data],
+        [data[i : i + 1] for i in range(len(data))],
+        [data[i : i + 7] for i in range(0, len(data), 7)],
+        randomly,
+    ]
 
 
 def run(chunks: list[bytes], passthrough: bool = False, model: ModelInfo = MODEL) -> list:
     frames: list[bytes] = []
-    job = Job(request_id="r", client_id="c", operation_id="o", model=model,
-              request=Request(model=model.id, messages=[Message.user("x")]))
+    job = Job(
+        request_id="r",
+        client_id="c",
+        operation_id="o",
+        model=model,
+        request=Request(model=model.id, messages=[Message.user("x")]),
+    )
     counter = iter(range(1000))
     emitter = Emitter(job, "openai", lambda rid, f, seq, t: frames.extend(f), lambda pid: f"tu_{next(counter)}")
     through_pipeline(chunks, ResponsesStream(model, passthrough=passthrough), "sse", emitter, "openai")
@@ -135,8 +144,11 @@ def test_function_call_deltas_are_mapped_to_the_call_id_and_phase_is_kept():
     marker, text, call = response.message.content[1:]
     assert marker.kind == "message" and marker.data["phase"] == "commentary"
     assert text.text == "I\u2019ll check the capital lookup tool for \u201cPotatoLand.\u201d"
-    assert (call.name, call.arguments, call.provider_id) == ("get_capital", {"country": "PotatoLand"},
-                                                            "call_LabG58Uhrq9kZvR52BYKjToD")
+    assert (call.name, call.arguments, call.provider_id) == (
+        "get_capital",
+        {"country": "PotatoLand"},
+        "call_LabG58Uhrq9kZvR52BYKjToD",
+    )
     assert call.id.startswith("tu_")  # the canonical id, not fc_ or call_
     assert "".join(e.partial_json for e in events if type(e) is ToolCallDelta) == '{"country":"PotatoLand"}'
     assert response.finish_reason.reason == "tool_calls"
@@ -158,8 +170,13 @@ def test_encrypted_reasoning_is_carried_verbatim():
     item = next(e for e in events if type(e) is ProviderPartEvent)
     assert item.api == "openai" and item.kind == "reasoning" and item.data["encrypted_content"].startswith("gAAAAA")
     assert item.model is None  # gpt-5's rules do not tie reasoning to the model
-    tied = ModelInfo(id="openai:gpt-6-sol", provider="openai", wire_name="gpt-6-sol", reasoning=True,
-                     rules=ModelRules(thinking_tied_to_model=True))
+    tied = ModelInfo(
+        id="openai:gpt-6-sol",
+        provider="openai",
+        wire_name="gpt-6-sol",
+        reasoning=True,
+        rules=ModelRules(thinking_tied_to_model=True),
+    )
     tied_events = run([recorded("openai-reasoning-encrypted-content.1.chunks#0")], model=tied)
     assert next(e for e in tied_events if type(e) is ProviderPartEvent).model == "gpt-6-sol"
 
@@ -197,70 +214,158 @@ def sse(*payloads: dict) -> bytes:
     return b"".join(f"event: {p['type']}\ndata: {json.dumps(p)}\n\n".encode() for p in payloads)
 
 
-CREATED = {"type": "response.created", "sequence_number": 0,
-           "response": {"id": "resp_1", "model": "gpt-5", "status": "in_progress", "output": []}}
+CREATED = {
+    "type": "response.created",
+    "sequence_number": 0,
+    "response": {"id": "resp_1", "model": "gpt-5", "status": "in_progress", "output": []},
+}
 
 
 def completed(status="completed", output=(), incomplete=None, seq=9):
-    return {"type": f"response.{status if status != 'failed' else 'failed'}", "sequence_number": seq,
-            "response": {"id": "resp_1", "model": "gpt-5", "status": status, "output": list(output),
-                         "incomplete_details": incomplete,
-                         "usage": {"input_tokens": 10, "output_tokens": 5,
-                                   "input_tokens_details": {"cached_tokens": 4, "cache_write_tokens": 2},
-                                   "output_tokens_details": {"reasoning_tokens": 3}}}}
+    return {
+        "type": f"response.{status if status != 'failed' else 'failed'}",
+        "sequence_number": seq,
+        "response": {
+            "id": "resp_1",
+            "model": "gpt-5",
+            "status": status,
+            "output": list(output),
+            "incomplete_details": incomplete,
+            "usage": {
+                "input_tokens": 10,
+                "output_tokens": 5,
+                "input_tokens_details": {"cached_tokens": 4, "cache_write_tokens": 2},
+                "output_tokens_details": {"reasoning_tokens": 3},
+            },
+        },
+    }
 
 
 def test_parallel_function_calls_interleaved():
-    calls = [{"type": "response.output_item.added", "output_index": i, "sequence_number": 1 + i,
-              "item": {"type": "function_call", "id": f"fc_{i}", "call_id": f"call_{i}", "name": n, "arguments": ""}}
-             for i, n in enumerate(["weather", "time"])]
-    deltas = [{"type": "response.function_call_arguments.delta", "item_id": f"fc_{i}", "output_index": i,
-               "delta": d, "sequence_number": 3 + k, "obfuscation": "zz"}
-              for k, (i, d) in enumerate([(0, '{"city":'), (1, "{}"), (0, '"Paris"}')])]
-    dones = [{"type": "response.output_item.done", "output_index": i, "sequence_number": 6 + i,
-              "item": {"type": "function_call", "id": f"fc_{i}", "call_id": f"call_{i}", "name": n, "arguments": a}}
-             for i, (n, a) in enumerate([("weather", '{"city":"Paris"}'), ("time", "{}")])]
+    calls = [
+        {
+            "type": "response.output_item.added",
+            "output_index": i,
+            "sequence_number": 1 + i,
+            "item": {"type": "function_call", "id": f"fc_{i}", "call_id": f"call_{i}", "name": n, "arguments": ""},
+        }
+        for i, n in enumerate(["weather", "time"])
+    ]
+    deltas = [
+        {
+            "type": "response.function_call_arguments.delta",
+            "item_id": f"fc_{i}",
+            "output_index": i,
+            "delta": d,
+            "sequence_number": 3 + k,
+            "obfuscation": "zz",
+        }
+        for k, (i, d) in enumerate([(0, '{"city":'), (1, "{}"), (0, '"Paris"}')])
+    ]
+    dones = [
+        {
+            "type": "response.output_item.done",
+            "output_index": i,
+            "sequence_number": 6 + i,
+            "item": {"type": "function_call", "id": f"fc_{i}", "call_id": f"call_{i}", "name": n, "arguments": a},
+        }
+        for i, (n, a) in enumerate([("weather", '{"city":"Paris"}'), ("time", "{}")])
+    ]
     body = sse(CREATED, *calls, *deltas, *dones, completed(seq=8))
     for chunks in chunkings(body):
         events = run(chunks)
         check_invariants(events)
         response = events[-1].response
         assert [(c.name, c.arguments, c.provider_id) for c in response.tool_calls] == [
-            ("weather", {"city": "Paris"}, "call_0"), ("time", {}, "call_1")]
+            ("weather", {"city": "Paris"}, "call_0"),
+            ("time", {}, "call_1"),
+        ]
         assert response.finish_reason.reason == "tool_calls"
         u = response.usage
         assert (u.input_tokens, u.cache_read_tokens, u.cache_write_tokens, u.reasoning_tokens) == (10, 4, 2, 3)
 
 
 def test_status_becomes_the_finish_reason():
-    text_item = {"type": "message", "id": "msg_1", "role": "assistant",
-                 "content": [{"type": "output_text", "text": "Hi", "annotations": []}]}
+    text_item = {
+        "type": "message",
+        "id": "msg_1",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": "Hi", "annotations": []}],
+    }
     length = run([sse(CREATED, completed("incomplete", [text_item], {"reason": "max_output_tokens"}, seq=1))])
     assert length[-1].response.finish_reason.reason == "length" and length[-1].response.text == "Hi"
     filtered = run([sse(CREATED, completed("incomplete", [], {"reason": "content_filter"}, seq=1))])
     assert filtered[-1].response.finish_reason.reason == "content_filter"
     refusal = {"type": "message", "id": "msg_2", "role": "assistant", "content": []}
-    refused = run([sse(CREATED,
-                       {"type": "response.output_item.added", "output_index": 0, "item": refusal, "sequence_number": 1},
-                       {"type": "response.content_part.added", "item_id": "msg_2", "output_index": 0,
-                        "content_index": 0, "part": {"type": "refusal", "refusal": ""}, "sequence_number": 2},
-                       {"type": "response.refusal.delta", "item_id": "msg_2", "output_index": 0, "content_index": 0,
-                        "delta": "I can't help with that.", "sequence_number": 3},
-                       {"type": "response.refusal.done", "item_id": "msg_2", "output_index": 0, "content_index": 0,
-                        "refusal": "I can't help with that.", "sequence_number": 4},
-                       completed(seq=5))])
+    refused = run(
+        [
+            sse(
+                CREATED,
+                {"type": "response.output_item.added", "output_index": 0, "item": refusal, "sequence_number": 1},
+                {
+                    "type": "response.content_part.added",
+                    "item_id": "msg_2",
+                    "output_index": 0,
+                    "content_index": 0,
+                    "part": {"type": "refusal", "refusal": ""},
+                    "sequence_number": 2,
+                },
+                {
+                    "type": "response.refusal.delta",
+                    "item_id": "msg_2",
+                    "output_index": 0,
+                    "content_index": 0,
+                    "delta": "I can't help with that.",
+                    "sequence_number": 3,
+                },
+                {
+                    "type": "response.refusal.done",
+                    "item_id": "msg_2",
+                    "output_index": 0,
+                    "content_index": 0,
+                    "refusal": "I can't help with that.",
+                    "sequence_number": 4,
+                },
+                completed(seq=5),
+            )
+        ]
+    )
     response = refused[-1].response
     assert response.finish_reason.reason == "content_filter" and response.text == "I can't help with that."
-    failed = run([sse(CREATED, {"type": "response.failed", "sequence_number": 1, "response": {
-        "id": "resp_1", "status": "failed", "error": {"code": "server_error", "message": "boom"}}})])
+    failed = run(
+        [
+            sse(
+                CREATED,
+                {
+                    "type": "response.failed",
+                    "sequence_number": 1,
+                    "response": {
+                        "id": "resp_1",
+                        "status": "failed",
+                        "error": {"code": "server_error", "message": "boom"},
+                    },
+                },
+            )
+        ]
+    )
     assert failed[-1].error.error_class == "server_error" and failed[-1].error.retryable
 
 
 def test_a_gap_in_sequence_numbers_is_an_error_and_the_partial_is_kept():
-    added = {"type": "response.output_item.added", "output_index": 0, "sequence_number": 1,
-             "item": {"type": "message", "id": "msg_1", "role": "assistant", "content": []}}
-    delta = {"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0, "content_index": 0,
-             "delta": "Hello", "sequence_number": 2}
+    added = {
+        "type": "response.output_item.added",
+        "output_index": 0,
+        "sequence_number": 1,
+        "item": {"type": "message", "id": "msg_1", "role": "assistant", "content": []},
+    }
+    delta = {
+        "type": "response.output_text.delta",
+        "item_id": "msg_1",
+        "output_index": 0,
+        "content_index": 0,
+        "delta": "Hello",
+        "sequence_number": 2,
+    }
     lost = dict(delta, delta=" world", sequence_number=5)
     events = run([sse(CREATED, added, delta, lost)])
     check_invariants(events)
@@ -302,19 +407,50 @@ CREATED_BYTES = sse(CREATED)
 
 
 def test_raw_reasoning_text_streams_as_reasoning():
-    item = {"type": "reasoning", "id": "rs_9", "summary": [],
-            "content": [{"type": "reasoning_text", "text": "Let me think."}]}
-    body = sse(CREATED,
-               {"type": "response.output_item.added", "output_index": 0, "sequence_number": 1,
-                "item": {**item, "content": []}},
-               {"type": "response.content_part.added", "item_id": "rs_9", "output_index": 0, "content_index": 0,
-                "part": {"type": "reasoning_text", "text": ""}, "sequence_number": 2},
-               *[{"type": "response.reasoning_text.delta", "item_id": "rs_9", "output_index": 0, "content_index": 0,
-                  "delta": d, "sequence_number": 3 + k} for k, d in enumerate(["Let me ", "think."])],
-               {"type": "response.reasoning_text.done", "item_id": "rs_9", "output_index": 0, "content_index": 0,
-                "text": "Let me think.", "sequence_number": 5},
-               {"type": "response.output_item.done", "output_index": 0, "item": item, "sequence_number": 6},
-               completed(output=[item], seq=7))
+    item = {
+        "type": "reasoning",
+        "id": "rs_9",
+        "summary": [],
+        "content": [{"type": "reasoning_text", "text": "Let me think."}],
+    }
+    body = sse(
+        CREATED,
+        {
+            "type": "response.output_item.added",
+            "output_index": 0,
+            "sequence_number": 1,
+            "item": {**item, "content": []},
+        },
+        {
+            "type": "response.content_part.added",
+            "item_id": "rs_9",
+            "output_index": 0,
+            "content_index": 0,
+            "part": {"type": "reasoning_text", "text": ""},
+            "sequence_number": 2,
+        },
+        *[
+            {
+                "type": "response.reasoning_text.delta",
+                "item_id": "rs_9",
+                "output_index": 0,
+                "content_index": 0,
+                "delta": d,
+                "sequence_number": 3 + k,
+            }
+            for k, d in enumerate(["Let me ", "think."])
+        ],
+        {
+            "type": "response.reasoning_text.done",
+            "item_id": "rs_9",
+            "output_index": 0,
+            "content_index": 0,
+            "text": "Let me think.",
+            "sequence_number": 5,
+        },
+        {"type": "response.output_item.done", "output_index": 0, "item": item, "sequence_number": 6},
+        completed(output=[item], seq=7),
+    )
     events = run(chunkings(body)[1])
     check_invariants(events)
     content = events[-1].response.message.content
@@ -324,13 +460,31 @@ def test_raw_reasoning_text_streams_as_reasoning():
 
 
 def test_function_call_arguments_that_are_not_json_stay_a_call_with_the_raw_text():
-    added = {"type": "response.output_item.added", "output_index": 0, "sequence_number": 1,
-             "item": {"type": "function_call", "id": "fc_0", "call_id": "call_0", "name": "weather", "arguments": ""}}
-    delta = {"type": "response.function_call_arguments.delta", "item_id": "fc_0", "output_index": 0,
-             "delta": '{"city": Par', "sequence_number": 2}
-    done = {"type": "response.output_item.done", "output_index": 0, "sequence_number": 3,
-            "item": {"type": "function_call", "id": "fc_0", "call_id": "call_0", "name": "weather",
-                     "arguments": '{"city": Par'}}
+    added = {
+        "type": "response.output_item.added",
+        "output_index": 0,
+        "sequence_number": 1,
+        "item": {"type": "function_call", "id": "fc_0", "call_id": "call_0", "name": "weather", "arguments": ""},
+    }
+    delta = {
+        "type": "response.function_call_arguments.delta",
+        "item_id": "fc_0",
+        "output_index": 0,
+        "delta": '{"city": Par',
+        "sequence_number": 2,
+    }
+    done = {
+        "type": "response.output_item.done",
+        "output_index": 0,
+        "sequence_number": 3,
+        "item": {
+            "type": "function_call",
+            "id": "fc_0",
+            "call_id": "call_0",
+            "name": "weather",
+            "arguments": '{"city": Par',
+        },
+    }
     for chunks in chunkings(sse(CREATED, added, delta, done, completed(seq=4))):
         events = run(chunks)
         check_invariants(events)
@@ -355,8 +509,11 @@ def test_cassette_reasoning_a_phased_message_and_a_call(chunking):
     assert [t.text for t in thinking] == ["Looking at the question.", "Two tools will do."]  # one per summary
     assert response.text == "Let me check the weather in Zürich — one moment."
     (call,) = response.tool_calls
-    assert (call.name, call.arguments, call.provider_id) == ("get_weather", {"city": "Zürich", "unit": "°C"},
-                                                             "call_cas1")
+    assert (call.name, call.arguments, call.provider_id) == (
+        "get_weather",
+        {"city": "Zürich", "unit": "°C"},
+        "call_cas1",
+    )
     assert response.finish_reason.reason == "tool_calls" and response.id == "resp_cas1"
     u = response.usage
     assert (u.input_tokens, u.output_tokens, u.cache_read_tokens, u.reasoning_tokens) == (120, 80, 64, 48)
