@@ -27,7 +27,8 @@ from .trunkline_runner import Daemon, TrunklineOps
 def thread_cpu(pid: int) -> dict[int, float]:
     out = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
-        raw = open(f"/proc/{pid}/task/{tid}/stat").read()
+        with open(f"/proc/{pid}/task/{tid}/stat") as stat:
+            raw = stat.read()
         f = raw[raw.rindex(")") + 2 :].split()
         out[int(tid)] = (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
         out[-int(tid)] = int(f[12]) / os.sysconf("SC_CLK_TCK")

@@ -126,7 +126,7 @@ class TrunklineTrace:
         client = self.client
         request = self.ops.request(f"fake:{COMPLETE_MODEL}")
         t_send = time.monotonic_ns()
-        accepted, route = await client.submit(request, stream=False)
+        _accepted, route = await client.submit(request, stream=False)
         t_acc = time.monotonic_ns()
         ev = await client._next_event(route)  # a non-streamed request has one event, its terminal
         t_done = time.monotonic_ns()

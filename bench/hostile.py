@@ -119,7 +119,7 @@ async def run(limit_mib: int, attacks: int) -> None:
                 },
             }
             (work / "config.yaml").write_text(yaml.safe_dump(config))
-            log = open(work / "log", "wb")
+            log = open(work / "log", "wb")  # noqa: SIM115 - the daemon writes it until the finally below
             proc = await trio.lowlevel.open_process(
                 [
                     sys.executable,
@@ -163,7 +163,7 @@ async def run(limit_mib: int, attacks: int) -> None:
                                     async with client.stream("hostile:m", kind) as stream:
                                         async for _ in stream:
                                             pass
-                                except Exception:  # noqa: BLE001 - the typed error is the expected end
+                                except Exception:  # noqa: BLE001, S110 - the typed error is the expected end
                                     pass
                                 innocent = await client.complete("hostile:m", "innocent")
                             watch.cancel_scope.cancel()

@@ -26,11 +26,11 @@ import os
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("LITELLM_OFFLINE_MODE", "true")
 
-import asyncio  # noqa: E402
-import json  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-from importlib.metadata import version  # noqa: E402
+import asyncio
+import json
+import sys
+import time
+from importlib.metadata import version
 
 # Replies go on a private copy of stdout: LiteLLM prints warnings to stdout, which
 # would corrupt the one-JSON-line-per-reply protocol.

@@ -107,7 +107,8 @@ def main() -> None:
     control, events = f"ipc://{tmp}/c.ipc", f"ipc://{tmp}/e.ipc"
     server = subprocess.Popen([sys.executable, "-c", SERVER, control, events, str(args.events)], stdout=subprocess.PIPE)
     try:
-        assert server.stdout is not None and b"ready" in server.stdout.readline()
+        assert server.stdout is not None
+        assert b"ready" in server.stdout.readline()
         print(f"pynng {pynng.__version__}, {os.cpu_count()} cores; client side only differs\n")
         print(
             "| client side | round trip p50 µs | p99 µs | client CPU µs/call | events/s received | client CPU µs/event |"

@@ -68,7 +68,7 @@ async def start_sdk(log: Path) -> tuple[LineProcess, dict]:
     await proc.start()
     try:
         hello = await proc.call({"op": "hello"}, timeout_s=120)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - whatever stops the driver, the peer is unavailable and says why
         await proc.stop()
         raise PeerUnavailable(f"the LiteLLM SDK driver did not start: {exc}") from None
     return proc, hello

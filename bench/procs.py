@@ -8,6 +8,7 @@ upstream are all measured the same way.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -144,7 +145,8 @@ class LineProcess:
         return self
 
     async def readline(self, timeout_s: float = 120.0) -> str:
-        assert self.proc is not None and self.proc.stdout is not None
+        assert self.proc is not None
+        assert self.proc.stdout is not None
         with trio.fail_after(timeout_s):
             while b"\n" not in self._buf:
                 chunk = await self.proc.stdout.receive_some(65536)
@@ -155,7 +157,8 @@ class LineProcess:
         return line.decode()
 
     async def send(self, obj: Any) -> None:
-        assert self.proc is not None and self.proc.stdin is not None
+        assert self.proc is not None
+        assert self.proc.stdin is not None
         await self.proc.stdin.send_all(json.dumps(obj).encode() + b"\n")
 
     async def call(self, obj: Any, timeout_s: float = 600.0) -> Any:
@@ -190,7 +193,5 @@ async def terminate(proc: trio.Process, grace_s: float) -> None:
 
 def kill_tree(pids: Iterable[int]) -> None:
     for pid in pids:
-        try:
+        with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass

@@ -90,8 +90,9 @@ async def main(seconds: float, load: str, out: Path) -> None:
                             "--output",
                             str(out / f"{load}-{name}.txt"),
                         ],
-                        stdout=open(os.devnull, "wb"),
-                        stderr=open(out / f"{load}-{name}.spy.log", "wb"),
+                        # The child holds its own copies; ours go with the process.
+                        stdout=open(os.devnull, "wb"),  # noqa: SIM115
+                        stderr=open(out / f"{load}-{name}.spy.log", "wb"),  # noqa: SIM115
                     )
                 )
             result = await closed_loop(op, concurrency, count=10**9, duration_s=seconds + 1)

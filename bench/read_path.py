@@ -33,7 +33,7 @@ from trunkline.workers._emit import Emitter
 from trunkline.workers.anthropic.adapter import AnthropicAdapter
 from trunkline.workers.openai_compat.adapter import OpenAICompatAdapter
 
-from .upstream import AnthropicWire, OpenAIWire, token_text, shape_of
+from .upstream import AnthropicWire, OpenAIWire, shape_of, token_text
 
 KINDS = ("openai", "anthropic")
 
@@ -174,8 +174,10 @@ async def run(jobs: int, chunk_counts: tuple[int, ...], paced: bool) -> list[dic
 
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| provider | content chunks | reads | SSE events | floor (httpx + json) | trunkline stream | "
-        "trunkline complete | floor / event | trunkline / event | ratio |",
+        (
+            "| provider | content chunks | reads | SSE events | floor (httpx + json) | trunkline stream | "
+            "trunkline complete | floor / event | trunkline / event | ratio |"
+        ),
         "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:

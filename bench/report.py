@@ -49,7 +49,7 @@ def _paired(
     key: Callable[[dict], float],
     op: Callable[[float, float], float] = lambda a, b: a - b,
 ) -> list[float]:
-    return [op(key(r), key(b)) for r, b in zip(runs, base)]
+    return [op(key(r), key(b)) for r, b in zip(runs, base, strict=False)]  # rounds either arm finished
 
 
 def _cpu_per(run: dict, what: str = "n") -> float:
@@ -490,9 +490,11 @@ def _events(res: dict, add: Callable[[str], None]) -> None:
                 f"{e / r['wall_s']:.0f}",
                 str(r.get("lost", 0)),
                 str(r.get("recovered", 0)),
-                f"client {_cpu_k(r['cpu'], 'client', e)}, supervisor {_cpu_k(r['cpu'], 'supervisor', e)}, "
-                f"{busiest} {_cpu_k(r['cpu'], busiest, e)}, other workers "
-                f"{sum(v for k, v in workers.items() if k != busiest) / max(e, 1) * 1e6:.0f}",
+                (
+                    f"client {_cpu_k(r['cpu'], 'client', e)}, supervisor {_cpu_k(r['cpu'], 'supervisor', e)}, "
+                    f"{busiest} {_cpu_k(r['cpu'], busiest, e)}, other workers "
+                    f"{sum(v for k, v in workers.items() if k != busiest) / max(e, 1) * 1e6:.0f}"
+                ),
                 f"{(r['cpu_system_s']) / max(e, 1) * 1e6:.0f}",
             ]
         )

@@ -17,7 +17,7 @@ import sys
 import time
 import traceback
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -496,7 +496,9 @@ class Bench:
         self.results["memory"][key] = self.memory_now()
 
     async def memory_open_streams(self) -> None:
-        assert self.client is not None and self.ops is not None and self.daemon is not None
+        assert self.client is not None
+        assert self.ops is not None
+        assert self.daemon is not None
         n = self.plan.open_streams
         request = self.ops.request(f"{OPENAI_PROVIDER}:bench-c2-h120")
         opened = failed = 0
@@ -554,7 +556,8 @@ class Bench:
             await traced.stop()
 
     async def soak(self) -> None:
-        assert self.ops is not None and self.daemon is not None
+        assert self.ops is not None
+        assert self.daemon is not None
         seconds = self.plan.soak_minutes * 60
         interval = max(0.5, seconds / 120)
         ops = self.ops
@@ -713,10 +716,8 @@ def machine() -> dict[str, Any]:
     except OSError:
         pass
     mem = ""
-    try:
+    with suppress(OSError):
         mem = Path("/proc/meminfo").read_text().splitlines()[0].split(":", 1)[1].strip()
-    except OSError:
-        pass
     return {
         "cores": os.cpu_count(),
         "cpu_model": model,

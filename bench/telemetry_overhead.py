@@ -57,7 +57,7 @@ async def measure(daemon: Daemon, requests: int, stream: bool) -> dict[str, floa
     async with Client(daemon.runtime_dir, client_name="bench-telemetry") as client:
         ops = TrunklineOps(client)
         model = f"{OPENAI_PROVIDER}:bench-c{50 if stream else 1}"
-        op = (lambda: ops.stream(model)) if stream else (lambda: ops.complete(model))  # noqa: E731
+        op = (lambda: ops.stream(model)) if stream else (lambda: ops.complete(model))
         await closed_loop(op, 4, count=50, duration_s=30)
         meter = CpuMeter(
             {"supervisor": [daemon.pid], "worker": [daemon.workers[OPENAI_PROVIDER]]}, include_self=False
@@ -152,7 +152,7 @@ def in_process_cost(sink_url: str, stream: bool, protocol: str = "http/protobuf"
 class _Sink(BaseHTTPRequestHandler):
     """An OTLP/HTTP collector that takes every export and keeps nothing."""
 
-    def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+    def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("content-length") or 0))
         self.send_response(200)
         self.send_header("content-type", "application/x-protobuf")

@@ -274,6 +274,7 @@ class Connection(asyncio.Protocol):
         self.busy = False  # a paced stream is being written; later requests wait for it
         self.lost: asyncio.Future[None] | None = None
         self.transport: asyncio.Transport | None = None
+        self.pacing: asyncio.Future[None] | None = None  # the paced stream being written
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -363,7 +364,7 @@ class Connection(asyncio.Protocol):
         Stats.chunks += shape.chunks
         if shape.delay_s or shape.hold_s:
             self.busy = True
-            asyncio.ensure_future(self.paced(wire, shape, recv_ns))
+            self.pacing = asyncio.ensure_future(self.paced(wire, shape, recv_ns))  # held: the loop keeps weak refs
             return
         key = (path, model)
         burst = None if shape.trace else _burst_cache.get(key)
@@ -377,7 +378,8 @@ class Connection(asyncio.Protocol):
 
     async def paced(self, wire: OpenAIWire | AnthropicWire, shape: Shape, recv_ns: int) -> None:
         t = self.transport
-        assert t is not None and self.lost is not None
+        assert t is not None
+        assert self.lost is not None
         Stats.open_streams += 1
         try:
             t.write(SSE_HEAD + http_chunk(wire.first()))

@@ -7,10 +7,9 @@ day it ships.
 
 from __future__ import annotations
 
-
 import re
 from collections.abc import Iterable
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -233,7 +232,7 @@ class Catalog:
 def price_on(price: Price, day: date | None = None) -> tuple[Price, str | None]:
     """The rates that apply on `day` (today, UTC, by default): the base price with the
     latest scheduled change already in effect laid over it, and that change's date."""
-    today = (day or datetime.now(timezone.utc).date()).isoformat()
+    today = (day or datetime.now(UTC).date()).isoformat()
     due = [s for s in price.scheduled if s.effective <= today]
     if not due:
         return price, None

@@ -384,7 +384,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise ConfigError(f"config error in {path}: cannot read file: {exc.strerror}") from None
     try:
-        data = yaml.load(text, Loader=_UniqueKeys)  # noqa: S506 - a SafeLoader that refuses duplicate keys
+        data = yaml.load(text, Loader=_UniqueKeys)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

@@ -2,7 +2,8 @@
 
 __version__ = "0.1.0"
 
-from .messages import *  # noqa: F403
-from .messages import PROTOCOL_VERSION, RETRYABLE
+from .messages import *  # noqa: F403 - the package is the protocol: every message type at its top
+from .messages import PROTOCOL_VERSION as PROTOCOL_VERSION
+from .messages import RETRYABLE as RETRYABLE
 
 __all__ = [name for name in dir() if not name.startswith("_")]  # re-exported message types

@@ -50,7 +50,7 @@ def parse_arguments(raw: str) -> dict[str, Any] | None:
 
 
 class _Open:
-    __slots__ = ("kind", "chunks", "id", "name", "provider_id", "done")
+    __slots__ = ("chunks", "done", "id", "kind", "name", "provider_id")
 
     def __init__(self, kind: str, id: str = "", name: str = "", provider_id: str | None = None) -> None:
         self.kind = kind

@@ -83,9 +83,12 @@ def _scan(value: Any, numbers: bool, max_depth: int) -> tuple[str | None, int]:
         present = set(types)
         if not present <= _JSON:
             return "type", seen
-        if numbers and float in present:
-            if not all(map(math.isfinite, compress(values, map(_FLOAT.__contains__, types)))):
-                return "number", seen
+        if (
+            numbers
+            and float in present
+            and not all(map(math.isfinite, compress(values, map(_FLOAT.__contains__, types))))
+        ):
+            return "number", seen
         if dict in present or list in present:
             level = list(compress(values, map(_CONTAINER.__contains__, types)))
         else:

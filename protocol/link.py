@@ -14,6 +14,7 @@ once waits here, in order, and its size is visible so the worker can push back.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import struct
 from collections import deque
@@ -42,10 +43,8 @@ def socket_pair() -> tuple[socket.socket, socket.socket]:
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     for sock in (ours, theirs):
         for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
-            try:
+            with contextlib.suppress(OSError):  # the system's cap applies
                 sock.setsockopt(socket.SOL_SOCKET, opt, BUFFER_BYTES)
-            except OSError:
-                pass  # the system's cap applies
     return ours, theirs
 
 
@@ -69,7 +68,7 @@ class FrameReader:
     buffer: never copied whole again, where slicing it out of a growing buffer cost
     three copies of it at once."""
 
-    __slots__ = ("_buf", "_big", "_filled")
+    __slots__ = ("_big", "_buf", "_filled")
 
     #: From this size a frame still arriving gets a buffer of its own.
     BIG = 1 << 20
@@ -123,16 +122,16 @@ class LinkConn:
     """One end of a link, driven by the trio loop."""
 
     __slots__ = (
-        "sock",
-        "reader",
+        "_buffer",
+        "_drained",
+        "_nursery",
         "_out",
         "_out_bytes",
-        "_writing",
-        "_drained",
-        "closed",
-        "_nursery",
         "_recv_burst",
-        "_buffer",
+        "_writing",
+        "closed",
+        "reader",
+        "sock",
     )
 
     def __init__(self, sock: socket.socket, nursery: trio.Nursery) -> None:
@@ -251,10 +250,8 @@ class LinkConn:
         self._out.clear()
         self._out_bytes = 0
         self._wake_drained()
-        try:
+        with contextlib.suppress(RuntimeError):  # not inside trio (a test, or shutdown)
             trio.lowlevel.notify_closing(self.sock)
-        except RuntimeError:
-            pass  # not inside trio (a test, or shutdown)
         self.sock.close()
 
 

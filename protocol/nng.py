@@ -25,6 +25,7 @@ every call) and anyio's elsewhere, so the client serves asyncio programs too.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -183,7 +184,7 @@ class Receiver:
     (pynng's `recv` allocates two and raises an exception when nothing is queued).
     Only for sockets used without contexts."""
 
-    __slots__ = ("sock", "fd", "_handle", "_data", "_size", "_wait")
+    __slots__ = ("_data", "_handle", "_size", "_wait", "fd", "sock")
 
     def __init__(self, sock: pynng.Socket) -> None:
         self.sock = sock
@@ -284,10 +285,8 @@ class ConnectionGate:
                 return
             self.open.discard(pipe.id)
         if self._on_gone is not None and self._token is not None:
-            try:
+            with contextlib.suppress(trio.RunFinishedError):  # the loop has ended: nobody to tell
                 self._token.run_sync_soon(self._on_gone, pipe.id)
-            except Exception:  # noqa: BLE001 - the loop has ended: nobody to tell
-                pass
 
 
 def _trio_token() -> Any:
@@ -578,8 +577,8 @@ __all__ = [
     "Receiver",
     "Requester",
     "Subscriber",
-    "client_tls",
     "check_url",
+    "client_tls",
     "ipc_path",
     "is_remote",
     "is_tls",

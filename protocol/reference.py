@@ -87,10 +87,7 @@ def type_name(tp: Any) -> str:
 def default_text(field: msgspec.structs.FieldInfo) -> str:
     if field.required:
         return "required"
-    if field.default_factory is not msgspec.NODEFAULT:
-        value = field.default_factory()
-    else:
-        value = field.default
+    value = field.default_factory() if field.default_factory is not msgspec.NODEFAULT else field.default
     if value is None:
         return "nil"
     if isinstance(value, msgspec.Struct):

@@ -126,7 +126,7 @@ def _json(value: Any) -> str:
 class _Texts:
     """The texts of a request and its flat costs, estimated together within the budget."""
 
-    __slots__ = ("texts", "chars", "flat")
+    __slots__ = ("chars", "flat", "texts")
 
     def __init__(self) -> None:
         self.texts: list[str] = []

@@ -17,10 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from ..protocol import __version__
 from ..config.catalog import Catalog
 from ..config.loader import Config, ProviderConfig
-from ..protocol import nng, trace
+from ..protocol import __version__, nng, trace
 from ..protocol.codec import BUS_TOPIC, batch_frames, decode_event, frame_event, split_frame
 from ..protocol.messages import (
     RETRYABLE,

@@ -16,6 +16,7 @@ import hashlib
 import hmac
 import logging
 import socket
+import sys
 import threading
 from collections.abc import Callable, Iterable
 from socketserver import ThreadingMixIn
@@ -71,7 +72,7 @@ class MetricsApp:
             return "200 OK", _POINTER, [_TEXT]
         try:
             body, headers = self._exposition(environ)
-        except Exception:  # noqa: BLE001 - a failed scrape must not stop the endpoint
+        except Exception:
             log.exception("metrics: the scrape failed")
             return "500 Internal Server Error", b"the metrics could not be read\n", [_TEXT]
         return "200 OK", body, headers
@@ -95,7 +96,7 @@ class MetricsApp:
 class _Handler(WSGIRequestHandler):
     timeout = SOCKET_TIMEOUT_S
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: Any) -> None:
         pass  # no access log: a scrape every few seconds would fill it
 
 
@@ -122,7 +123,8 @@ class _Server(ThreadingMixIn, WSGIServer):
             self._slots.release()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
-        log.debug("metrics: a connection failed", exc_info=True)  # a client that went away, a timeout
+        # Called by socketserver from its own except block: the exception is current.
+        log.debug("metrics: a connection failed", exc_info=sys.exc_info())  # a client that went away, a timeout
 
 
 class MetricsServer:

@@ -38,7 +38,7 @@ class Counts:
     """Values in buckets (a bucket holds those <= its bound, the last one the rest),
     with their count, sum, min and max."""
 
-    __slots__ = ("buckets", "count", "sum", "min", "max")
+    __slots__ = ("buckets", "count", "max", "min", "sum")
 
     def __init__(self, size: int) -> None:
         self.buckets = [0] * size

@@ -58,8 +58,8 @@ from ..protocol.messages import (
     Welcome,
 )
 from ..protocol.tokens import estimate_request_tokens
-from .reload import reload
 from .ratelog import RateLimitedLog
+from .reload import reload
 from .requests import RequestState
 from .validate import Invalid, validate
 

@@ -17,14 +17,15 @@ import trio
 
 from ..config.loader import ProviderConfig, WorkerSettings
 from ..protocol import codec, link, trace
-from ..protocol.link import Closed, LinkConn as Conn
+from ..protocol.link import Closed
+from ..protocol.link import LinkConn as Conn
 from ..protocol.messages import (
     CallResult,
-    Progress,
     ErrorInfo,
     Heartbeat,
     Job,
     Msg,
+    Progress,
     Relay,
     RelayBatch,
     Shutdown,
@@ -177,7 +178,7 @@ class WorkerSlot:
                 if self.link is not None:
                     try:
                         data = codec.encode(msg)
-                    except Exception as exc:  # noqa: BLE001 - the last guard: that request fails, no other
+                    except Exception as exc:
                         if type(msg) is not Job:
                             raise
                         self.daemon.contain(msg.request_id, "sending it to its worker", exc)  # type: ignore[union-attr]

@@ -64,7 +64,7 @@ class _OpenSpan:
     """A call's span while it runs: plain fields, made into the SDK's ReadableSpan once,
     at the end (the SDK's live Span cleans and locks every attribute as it is set)."""
 
-    __slots__ = ("name", "context", "parent", "start_ns", "attributes", "events")
+    __slots__ = ("attributes", "context", "events", "name", "parent", "start_ns")
 
     def __init__(self, name: str, context: SpanContext, parent: SpanContext | None, attributes: dict[str, Any]) -> None:
         self.name = name
@@ -81,7 +81,7 @@ class StreamTimes:
     what the worker relays at once: each of the provider's chunks as it arrives, or
     those it read together."""
 
-    __slots__ = ("first_s", "last_at", "gaps", "bounds")
+    __slots__ = ("bounds", "first_s", "gaps", "last_at")
 
     def __init__(self, first_s: float, at: float, bounds: list[float]) -> None:
         self.first_s = first_s

@@ -22,13 +22,16 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from ..config.rules import effort_refusal, forced_tool_refusal
+from ..protocol import provider_options
+from ..protocol.limits import request_problem
 from ..protocol.messages import (
     AudioPart,
     DocumentPart,
     ErrorClass,
     ImagePart,
-    ProviderPart,
     ModelInfo,
+    ProviderPart,
     RedactedThinkingPart,
     Request,
     TextPart,
@@ -36,10 +39,7 @@ from ..protocol.messages import (
     ToolCallPart,
     ToolResultPart,
 )
-from ..protocol import provider_options
-from ..protocol.limits import request_problem
 from ..protocol.tokens import estimate_request_tokens, provider_part_chars
-from ..config.rules import effort_refusal, forced_tool_refusal
 
 #: The intersection of the providers' own tool-name rules (Anthropic, OpenAI and
 #: Gemini all take letters, digits, `_` and `-`, up to 64 characters; Gemini wants a

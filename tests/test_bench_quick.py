@@ -68,7 +68,7 @@ def test_quick_bench_writes_every_section(tmp_path: Path) -> None:
     assert "| trunkline | " in report
     memory = report[report.index("## 5. Memory") : report.index("### Soak")]
     where = [memory.find(row) for row in MEMORY_ROWS]
-    assert -1 not in where and where == sorted(where), dict(zip(MEMORY_ROWS, where))
+    assert -1 not in where and where == sorted(where), dict(zip(MEMORY_ROWS, where, strict=True))
     assert "| supervisor + workers, PSS |" in memory
     assert re.search(r"\| supervisor \+ 5 idle workers, RSS \| < 150 MB \| [\d.]+ MiB \(PSS [\d.]+ MiB\) \|", report)
     assert out.with_suffix(".json").exists()

@@ -111,7 +111,7 @@ class _Deflate:
     """HTTP `deflate` is meant to be zlib-wrapped, yet some servers send it raw: the
     first bytes decide, as browsers and httpx do."""
 
-    __slots__ = ("_obj", "_first")
+    __slots__ = ("_first", "_obj")
 
     def __init__(self) -> None:
         self._obj = zlib.decompressobj()

@@ -63,7 +63,7 @@ class SseOrJsonDecoder:
     """Gemini's stream: SSE with `alt=sse`, else one JSON array (or one object); the
     first byte that is not blank decides."""
 
-    __slots__ = ("_inner", "_head")
+    __slots__ = ("_head", "_inner")
 
     def __init__(self) -> None:
         self._inner: SseDecoder | JsonArrayDecoder | None = None
@@ -95,7 +95,7 @@ class Pipeline:
     """Decode, translate, emit; with raw capture, the empty-body check and the usage
     estimate. One per attempt (`restart` for a body that continues another)."""
 
-    __slots__ = ("translator", "framing", "emit", "raw", "received", "payloads", "_decoder", "_feed", "_flush")
+    __slots__ = ("_decoder", "_feed", "_flush", "emit", "framing", "payloads", "raw", "received", "translator")
 
     def __init__(self, translator: StreamTranslator, framing: Framing, emit: Emit, keep_raw: bool) -> None:
         self.translator = translator

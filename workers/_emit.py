@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+
 from ..config.catalog import compute_cost
 from ..protocol.accumulate import StreamAccumulator
 from ..protocol.codec import frame_event
-from ..protocol.tokens import estimate_content_tokens, estimate_request_tokens
 from ..protocol.messages import (
     ContentPart,
     ErrorEvent,
@@ -37,6 +37,7 @@ from ..protocol.messages import (
     Usage,
     WarningInfo,
 )
+from ..protocol.tokens import estimate_content_tokens, estimate_request_tokens
 
 #: Receives (request_id, frames, last_seq, terminal) for the link to the supervisor.
 Sink = Callable[[str, list[bytes], int, bool], None]

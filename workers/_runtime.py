@@ -16,14 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-import trio
-
 import msgspec
+import trio
 
 from ..config.loader import RetryPolicy, TimeoutPolicy, WorkerSettings, max_event_bytes
 from ..protocol import codec, link, trace
-from ..protocol.link import Closed, LinkConn as Conn
 from ..protocol.codec import BUS_TOPIC, frame_event
+from ..protocol.link import Closed
+from ..protocol.link import LinkConn as Conn
 from ..protocol.messages import (
     BusEvent,
     CallResult,
@@ -266,7 +266,7 @@ class JobRunner:
         )
         try:
             await self._run(job, emitter)
-        except Exception as exc:  # noqa: BLE001 - the second wall behind validation
+        except Exception as exc:
             log.error(
                 "request %s: the worker failed on it: %s",
                 job.request_id,
@@ -589,7 +589,7 @@ async def _answer_count(adapter: Adapter, outbox: Outbox, msg: EstimateTokens) -
                 adapter.name,
                 redact(err.message, adapter.secrets),
             )
-        except Exception:  # noqa: BLE001 - the estimate still answers
+        except Exception:
             log.exception("provider %s: token count failed; estimating", adapter.name)
     if exact is not None:
         outbox.push(CallResult(call_id=msg.call_id, input_tokens=exact, exact=True))

@@ -26,7 +26,6 @@ skipped and the JSON is left to the caller.
 from __future__ import annotations
 
 import re
-
 from dataclasses import dataclass
 
 _BOM = b"\xef\xbb\xbf"
@@ -90,7 +89,7 @@ class SseDecoder:
     line endings switches for good to the line parser, which handles every form.
     """
 
-    __slots__ = ("_lines", "_start", "_data", "_event", "_id", "_retry", "_tail", "_fast", "_names")
+    __slots__ = ("_data", "_event", "_fast", "_id", "_lines", "_names", "_retry", "_start", "_tail")
 
     def __init__(self) -> None:
         self._lines = _Lines()
@@ -148,7 +147,7 @@ class SseDecoder:
                     out.append((text, block[nl + 7 :], None, None))
                     continue
             if block:
-                out += self._parse(block.split(b"\n") + [b""])
+                out += self._parse([*block.split(b"\n"), b""])
         return out
 
     def flush_raw(self) -> list[RawEvent]:
@@ -210,9 +209,8 @@ class SseDecoder:
             elif name == b"id":
                 if b"\x00" not in value:
                     self._id = value
-            elif name == b"retry":
-                if value.isdigit():  # ASCII digits only, for bytes
-                    self._retry = int(value)
+            elif name == b"retry" and value.isdigit():  # ASCII digits only, for bytes
+                self._retry = int(value)
         return out
 
 
@@ -267,7 +265,7 @@ class JsonArrayDecoder:
     so a lone object (an error body) comes out as one element too.
     """
 
-    __slots__ = ("_buf", "_pos", "_depth", "_in_string", "_escape")
+    __slots__ = ("_buf", "_depth", "_escape", "_in_string", "_pos")
 
     def __init__(self) -> None:
         self._buf = bytearray()  # the object in progress, from its `{`

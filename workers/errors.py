@@ -11,6 +11,7 @@ key a provider echoes back never reaches a log, an event or an error.
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import re
 import time
@@ -162,10 +163,8 @@ def from_transport(exc: httpx.TransportError, what: str = "the provider", url: s
             break
     else:  # pragma: no cover - TransportError itself is in the map
         error_class = "network"
-    try:
+    with contextlib.suppress(RuntimeError):
         url = str(exc.request.url.copy_with(query=None))
-    except RuntimeError:
-        pass
     detail = str(exc) or type(exc).__name__
     if isinstance(exc, httpx.ConnectError):
         message = f"cannot connect to {what} at {url or 'its base URL'}: {detail}"

@@ -60,7 +60,7 @@ def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path):
 
 @pytest.mark.parametrize("device", ["/dev/zero", "/dev/null", "/proc"])
 def test_devices_and_directories_are_refused(device):
-    with pytest.raises(InvalidRequestError, match="not a regular file|cannot read"):
+    with pytest.raises(InvalidRequestError, match=r"not a regular file|cannot read"):
         read_local_file(device, 1024)
 
 

@@ -221,11 +221,11 @@ async def test_timeouts_bound_the_whole_loop_and_each_step(daemon):
     stalled = {"provider_options": {"mock": {"steps": [{"text": "hi"}, {"stall": True}]}}}
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir) as client:
-            with pytest.raises(ProviderTimeoutError, match="timeout_s=0.3"):
+            with pytest.raises(ProviderTimeoutError, match=r"timeout_s=0\.3"):
                 await trunkline.generate("mock:echo", "go", client=client, timeout_s=0.3, **stalled)
             with pytest.raises(ProviderTimeoutError):
                 await trunkline.generate("mock:echo", "go", client=client, step_timeout_s=0.3, **stalled)
-            with pytest.raises(ProviderTimeoutError, match="timeout_s=0.3"):
+            with pytest.raises(ProviderTimeoutError, match=r"timeout_s=0\.3"):
                 async with trunkline.stream("mock:echo", "go", client=client, timeout_s=0.3, **stalled) as s:
                     await s.result()
 

@@ -79,10 +79,12 @@ async def test_simple_text(provider: Harness):
 async def test_streaming_text(provider: Harness):
     fields = provider.script(Turn(text="A haiku about code, streaming in."))
     with trio.fail_after(30):
-        async with Client(provider.daemon.runtime_dir) as client:
-            async with trunkline.stream(provider.model, "Write a haiku.", client=client, **fields) as s:
-                events = [e async for e in s]
-                result = await s.result()
+        async with (
+            Client(provider.daemon.runtime_dir) as client,
+            trunkline.stream(provider.model, "Write a haiku.", client=client, **fields) as s,
+        ):
+            events = [e async for e in s]
+            result = await s.result()
     check_invariants(events)
     assert type(events[0]) is StreamStart and type(events[-1]) is Finish
     assert "".join(e.text for e in events if type(e) is TextDelta) == result.text == "A haiku about code, streaming in."
@@ -183,12 +185,14 @@ async def test_streaming_with_tool_calls(provider: Harness):
     log: list[dict[str, Any]] = []
     fields = provider.script(Turn(text="Checking.", calls=[("get_weather", {"city": "Kyiv"})]), Turn(text="Kyiv: 18C."))
     with trio.fail_after(30):
-        async with Client(provider.daemon.runtime_dir) as client:
-            async with trunkline.stream(
+        async with (
+            Client(provider.daemon.runtime_dir) as client,
+            trunkline.stream(
                 provider.model, "Weather in Kyiv?", tools=[weather_tool(log)], client=client, **fields
-            ) as s:
-                events = [e async for e in s]
-                result = await s.result()
+            ) as s,
+        ):
+            events = [e async for e in s]
+            result = await s.result()
     assert log == [{"city": "Kyiv"}]
     boundary = [i for i, e in enumerate(events) if isinstance(e, trunkline.StepFinish)]
     assert len(boundary) == 1
@@ -232,12 +236,14 @@ async def test_generate_object(provider: Harness):
 async def test_stream_object(provider: Harness):
     fields = provider.script(Turn(text='{"name": "Alice", "age": 30}'))
     with trio.fail_after(30):
-        async with Client(provider.daemon.runtime_dir) as client:
-            async with trunkline.stream_object(
+        async with (
+            Client(provider.daemon.runtime_dir) as client,
+            trunkline.stream_object(
                 provider.model, "Extract: Alice is 30", schema=Person, client=client, **fields
-            ) as s:
-                partials = [p async for p in s]
-                person = await s.object()
+            ) as s,
+        ):
+            partials = [p async for p in s]
+            person = await s.object()
     assert person == Person(name="Alice", age=30)
     assert partials[-1] == {"name": "Alice", "age": 30} and len(partials) > 1
     assert all(set(p) <= {"name", "age"} for p in partials)

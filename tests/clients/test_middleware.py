@@ -143,5 +143,5 @@ async def test_the_cache_example_answers_a_repeated_request_from_memory(daemon):
                     streams.append((events, await stream.response()))
     assert first == second and other.text.strip() == "cache" and cache.hits == 2
     assert len(counter.sent) == 3  # "cache me", "cache me" with max_tokens, one stream
-    (events_a, response_a), (events_b, response_b) = streams
+    (events_a, _response_a), (events_b, response_b) = streams
     assert events_a == events_b and type(events_b[-1]) is Finish and response_b.text == "stream me"

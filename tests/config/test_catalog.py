@@ -246,7 +246,7 @@ def test_an_unknown_name_says_what_exists():
     cat = Catalog.load(providers={"mock", "ollama"})
     with pytest.raises(UnknownModel, match=r"'nosuch' is not a provider \(the providers are: mock, ollama\)"):
         cat.resolve("nosuch:model")
-    with pytest.raises(UnknownModel, match="name one, as `provider:llama3.2:3b`"):
+    with pytest.raises(UnknownModel, match=r"name one, as `provider:llama3\.2:3b`"):
         cat.resolve("llama3.2:3b")
     with pytest.raises(UnknownModel, match="did you mean `echo`"):
         cat.resolve("echoo")

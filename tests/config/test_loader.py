@@ -30,7 +30,7 @@ def test_defaults_alone():
 
 
 def test_a_response_limit_too_small_to_hold_an_answer_is_refused(tmp_path):
-    with pytest.raises(ConfigError, match="limits.max_response_bytes"):
+    with pytest.raises(ConfigError, match=r"limits\.max_response_bytes"):
         load_config(write(tmp_path, "limits:\n  max_response_bytes: 10\n"))
 
 

@@ -31,7 +31,6 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from helpers import DaemonProcess  # noqa: E402
-
 from trunkline.client import Client  # noqa: E402
 from trunkline.protocol.messages import AnyEvent, ControlReply  # noqa: E402
 
@@ -145,7 +144,7 @@ def check_events(rid: str, reply: dict[str, Any], expect: dict[str, Any]) -> Non
     if "pattern" in expect and not re.fullmatch(expect["pattern"], " ".join(types)):
         raise ConformanceError(f"{rid}: event types {' '.join(types)[:400]!r} do not match {expect['pattern']!r}")
     if "text" in expect:
-        deltas = "".join(e.text for e, t in zip(events, types) if t == "text_delta")
+        deltas = "".join(e.text for e, t in zip(events, types, strict=True) if t == "text_delta")
         if deltas != expect["text"]:
             raise ConformanceError(f"{rid}: the text deltas make {deltas[:200]!r}, expected {expect['text'][:200]!r}")
     if "terminal" in expect:
@@ -157,7 +156,7 @@ def check_events(rid: str, reply: dict[str, Any], expect: dict[str, Any]) -> Non
     for item in expect.get("has", []):
         item = dict(item)
         want_type = item.pop("type")
-        if not any(t == want_type and _matches(e, item) for e, t in zip(events, types)):
+        if not any(t == want_type and _matches(e, item) for e, t in zip(events, types, strict=True)):
             raise ConformanceError(f"{rid}: no {want_type} event with {item}")
     if "recovered_at_least" in expect and reply.get("recovered", 0) < expect["recovered_at_least"]:
         raise ConformanceError(

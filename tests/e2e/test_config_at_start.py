@@ -6,6 +6,7 @@ import pytest
 import trio
 
 from trunkline import Client
+from trunkline.errors import ServerError
 
 pytestmark = pytest.mark.e2e
 
@@ -23,7 +24,7 @@ async def test_the_daemon_logs_one_line_per_request(daemon):
     with trio.fail_after(20):
         async with Client(daemon.runtime_dir) as client:
             done = await client.complete("mock:echo", "one two", request_id="req-logged-1")
-            with pytest.raises(Exception):
+            with pytest.raises(ServerError):
                 await client.complete(
                     "mock:echo",
                     "x",

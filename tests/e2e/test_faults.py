@@ -15,7 +15,7 @@ import trio
 
 from helpers import check_invariants, steps
 from trunkline import Client, Message, Request
-from trunkline.errors import InvalidRequestError, UnavailableError, error_from_info
+from trunkline.errors import InvalidRequestError, UnavailableError
 from trunkline.protocol import codec
 from trunkline.protocol.messages import (
     ErrorEvent,
@@ -87,7 +87,7 @@ async def test_cancel_inside_tool_call_with_partial_arguments_gives_empty_object
                     if type(ev) is ToolCallDelta and sum(type(e) is ToolCallDelta for e in events) == 10:
                         await stream.cancel()
     check_invariants(events)
-    end = [e for e in events if type(e) is ToolCallEnd][0]
+    end = next(e for e in events if type(e) is ToolCallEnd)
     assert end.arguments == {}  # a prefix of the JSON does not parse
     assert ARGS.startswith(end.raw_arguments) and 10 <= len(end.raw_arguments) < len(ARGS)
     response = events[-1].response
@@ -111,7 +111,7 @@ async def test_cancel_after_all_arguments_arrived_keeps_them_parsed(daemon):
                     if type(ev) is ToolCallDelta and sum(type(e) is ToolCallDelta for e in events) == 3:
                         await stream.cancel()
     check_invariants(events)
-    end = [e for e in events if type(e) is ToolCallEnd][0]
+    end = next(e for e in events if type(e) is ToolCallEnd)
     assert end.arguments == {"path": "/etc/hosts", "lines": [1, 2, 3]}
     assert events[-1].response.finish_reason.reason == "cancelled"
 
@@ -408,14 +408,13 @@ async def test_a_client_owns_its_requests(daemon):
                     await attacker.complete("mock:echo", "mine now", request_id="req-victim")
                 with pytest.raises(InvalidRequestError, match="not given to this connection"):
                     await attacker._call(Goodbye(client_id=victim.client_id))
+                attacker_submit = Submit(
+                    request_id="req-borrowed",
+                    client_id=victim.client_id,
+                    request=Request(model="mock:echo", messages=[Message.user("x")]),
+                )
                 with pytest.raises(InvalidRequestError, match="not given to this connection"):
-                    attacker_submit = Submit(
-                        request_id="req-borrowed",
-                        client_id=victim.client_id,
-                        request=Request(model="mock:echo", messages=[Message.user("x")]),
-                    )
-                    reply = await attacker._call(attacker_submit)
-                    raise error_from_info(reply.error)
+                    await attacker._call(attacker_submit)
                 response = await stream.response()
             assert response.text == "".join(f"w{i} " for i in range(50))
             # Its owner can replay it.

@@ -78,7 +78,7 @@ scalars = (
     | st.sampled_from(TAGS + FIELDS + ["mock:echo", "user"])
     # msgpack's own types beyond JSON: extension values and timestamps.
     | st.builds(msgspec.msgpack.Ext, st.integers(-128, 127), st.binary(max_size=17))
-    | st.datetimes(timezones=st.just(datetime.timezone.utc))
+    | st.datetimes(timezones=st.just(datetime.UTC))
 )
 values = st.recursive(
     scalars,

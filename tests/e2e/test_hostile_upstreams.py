@@ -267,20 +267,19 @@ async def test_a_worker_killed_mid_stream_reports_an_estimated_bill(start_daemon
     slow = steps(*[{"text": f"w{i} ", "delay": 0.01} for i in range(500)], {"finish": "stop"})
     events: list = []
     with trio.fail_after(30):
-        async with Client(daemon.runtime_dir) as client:
-            async with trio.open_nursery() as nursery:
-                innocent: list = []
+        async with Client(daemon.runtime_dir) as client, trio.open_nursery() as nursery:
+            innocent: list = []
 
-                async def innocent_stream() -> None:
-                    innocent.append(await client.complete(MODEL, "innocent"))
+            async def innocent_stream() -> None:
+                innocent.append(await client.complete(MODEL, "innocent"))
 
-                async with client.stream("mock:echo", "a long prompt " * 50, provider_options=slow) as stream:
-                    async for ev in stream:
-                        events.append(ev)
-                        if type(ev) is TextDelta and len(events) == 10:
-                            nursery.start_soon(innocent_stream)
-                            pid = {w.provider: w.pid for w in (await client.status()).workers}["mock"]
-                            os.kill(pid, signal.SIGKILL)
+            async with client.stream("mock:echo", "a long prompt " * 50, provider_options=slow) as stream:
+                async for ev in stream:
+                    events.append(ev)
+                    if type(ev) is TextDelta and len(events) == 10:
+                        nursery.start_soon(innocent_stream)
+                        pid = {w.provider: w.pid for w in (await client.status()).workers}["mock"]
+                        os.kill(pid, signal.SIGKILL)
     check_invariants(events)
     end = events[-1]
     assert type(end) is ErrorEvent and end.error.error_class == "unavailable"
@@ -359,7 +358,7 @@ async def daemon_native(start_daemon, upstream):
 @pytest.mark.parametrize("provider", sorted(PROVIDERS))
 async def test_a_native_stream_without_its_end_is_a_network_error(daemon_native, upstream, provider):
     path, model, reply = PROVIDERS[provider]
-    events, innocent = await attack_beside_innocent(
+    events, _innocent = await attack_beside_innocent(
         daemon_native,
         upstream,
         reply("half an ", "answer", end=False),

@@ -8,6 +8,7 @@ import os
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pynng
@@ -173,7 +174,7 @@ async def test_the_daemon_never_opens_a_path_a_client_names(start_daemon, tmp_pa
                 )
                 assert ok.text == "what is this?"
                 mock = {w.provider: w for w in (await client.status()).workers}["mock"]
-        environ = open(f"/proc/{mock.pid}/environ", "rb").read()
+        environ = Path(f"/proc/{mock.pid}/environ").read_bytes()
         assert b"sk-or-not-for-mock" not in environ and b"tok-secret" not in environ
         assert b"TRUNKLINE_TOKEN" not in environ and b"PATH=" in environ
     finally:

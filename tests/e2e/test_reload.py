@@ -96,58 +96,57 @@ async def test_reload_applies_to_new_requests_and_refuses_a_broken_file(daemon, 
     held = Reply(200, {"content-type": "text/event-stream"}, events, hold_after=3, release=release)
     upstream.route("POST", "/v1/messages", held, Reply.json(ANSWER))
     with trio.fail_after(40):
-        async with Client(daemon.runtime_dir, watch_bus=True) as client:
-            # A request in flight across every reload below: its upstream reply is held open.
-            async with client.stream(MODEL, "2+2?") as in_flight:
-                assert type(await in_flight.__anext__()) is StreamStart
-                assert (await client.complete(MODEL, "hi")).cost_usd == pytest.approx(cost(1.0, 2.0))
+        # A request in flight across every reload below: its upstream reply is held open.
+        async with Client(daemon.runtime_dir, watch_bus=True) as client, client.stream(MODEL, "2+2?") as in_flight:
+            assert type(await in_flight.__anext__()) is StreamStart
+            assert (await client.complete(MODEL, "hi")).cost_usd == pytest.approx(cost(1.0, 2.0))
 
-                # A broken file is refused with its error; the running configuration stays.
-                good = daemon.config_path.read_text()
-                daemon.config_path.write_text(good + "retry: {max_retries: [not a number\n")
-                refused = await client.reload()
-                assert not refused.ok and refused.error.error_class == "invalid_request"
-                assert str(daemon.config_path) in refused.error.message and "invalid YAML" in refused.error.message
-                daemon.config_path.write_text(good.replace("models:", "modelz:"))
-                refused = await client.reload()
-                assert not refused.ok and "`modelz`: unknown key" in refused.error.message
-                assert (await client.complete(MODEL, "hi")).cost_usd == pytest.approx(cost(1.0, 2.0))
+            # A broken file is refused with its error; the running configuration stays.
+            good = daemon.config_path.read_text()
+            daemon.config_path.write_text(good + "retry: {max_retries: [not a number\n")
+            refused = await client.reload()
+            assert not refused.ok and refused.error.error_class == "invalid_request"
+            assert str(daemon.config_path) in refused.error.message and "invalid YAML" in refused.error.message
+            daemon.config_path.write_text(good.replace("models:", "modelz:"))
+            refused = await client.reload()
+            assert not refused.ok and "`modelz`: unknown key" in refused.error.message
+            assert (await client.complete(MODEL, "hi")).cost_usd == pytest.approx(cost(1.0, 2.0))
 
-                # A good one, through the CLI: new prices and a new retry policy from the next request;
-                # a changed provider header needs a restart and says so.
-                def change(config: dict) -> None:
-                    config["models"] = priced(10.0, 20.0)
-                    config["providers"]["anthropic"]["retry"] = {"max_retries": 0}
-                    config["providers"]["anthropic"]["headers"] = {"x-team": "b"}
+            # A good one, through the CLI: new prices and a new retry policy from the next request;
+            # a changed provider header needs a restart and says so.
+            def change(config: dict) -> None:
+                config["models"] = priced(10.0, 20.0)
+                config["providers"]["anthropic"]["retry"] = {"max_retries": 0}
+                config["providers"]["anthropic"]["headers"] = {"x-team": "b"}
 
-                daemon.config_path.write_text(good)
-                rewrite(daemon, change)
-                done = await cli_reload(daemon)
-                out = done.stdout.decode()
-                assert done.returncode == 0, done.stderr.decode()
-                assert f"reloaded {daemon.config_path}" in out
-                assert "providers.anthropic: changed; applies when the daemon restarts" in out
-                response = await client.complete(MODEL, "hi")
-                assert response.cost_usd == pytest.approx(cost(10.0, 20.0))
-                assert "x-team" not in upstream.sent("/v1/messages")[-1].headers  # bound at start
-                before = len(upstream.sent("/v1/messages"))
-                upstream.route("POST", "/v1/messages", OVERLOADED, Reply.json(ANSWER))
-                with pytest.raises(RateLimitError):
-                    await client.complete(MODEL, "hi")
-                assert len(upstream.sent("/v1/messages")) == before + 1  # max_retries 0: not retried
+            daemon.config_path.write_text(good)
+            rewrite(daemon, change)
+            done = await cli_reload(daemon)
+            out = done.stdout.decode()
+            assert done.returncode == 0, done.stderr.decode()
+            assert f"reloaded {daemon.config_path}" in out
+            assert "providers.anthropic: changed; applies when the daemon restarts" in out
+            response = await client.complete(MODEL, "hi")
+            assert response.cost_usd == pytest.approx(cost(10.0, 20.0))
+            assert "x-team" not in upstream.sent("/v1/messages")[-1].headers  # bound at start
+            before = len(upstream.sent("/v1/messages"))
+            upstream.route("POST", "/v1/messages", OVERLOADED, Reply.json(ANSWER))
+            with pytest.raises(RateLimitError):
+                await client.complete(MODEL, "hi")
+            assert len(upstream.sent("/v1/messages")) == before + 1  # max_retries 0: not retried
 
-                # SIGHUP does the same; the bus says when it is done.
-                upstream.route("POST", "/v1/messages", Reply.json(ANSWER))
-                rewrite(daemon, lambda config: config.update(models=priced(100.0, 200.0)))
-                drain(client)  # the CLI's reload was announced too
-                daemon.proc.send_signal(signal.SIGHUP)
-                while (await client.bus_events.receive()).name != "config.reloaded":
-                    pass
-                assert (await client.complete(MODEL, "hi")).cost_usd == pytest.approx(cost(100.0, 200.0))
+            # SIGHUP does the same; the bus says when it is done.
+            upstream.route("POST", "/v1/messages", Reply.json(ANSWER))
+            rewrite(daemon, lambda config: config.update(models=priced(100.0, 200.0)))
+            drain(client)  # the CLI's reload was announced too
+            daemon.proc.send_signal(signal.SIGHUP)
+            while (await client.bus_events.receive()).name != "config.reloaded":
+                pass
+            assert (await client.complete(MODEL, "hi")).cost_usd == pytest.approx(cost(100.0, 200.0))
 
-                # The request in flight all along ends normally, at the prices it started with.
-                release.set()
-                response = await in_flight.response()
+            # The request in flight all along ends normally, at the prices it started with.
+            release.set()
+            response = await in_flight.response()
     assert response.text == "4" and response.finish_reason.reason == "stop"
     assert response.cost_usd == pytest.approx((50 * 1.0 + 120 * 2.0) / 1e6)
     assert daemon.proc.returncode is None  # SIGHUP did not end the daemon

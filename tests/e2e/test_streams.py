@@ -90,7 +90,7 @@ async def test_scripted_reasoning_and_parallel_tool_calls(daemon):
     assert len(fragments) == 4 and json.loads("".join(fragments)) == {"city": "Paris", "unit": "°C"}
     assert ends[0].arguments == {"city": "Paris", "unit": "°C"}
     assert ends[1].arguments == {"city": "Tōkyō"}
-    reasoning = [e for e in events if type(e) is ReasoningEnd][0]
+    reasoning = next(e for e in events if type(e) is ReasoningEnd)
     assert reasoning.text == "Let me think. Two lookups." and reasoning.signature == "sig-123"
 
     response = events[-1].response

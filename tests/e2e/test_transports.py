@@ -72,7 +72,7 @@ def transport(request: pytest.FixtureRequest) -> str:
 
 
 async def test_handshake_submit_stream_cancel_and_replay(start_daemon, transport, tmp_path):
-    daemon, reach = await serve(start_daemon, transport, tmp_path)
+    _daemon, reach = await serve(start_daemon, transport, tmp_path)
     slow = Request(
         model="mock:echo",
         messages=[Message.user("x")],
@@ -103,7 +103,7 @@ async def test_a_gap_is_recovered_by_replay_over_every_transport(start_daemon, t
     """The client stops reading; its own queue keeps the newest events and drops the
     oldest, so the first event it sees next shows the gap in `seq`."""
     n = 30_000
-    daemon, reach = await serve(start_daemon, transport, tmp_path, {"replay": {"ring_events": 100_000}})
+    _daemon, reach = await serve(start_daemon, transport, tmp_path, {"replay": {"ring_events": 100_000}})
     request = Request(model="mock:echo", messages=[Message.user("x")], provider_options=steps({"text": "ab"}, repeat=n))
     with trio.fail_after(60):
         async with Client(**reach, watch_bus=True) as watcher, Client(**reach, silence_check_s=600) as client:
@@ -138,7 +138,7 @@ async def test_a_call_times_out_instead_of_hanging_and_the_client_recovers(start
 
 
 async def test_tls_needs_the_token_and_a_server_the_client_can_verify(start_daemon, tmp_path):
-    daemon, reach = await serve(start_daemon, "tls", tmp_path)
+    _daemon, reach = await serve(start_daemon, "tls", tmp_path)
     with trio.fail_after(30):
         with pytest.raises(AuthenticationError):
             async with Client(**{**reach, "token": "wrong"}):
@@ -160,7 +160,7 @@ async def test_tls_needs_the_token_and_a_server_the_client_can_verify(start_daem
 
 
 async def test_the_cli_manages_a_remote_daemon_over_tls(start_daemon, tmp_path):
-    daemon, reach = await serve(start_daemon, "tls", tmp_path)
+    _daemon, reach = await serve(start_daemon, "tls", tmp_path)
     base = [sys.executable, "-m", "trunkline.cli"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRUNKLINE_")}
     env["TRUNKLINE_RUNTIME_DIR"] = str(tmp_path / "no-local-daemon")  # so the local default finds nothing
@@ -240,7 +240,7 @@ async def test_the_cli_manages_a_remote_daemon_over_tls(start_daemon, tmp_path):
 
 
 async def test_each_tls_mistake_names_its_own_cause(start_daemon, tmp_path):
-    daemon, reach = await serve(start_daemon, "tls", tmp_path)
+    _daemon, reach = await serve(start_daemon, "tls", tmp_path)
     _, plain = await serve(start_daemon, "tcp", tmp_path)
     other_ca = tls_files(tmp_path / "other") if (tmp_path / "other").mkdir() is None else None
     assert other_ca is not None
@@ -265,7 +265,7 @@ async def test_each_tls_mistake_names_its_own_cause(start_daemon, tmp_path):
     }
     messages = {}
     with trio.fail_after(60):
-        for name, (kwargs, words) in cases.items():
+        for name, (kwargs, _) in cases.items():
             with pytest.raises(TLSError) as info:
                 async with Client(**kwargs, timeout_s=5):
                     pass
@@ -279,7 +279,7 @@ async def test_each_tls_mistake_names_its_own_cause(start_daemon, tmp_path):
 async def test_plain_tcp_to_a_tls_daemon_hints_at_tls(start_daemon, tmp_path):
     """What nng does with a client that does not start TLS: it closes the connection,
     which looked like no daemon at all."""
-    daemon, reach = await serve(start_daemon, "tls", tmp_path)
+    _daemon, reach = await serve(start_daemon, "tls", tmp_path)
     plain = reach["control_endpoint"].replace("tls+tcp://", "tcp://")
     with trio.fail_after(30):
         with pytest.raises(DaemonNotRunning) as info:

@@ -9,7 +9,8 @@ import re
 
 import msgspec
 
-from trunkline.protocol import codec, messages as m, reference, schema, transcripts
+from trunkline.protocol import codec, reference, schema, transcripts
+from trunkline.protocol import messages as m
 
 
 def test_transcripts_in_protocol_md_are_current():

@@ -38,6 +38,7 @@ values = (
     | st.lists(doubles, max_size=3)
     | st.lists(st.booleans(), max_size=3)
 )
+UNSET = Status(StatusCode.UNSET)
 attributes = st.dictionaries(st.text(min_size=1, max_size=30), values, max_size=12)
 
 
@@ -45,7 +46,7 @@ def span(
     attrs: dict[str, Any],
     *,
     parent: str | None = None,
-    status: Status = Status(StatusCode.UNSET),
+    status: Status = UNSET,
     events: list[dict[str, Any]] = (),
     kind: SpanKind = SpanKind.CLIENT,
     trace_state: bool = True,

@@ -15,11 +15,11 @@ from trunkline.protocol.messages import (
     Request,
     ResponseFormat,
     TextPart,
+    Timeouts,
     Tool,
     ToolCallPart,
     ToolChoice,
     ToolResultPart,
-    Timeouts,
 )
 from trunkline.supervisor.validate import Invalid, validate
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 
@@ -35,7 +36,7 @@ def ndjson(chunks: list[bytes]) -> list[bytes]:
 
 def split_at(data: bytes, points: list[int]) -> list[bytes]:
     cuts = [0, *sorted(points), len(data)]
-    return [data[a:b] for a, b in zip(cuts, cuts[1:])]
+    return [data[a:b] for a, b in itertools.pairwise(cuts)]
 
 
 def chunkings(data: bytes) -> list[list[bytes]]:
@@ -383,8 +384,25 @@ def test_ndjson_one_byte_at_a_time_stays_linear() -> None:
 
 interesting_bytes = st.lists(
     st.sampled_from(
-        [b"\r", b"\n", b"\r\n", b":", b" ", b"data", b"event", b"id", b"retry", b"7", b"x", b"\x00"]
-        + [b"\xef\xbb\xbf", "’".encode(), "😀".encode(), b"\xff", b"\xe2\x80"]
+        [
+            b"\r",
+            b"\n",
+            b"\r\n",
+            b":",
+            b" ",
+            b"data",
+            b"event",
+            b"id",
+            b"retry",
+            b"7",
+            b"x",
+            b"\x00",
+            b"\xef\xbb\xbf",
+            "’".encode(),
+            "😀".encode(),
+            b"\xff",
+            b"\xe2\x80",
+        ]
     ),
     max_size=40,
 ).map(b"".join)

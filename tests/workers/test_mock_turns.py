@@ -35,5 +35,5 @@ def test_a_history_past_the_script_and_steps_with_turns_are_refused():
     history = [Message.user("q"), *[Message.assistant("a"), Message.user("q")] * 3]
     with pytest.raises(ProviderError, match="scripts 3 turn\\(s\\) and the history already holds 3"):
         played(history)
-    with pytest.raises(ProviderError, match="`turns` .one reply per assistant turn., not both"):
+    with pytest.raises(ProviderError, match=r"`turns` \(one reply per assistant turn\), not both"):
         played([Message.user("q")], {"mock": {"turns": [[]], "steps": []}})

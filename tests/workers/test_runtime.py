@@ -11,15 +11,15 @@ import trio.testing
 
 from helpers import check_invariants
 from trunkline.config.loader import ProviderConfig, RetryPolicy, TimeoutPolicy
-from trunkline.protocol.codec import split_frame, decode_event
+from trunkline.protocol.codec import decode_event, split_frame
 from trunkline.protocol.messages import (
+    RETRYABLE,
     BusEvent,
     ErrorEvent,
     Finish,
     Job,
     Message,
     ModelInfo,
-    RETRYABLE,
     Price,
     Request,
     TextDelta,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import httpx
 import msgspec
@@ -37,7 +37,7 @@ def _until(value: str | None) -> float | None:
         when = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         return None
-    return max((when - datetime.now(timezone.utc)).total_seconds(), 0.0)
+    return max((when - datetime.now(UTC)).total_seconds(), 0.0)
 
 
 class AnthropicAdapter(HttpAdapter):

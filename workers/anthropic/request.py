@@ -48,8 +48,8 @@ from ...protocol.messages import (
     WarningInfo,
 )
 from .. import _rules
-from .._provider_parts import keep_provider_part
 from .._contract import Built
+from .._provider_parts import keep_provider_part
 from .._warnings import warn
 from ..errors import ProviderError
 from .response import API, CONTAINER

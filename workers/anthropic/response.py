@@ -11,7 +11,6 @@ continuation can send them back.
 from __future__ import annotations
 
 import json
-
 from typing import Any
 
 from ...protocol.accumulate import parse_arguments

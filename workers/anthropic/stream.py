@@ -41,7 +41,7 @@ from .response import API, CONTAINER, container_part, finish_reason, usage
 
 
 class _Block:
-    __slots__ = ("kind", "chunks", "id", "name", "signature", "data", "raw")
+    __slots__ = ("chunks", "data", "id", "kind", "name", "raw", "signature")
 
     def __init__(
         self, kind: str, id: str = "", name: str = "", data: str | None = None, raw: dict[str, Any] | None = None

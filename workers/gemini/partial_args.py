@@ -11,6 +11,7 @@ arrived, and the end event carries the object itself.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from typing import Any
@@ -90,7 +91,7 @@ class PartialArgs:
 
     def _store(self, path: Path, value: Any, appending: bool) -> None:
         node: Any = self.value
-        for token, nxt in zip(path, path[1:]):
+        for token, nxt in itertools.pairwise(path):
             fresh: Any = {} if isinstance(nxt, str) else []
             node = self._slot(node, token, fresh)
         leaf = path[-1]

@@ -22,6 +22,7 @@ Rules worth knowing (the tests hold each one):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import mimetypes
 import re
@@ -43,8 +44,8 @@ from ...protocol.messages import (
     ToolResultPart,
     WarningInfo,
 )
-from .._provider_parts import keep_provider_part
 from .._contract import Built
+from .._provider_parts import keep_provider_part
 from .._warnings import warn
 from ..errors import ProviderError
 
@@ -228,10 +229,8 @@ class _Translator:
                     media.append(m)
         value: Any = text
         if text.strip()[:1] in ("{", "["):
-            try:
-                value = json.loads(text)  # a JSON result goes as structure, not as a quoted string
-            except ValueError:
-                pass
+            with contextlib.suppress(ValueError):  # a JSON result goes as structure, not as a quoted string
+                value = json.loads(text)
         response = {"error": value} if is_error else (value if isinstance(value, dict) else {"result": value})
         body: dict[str, Any] = {"name": fn, "response": response}
         call_id = known[1] if known else self.wire_ids.get(canonical, canonical)

@@ -129,7 +129,7 @@ def usage(meta: dict[str, Any]) -> Usage:
 
 
 class _Open:
-    __slots__ = ("kind", "index", "chunks", "name", "id", "signature", "args")
+    __slots__ = ("args", "chunks", "id", "index", "kind", "name", "signature")
 
     def __init__(self, kind: str, index: int, name: str = "", id: str | None = None) -> None:
         self.kind = kind  # text | reasoning | tool

@@ -29,13 +29,13 @@ from ...protocol.messages import (
     ToolResultPart,
     WarningInfo,
 )
-from .._provider_parts import keep_provider_part
 from .._contract import Built
+from .._provider_parts import keep_provider_part
 from .._warnings import warn
+from ..openai_compat.request import error_text
 
 #: `ProviderPart.api` of Ollama's native chat; no provider's opaque part can be sent to it.
 API = "ollama"
-from ..openai_compat.request import error_text
 
 
 def _names_of_calls(messages: list[Message]) -> dict[str, str]:

@@ -43,8 +43,8 @@ from ...protocol.messages import (
     ToolResultPart,
     WarningInfo,
 )
-from .._provider_parts import keep_provider_part
 from .._contract import Built
+from .._provider_parts import keep_provider_part
 from .._warnings import warn
 from ..errors import ProviderError
 

@@ -53,7 +53,7 @@ from .response import call_arguments, finish_reason, opaque, phase_marker, reaso
 class _Part:
     """One canonical part open in the stream."""
 
-    __slots__ = ("index", "chunks", "done")
+    __slots__ = ("chunks", "done", "index")
 
     def __init__(self, index: int) -> None:
         self.index = index
@@ -64,7 +64,7 @@ class _Part:
 class _Item:
     """One output item, by its `output_index`."""
 
-    __slots__ = ("kind", "id", "call_id", "name", "parts", "call", "ended", "streamed")
+    __slots__ = ("call", "call_id", "ended", "id", "kind", "name", "parts", "streamed")
 
     def __init__(self, kind: str, id: str, call_id: str = "", name: str = "") -> None:
         self.kind = kind

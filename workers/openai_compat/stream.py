@@ -38,7 +38,7 @@ from .response import finish_reason, tool_arguments, usage
 
 
 class _Call:
-    __slots__ = ("index", "id", "name", "chunks", "started", "pending")
+    __slots__ = ("chunks", "id", "index", "name", "pending", "started")
 
     def __init__(self) -> None:
         self.index = -1  # canonical part index, once started

@@ -14,6 +14,7 @@ so a response is never silently incomplete.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import math
 import os
@@ -32,12 +33,11 @@ from .config.loader import default_runtime_dir
 from .errors import DaemonNotRunning, DaemonUnavailable, TLSError, TrunklineError, error_from_info
 from .files import inline_local_files, max_file_bytes
 from .middleware import chain_complete, chain_stream, has_stream_hooks
-from .tls_check import handshake_problem
-from .tracing import current_trace_context
 from .protocol import codec, nng
 from .protocol.accumulate import StreamAccumulator
 from .protocol.ids import request_id as new_request_id
 from .protocol.messages import (
+    UNKNOWN_CLIENT,
     Accepted,
     BusEvent,
     Cancel,
@@ -58,23 +58,24 @@ from .protocol.messages import (
     Ready,
     ReadyResult,
     Rejected,
+    Reload,
+    ReloadResult,
     Replay,
     ReplayResult,
     Request,
     Response,
     ResponseFormat,
-    Reload,
-    ReloadResult,
     StatusQuery,
     StatusReport,
     StreamEvent,
     Submit,
     TextDelta,
-    UNKNOWN_CLIENT,
     Timeouts,
     TokenCount,
     Welcome,
 )
+from .tls_check import handshake_problem
+from .tracing import current_trace_context
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -214,7 +215,8 @@ def _plain_tool(tool: Any) -> Any:
     """A plain function becomes an active tool (its schema from its hints and docstring);
     OpenAI's `{"type": "function", "function": {...}}` becomes our field dict. A dict of
     our own fields goes as it is: the daemon checks it, as it checks every request."""
-    from .tools import tool as make_tool, tool_fields
+    from .tools import tool as make_tool
+    from .tools import tool_fields
 
     if isinstance(tool, dict):
         return tool_fields(tool)
@@ -432,7 +434,8 @@ class Client:
         """Our control connection was made anew since our hello: the daemon restarted
         (or the connection dropped, and the daemon let our client id go with it). Say
         hello on it, subscribe to the new client id, and probe, once for all callers."""
-        assert self._control is not None and self._sub is not None
+        assert self._control is not None
+        assert self._sub is not None
         async with self._rehello_lock:
             if self._control.connects == self._hello_at and not force:
                 return
@@ -496,10 +499,9 @@ class Client:
             return
         try:
             if self._control is not None and self.client_id and any(not r.done for r in self._routes.values()):
-                try:
+                # Closing the connection cancels them as well, should the goodbye fail.
+                with contextlib.suppress(DaemonUnavailable, OSError, TrunklineError):
                     await self._call(Goodbye(client_id=self.client_id), timeout_s=2.0)
-                except (DaemonUnavailable, OSError, TrunklineError):
-                    pass  # closing the connection cancels them as well
         finally:
             self._closed = True  # from here on, a call says the client is closed
             await self._teardown()
@@ -755,10 +757,8 @@ class Client:
             # Cancelled (or the caller's deadline passed): the daemon stops too.
             if not route.done:
                 with anyio.CancelScope(shield=True):
-                    try:
+                    with contextlib.suppress(DaemonUnavailable, OSError):
                         await self.cancel(route.request_id)
-                    except (DaemonUnavailable, OSError):
-                        pass
             raise
         raise DaemonUnavailable("the request ended without a terminal event")  # pragma: no cover
 
@@ -873,10 +873,8 @@ class ResponseStream:
                 await self._chain.aclose()  # type: ignore[attr-defined]
         if self._route is not None and not self.accumulator.done:
             with anyio.CancelScope(shield=True):
-                try:
+                with contextlib.suppress(DaemonUnavailable, OSError):
                     await self.client.cancel(self.request_id)
-                except (DaemonUnavailable, OSError):
-                    pass
 
     def __aiter__(self) -> ResponseStream:
         return self

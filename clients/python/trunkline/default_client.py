@@ -11,6 +11,7 @@ event loop finishes (`trio.run` or `asyncio.run` returns).
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import anyio
@@ -96,11 +97,8 @@ async def _hold(slot: _Slot) -> None:
         # Cancelled as the loop ends: close for real (aclose awaits a goodbye). The
         # client's own tasks were cancelled from outside too and report it as a group,
         # which a trio system task must not raise: the loop is ending anyway.
-        with anyio.CancelScope(shield=True):
-            try:
-                await client.aclose()
-            except BaseException:  # noqa: BLE001
-                pass
+        with anyio.CancelScope(shield=True), contextlib.suppress(BaseException):
+            await client.aclose()
 
 
 __all__ = ["get_client", "set_default_client"]

@@ -249,4 +249,4 @@ class GenerateStream:
         return self.loop.result()
 
 
-__all__ = ["generate", "stream", "GenerateStream", "ToolLoop", "conversation"]
+__all__ = ["GenerateStream", "ToolLoop", "conversation", "generate", "stream"]

@@ -84,4 +84,4 @@ def _bind(hook: Any, call_next: Any) -> Any:
     return lambda request: hook(request, call_next)
 
 
-__all__ = ["Middleware", "CompleteNext", "StreamNext", "chain_complete", "chain_stream"]
+__all__ = ["CompleteNext", "Middleware", "StreamNext", "chain_complete", "chain_stream"]

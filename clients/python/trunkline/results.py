@@ -143,4 +143,4 @@ class ObjectResult:
         return self.result.total_usage
 
 
-__all__ = ["GenerateResult", "StepResult", "StepFinish", "ObjectResult"]
+__all__ = ["GenerateResult", "ObjectResult", "StepFinish", "StepResult"]

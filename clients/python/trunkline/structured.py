@@ -176,4 +176,4 @@ class ObjectStream:
         return (await self.result()).object
 
 
-__all__ = ["generate_object", "stream_object", "ObjectStream", "object_schema", "ObjectSchema"]
+__all__ = ["ObjectSchema", "ObjectStream", "generate_object", "object_schema", "stream_object"]

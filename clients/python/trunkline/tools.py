@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import inspect
 import re
-from contextlib import nullcontext
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from functools import partial
 from typing import Any, get_type_hints
 
@@ -232,7 +232,7 @@ async def run_call(call: ToolCallPart, tools: dict[str, Any], messages: Sequence
     timeout = getattr(t, "timeout_s", None)
     try:
         with anyio.fail_after(timeout) if timeout else nullcontext():
-            if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None)):
+            if inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__):
                 value = await fn(**kwargs)
             else:
                 # A thread of its own, so N blocking tools run side by side too; a cancelled
@@ -271,4 +271,4 @@ def result_messages(results: Sequence[ToolResultPart]) -> list[Message]:
     return [Message(role="tool", content=[r]) for r in results]
 
 
-__all__ = ["Tool", "tool", "schema_from_signature", "run_calls", "run_call", "argument_errors"]
+__all__ = ["Tool", "argument_errors", "run_call", "run_calls", "schema_from_signature", "tool"]

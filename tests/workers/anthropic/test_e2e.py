@@ -147,9 +147,8 @@ async def test_overloaded_is_retried_with_the_same_idempotency_key(daemon, upstr
         Reply.sse((CASSETTES / "thinking.sse").read_bytes()),
     )
     with trio.fail_after(20):
-        async with Client(daemon.runtime_dir) as client:
-            async with client.stream("anthropic:claude-sonnet-4-5", "2+2?") as stream:
-                response = await stream.response()
+        async with Client(daemon.runtime_dir) as client, client.stream("anthropic:claude-sonnet-4-5", "2+2?") as s:
+            response = await s.response()
     assert response.text == "4" and isinstance(response.message.content[0], ThinkingPart)
     first, second = upstream.requests
     assert first.headers["idempotency-key"] == second.headers["idempotency-key"]

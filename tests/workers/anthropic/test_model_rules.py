@@ -60,7 +60,7 @@ NO_SAMPLING = [
 ]
 
 
-@pytest.mark.parametrize("name", NO_SAMPLING + ["sonnet", "opus", "haiku"])
+@pytest.mark.parametrize("name", [*NO_SAMPLING, "sonnet", "opus", "haiku"])
 def test_models_that_refuse_sampling_get_none(name):
     built = build_for(name, temperature=0.7, top_p=0.9)
     assert "temperature" not in built.body and "top_p" not in built.body
@@ -72,7 +72,7 @@ def test_models_that_refuse_sampling_get_none(name):
 
 
 def test_the_catalog_lists_exactly_those_nine():
-    claude = [m for m in CATALOG.models("anthropic")]
+    claude = list(CATALOG.models("anthropic"))
     assert len(claude) == 14
     assert sorted(m.wire_name for m in claude if m.rules.sampling == []) == sorted(NO_SAMPLING)
 
@@ -87,8 +87,10 @@ def test_models_that_refuse_the_two_together_get_temperature_only(name):
     built = build_for(name, temperature=0.3, top_p=0.8)
     assert built.body == {"model": name, "max_tokens": 16000, "messages": [USER], "temperature": 0.3}
     assert [w.message for w in built.warnings] == [
-        f"anthropic:{name} takes one sampling parameter per request (rule `sampling_exclusive`); temperature "
-        "was sent and top_p left out"
+        (
+            f"anthropic:{name} takes one sampling parameter per request (rule `sampling_exclusive`); temperature "
+            "was sent and top_p left out"
+        )
     ]
     assert build_for(name, top_p=0.8).body["top_p"] == 0.8
 
@@ -225,8 +227,10 @@ def test_tied_thinking_goes_back_only_to_the_model_that_wrote_it(name):
     built = build_for(name, Message.user("q"), Message(role="assistant", content=other), Message.user("more"))
     assert built.body["messages"][1]["content"] == [{"type": "text", "text": "answer"}]
     assert [w.message for w in built.warnings] == [
-        f"anthropic:{name} accepts only its own thinking blocks (rule `thinking_tied_to_model`); reasoning "
-        "written by claude-opus-5 was dropped"
+        (
+            f"anthropic:{name} accepts only its own thinking blocks (rule `thinking_tied_to_model`); reasoning "
+            "written by claude-opus-5 was dropped"
+        )
     ]
 
 

@@ -431,7 +431,7 @@ def test_recorded_messages_keep_every_block(case: Path):
 def test_any_chunking_of_any_blocks_gives_the_same_parts(cuts, kinds):
     data = stream_of([BLOCKS[k] for k in kinds], container=CONTAINER)
     points = sorted({c % len(data) for c in cuts} - {0})
-    chunks = [data[a:b] for a, b in zip([0, *points], [*points, len(data)])]
+    chunks = [data[a:b] for a, b in zip([0, *points], [*points, len(data)], strict=True)]
     events = run(chunks)
     check_invariants(events)
     assert [(e.kind, e.data) for e in events if type(e) is ProviderPartEvent] == [

@@ -36,7 +36,7 @@ MODEL = ModelInfo(id="anthropic:claude-sonnet-4-5", provider="anthropic", wire_n
 def chunkings(data: bytes) -> list[list[bytes]]:
     rng = random.Random(len(data))
     cuts = sorted(rng.sample(range(1, len(data)), min(40, len(data) - 1)))
-    randomly = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)])]
+    randomly = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
     return [
         [data],
         [data[i : i + 1] for i in range(len(data))],
@@ -113,7 +113,7 @@ def test_error_event_mid_stream_ends_with_the_partial(chunking):
         "overloaded_error",
     )
     assert last.partial.text == "Partial answer"
-    cut = [e for e in events if type(e) is ToolCallEnd][0]
+    cut = next(e for e in events if type(e) is ToolCallEnd)
     assert cut.arguments == {} and cut.raw_arguments == '{"q": "ha'
 
 

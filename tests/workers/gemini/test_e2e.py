@@ -303,9 +303,8 @@ async def test_a_safety_block(daemon, upstream):
         ),
     )
     with trio.fail_after(20):
-        async with Client(daemon.runtime_dir) as client:
-            async with client.stream(FLASH, "something risky") as stream:
-                response = await stream.response()
+        async with Client(daemon.runtime_dir) as client, client.stream(FLASH, "something risky") as stream:
+            response = await stream.response()
     assert response.finish_reason.reason == "content_filter" and response.finish_reason.raw == "SAFETY"
     assert response.text == "I can"
     assert any(w.code == "content_filter" and "HARM_CATEGORY_DANGEROUS_CONTENT" in w.message for w in response.warnings)

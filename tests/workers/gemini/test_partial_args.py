@@ -30,13 +30,13 @@ def path_text(path: tuple[Any, ...]) -> str:
 def fragments(value: Any, path: tuple[Any, ...], data: Any) -> list[dict[str, Any]]:
     """The partialArgs Gemini would send for `value`, in document order, strings cut anywhere."""
     if isinstance(value, dict):
-        return [f for k, v in value.items() for f in fragments(v, path + (k,), data)]
+        return [f for k, v in value.items() for f in fragments(v, (*path, k), data)]
     if isinstance(value, list):
-        return [f for i, v in enumerate(value) for f in fragments(v, path + (i,), data)]
+        return [f for i, v in enumerate(value) for f in fragments(v, (*path, i), data)]
     where = path_text(path)
     if isinstance(value, str):
         cuts = sorted(data.draw(st.lists(st.integers(0, len(value)), max_size=3)))
-        pieces = [value[a:b] for a, b in zip([0, *cuts], [*cuts, len(value)])]
+        pieces = [value[a:b] for a, b in zip([0, *cuts], [*cuts, len(value)], strict=True)]
         out = [{"jsonPath": where, "stringValue": p, "willContinue": True} for p in pieces]
         out.append({"jsonPath": where, "stringValue": ""})  # Gemini's empty closer
         return out

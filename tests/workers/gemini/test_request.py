@@ -113,7 +113,7 @@ def test_a_plain_request_golden():
     assert build(request, FLASH, stream=False).path == "/v1beta/models/gemini-3.8-flash:generateContent"
 
 
-@pytest.mark.parametrize("mode,expected", [("auto", "AUTO"), ("none", "NONE"), ("required", "ANY")])
+@pytest.mark.parametrize(("mode", "expected"), [("auto", "AUTO"), ("none", "NONE"), ("required", "ANY")])
 def test_tool_choice_modes(mode, expected):
     wire, _, _ = body(
         Request(model=FLASH.id, messages=[Message.user("x")], tools=[Tool(name="f")], tool_choice=ToolChoice(mode=mode))
@@ -268,7 +268,7 @@ def test_verbatim_gemini_parts_go_back_and_a_lone_signature_is_a_signed_empty_te
         ),
         Message.user("y"),
     ]
-    wire, warnings, _ = body(Request(model=FLASH.id, messages=messages))
+    wire, _warnings, _ = body(Request(model=FLASH.id, messages=messages))
     # a signature right after a verbatim part belongs to that part
     assert wire["contents"][1]["parts"] == [dict(code, thoughtSignature="c2ln"), {"text": "2"}]
     messages[1] = Message.assistant(
@@ -290,7 +290,7 @@ def test_verbatim_gemini_parts_go_back_and_a_lone_signature_is_a_signed_empty_te
 
 
 @pytest.mark.parametrize(
-    "effort,config",
+    ("effort", "config"),
     [
         ("minimal", {"thinkingLevel": "MINIMAL", "includeThoughts": True}),
         ("low", {"thinkingLevel": "LOW", "includeThoughts": True}),
@@ -306,7 +306,7 @@ def test_level_models_take_a_thinking_level(effort, config):
 
 
 @pytest.mark.parametrize(
-    "effort,config",
+    ("effort", "config"),
     [
         ("none", {"thinkingBudget": 0}),
         ("low", {"thinkingBudget": 2048, "includeThoughts": True}),

@@ -65,7 +65,7 @@ def test_a_body_with_neither_candidates_nor_a_block_is_invalid():
 
 
 @pytest.mark.parametrize(
-    "status,code,cls",
+    ("status", "code", "cls"),
     [
         (400, "INVALID_ARGUMENT", "invalid_request"),
         (401, "UNAUTHENTICATED", "authentication"),

@@ -31,10 +31,10 @@ from trunkline.protocol.messages import (
     ToolCallDelta,
     ToolCallEnd,
 )
+from trunkline.workers._contract import SseOrJsonDecoder
 from trunkline.workers._emit import Emitter
 from trunkline.workers._sse import JsonArrayDecoder
 from trunkline.workers.gemini import response
-from trunkline.workers._contract import SseOrJsonDecoder
 from trunkline.workers.gemini.stream import GeminiStream
 
 RECORDINGS = REPO.parent / "shared" / "recordings" / "gemini"
@@ -65,7 +65,7 @@ def recording(fragment: str) -> Path:
 def chunkings(data: bytes) -> list[list[bytes]]:
     rng = random.Random(len(data))
     cuts = sorted(rng.sample(range(1, len(data)), min(60, len(data) - 1)))
-    randomly = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)])]
+    randomly = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
     return [
         [data],
         [data[i : i + 1] for i in range(len(data))],
@@ -121,10 +121,8 @@ def test_every_recording_under_hostile_chunking_and_in_both_stream_forms(folder)
         events = run([body])
         assert len(events) == 1 and type(events[0]) is ErrorEvent
         return
-    if meta.get("stream"):
-        forms = [body, as_json_array(sse_payloads(body))]
-    else:
-        forms = [body]  # a whole JSON reply is one element of the array form
+    # A whole JSON reply is one element of the array form.
+    forms = [body, as_json_array(sse_payloads(body))] if meta.get("stream") else [body]
     baseline = None
     for form in forms:
         for chunks in chunkings(form):
@@ -406,7 +404,7 @@ TRICKY = st.text(st.sampled_from('a"\\{}[]é, \n'), max_size=8) | st.text(max_si
 def test_json_array_decoder_gives_the_same_objects_under_any_chunking(objects, data):
     body = ("[" + "\n,\r\n".join(json.dumps(o, indent=1, ensure_ascii=False) for o in objects) + "]").encode()
     cuts = sorted(data.draw(st.lists(st.integers(0, len(body)), max_size=12)))
-    chunks = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)])]
+    chunks = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
     decoder = JsonArrayDecoder()
     out = [json.loads(x) for c in chunks for x in decoder.feed(c)] + decoder.flush()
     assert out == objects
@@ -416,7 +414,7 @@ def test_json_array_decoder_gives_the_same_objects_under_any_chunking(objects, d
 @given(st.binary(max_size=300), st.lists(st.integers(0, 300), max_size=8))
 def test_any_bytes_end_in_a_terminal_event_never_a_crash(body, cuts):
     cuts = sorted(c for c in cuts if c <= len(body))
-    chunks = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)])]
+    chunks = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
     events = run(chunks)  # only ProviderError may escape the translator; run() turns it into an error event
     check_invariants(events)
 

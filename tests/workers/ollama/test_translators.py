@@ -181,7 +181,7 @@ def chunkings(data: bytes) -> list[list[bytes]]:
     return [
         [data],
         [data[i : i + 1] for i in range(len(data))],
-        [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)])],
+        [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)],
     ]
 
 
@@ -313,5 +313,5 @@ def test_ids_in_ollama_cloud_tool_calls_are_kept():
         + b"\n"
     )
     events = run([line])
-    end = [e for e in events if type(e) is ToolCallEnd][0]
+    end = next(e for e in events if type(e) is ToolCallEnd)
     assert end.provider_id == "call_mo1wm122" and end.arguments == {"a": 1}

@@ -372,11 +372,13 @@ async def test_built_in_tool_items_reach_the_client_as_provider_parts(daemon, up
     }
     upstream.route("POST", RESPONSES, stream_reply([search, oa.message("msg_1", "Sunny.")]))
     with trio.fail_after(30):
-        async with Client(daemon.runtime_dir) as client:
-            async with client.stream(
+        async with (
+            Client(daemon.runtime_dir) as client,
+            client.stream(
                 MODEL, "Weather?", provider_options={"openai": {"tools": [{"type": "web_search"}]}}
-            ) as stream:
-                response = await stream.response()
+            ) as stream,
+        ):
+            response = await stream.response()
     assert response.tool_calls == [] and response.text == "Sunny."
     assert response.message.content[0] == ProviderPart(
         api="openai", kind="web_search_call", data=search, provider="openai"

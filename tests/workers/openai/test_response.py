@@ -131,7 +131,7 @@ def test_refusal_incomplete_and_failed():
 
 
 @pytest.mark.parametrize(
-    "name, parts",
+    ("name", "parts"),
     [
         ("thinking_with_modified_history.0", ["thinking", "reasoning", "text"]),
         ("thinking_with_modified_history.2", ["thinking", "reasoning", "text"]),
@@ -160,7 +160,7 @@ def test_recorded_responses(name, parts):
 
 
 @pytest.mark.parametrize(
-    "name, status, error_class, code",
+    ("name", "status", "error_class", "code"),
     [
         ("model_name_suggestion_openai-responses_", None, "not_found", "model_not_found"),
         ("openai_responses_model_http_error", None, "invalid_request", "decimal_below_min_value"),

@@ -65,7 +65,7 @@ def recorded(name: str) -> bytes:
 def chunkings(data: bytes) -> list[list[bytes]]:
     rng = random.Random(len(data))
     cuts = sorted(rng.sample(range(1, len(data)), min(60, len(data) - 1)))
-    randomly = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)])]
+    randomly = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
     return [
         [data],
         [data[i : i + 1] for i in range(len(data))],
@@ -392,7 +392,7 @@ def test_unknown_events_are_skipped_or_passed_through():
 def test_any_chunking_gives_the_same_events(cuts):
     body = recorded("test_openai_responses_phase_streamed_on_part_start.0")
     points = sorted({c % len(body) for c in cuts} - {0})
-    chunks = [body[a:b] for a, b in zip([0, *points], [*points, len(body)])]
+    chunks = [body[a:b] for a, b in zip([0, *points], [*points, len(body)], strict=True)]
     assert run(chunks) == run([body])
 
 

@@ -249,7 +249,7 @@ def test_finish_reasons(raw, reason):
 
 
 def test_missing_usage_is_reported_as_missing():
-    response, reported = parse({"choices": [{"finish_reason": "stop", "message": {"content": "x"}}], "usage": None})
+    _response, reported = parse({"choices": [{"finish_reason": "stop", "message": {"content": "x"}}], "usage": None})
     assert not reported
 
 
@@ -387,7 +387,7 @@ def chunkings(data: bytes) -> list[list[bytes]]:
         [data],
         [data[i : i + 1] for i in range(len(data))],
         [data[i : i + 5] for i in range(0, len(data), 5)],
-        [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)])],
+        [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)],
     ]
 
 
@@ -543,8 +543,10 @@ def test_a_reasoning_model_gets_no_sampling_and_never_the_legacy_max_tokens():
         "seed": 1,
     }
     assert [w.message for w in built.warnings] == [
-        "openai:gpt-5 is a reasoning model, which refuses the legacy max_tokens; max_completion_tokens was sent "
-        "instead",
+        (
+            "openai:gpt-5 is a reasoning model, which refuses the legacy max_tokens; max_completion_tokens was sent "
+            "instead"
+        ),
         "openai:gpt-5 does not take temperature (rule `sampling`); it was left out",
         "openai:gpt-5 does not take top_p (rule `sampling`); it was left out",
     ]
