@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.deps-installed
 PIP    := $(BIN)/python -m pip --disable-pip-version-check --quiet
 
-.PHONY: serve test install schema clean fuzz c-client conformance
+.PHONY: serve test lint install schema clean fuzz c-client conformance
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,9 +26,18 @@ serve: install
 # or with sudo; `apt-get update` only when the install fails without it) and build it.
 # If that fails the rest still runs, and the C client's tests fail saying why: they
 # never skip.
-test: install
+# The lint runs first: CI (`.ci/run`, which is `make test`) fails on a finding before
+# spending twenty minutes on the suite.
+test: install lint
 	@$(MAKE) c-client || echo "make test: could not install or build the C client; its tests will fail"
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# ruff (rules and formatter as pyproject.toml sets them) over the repository, then mypy
+# over the installed package; CI runs it before the tests.
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy -p trunkline
 
 c-client:
 	$(MAKE) -C clients/c deps
