@@ -31,6 +31,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags, get_current_span
 
+from ..config.base_urls import DEFAULT_BASE_URLS
 from ..config.loader import ConfigError
 from ..protocol import __version__
 from ..protocol.messages import BusEvent, ErrorEvent, Finish, Response
@@ -338,22 +339,13 @@ class Telemetry:
 
 def _provider_attributes(name: str, provider: ProviderConfig) -> dict[str, Any]:
     out: dict[str, Any] = {"gen_ai.provider.name": PROVIDER_NAMES.get(provider.type, name)}
-    url = provider.resolved_base_url() or _default_base_url(provider.type)
+    url = provider.resolved_base_url() or DEFAULT_BASE_URLS.get(provider.type, "")
     if url:
         parsed = urllib.parse.urlsplit(url)
         if parsed.hostname:
             out["server.address"] = parsed.hostname
             out["server.port"] = parsed.port or (443 if parsed.scheme == "https" else 80)
     return out
-
-
-def _default_base_url(kind: str) -> str:
-    from ..workers._runtime import adapter_class
-
-    try:
-        return str(getattr(adapter_class(kind), "default_base_url", "") or "")
-    except (ValueError, ImportError):
-        return ""
 
 
 def _response_attributes(response: Response) -> dict[str, Any]:

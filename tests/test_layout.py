@@ -24,7 +24,7 @@ def imports_of(folder: str) -> dict[Path, set[str]]:
     out: dict[Path, set[str]] = {}
     for path in root.rglob("*.py"):
         rel = path.relative_to(root).with_suffix("")
-        parts = [package, *rel.parts]
+        parts = [*package.split("."), *rel.parts]
         if parts[-1] == "__init__":
             parts.pop()
         here = parts if path.name == "__init__.py" else parts[:-1]

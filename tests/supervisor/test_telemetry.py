@@ -4,6 +4,7 @@ in-memory exporter and reader."""
 from __future__ import annotations
 
 import json
+import urllib.parse
 from typing import Any, get_args
 
 import pytest
@@ -266,6 +267,28 @@ def test_spans_and_metrics_name_the_conventions_schema():
     assert scope_metrics.scope.schema_url == scope_metrics.schema_url == SCHEMA_URL
     (encoded,) = encode_metrics(data).resource_metrics[0].scope_metrics  # as the OTLP exporter sends it
     assert encoded.schema_url == SCHEMA_URL
+
+
+@pytest.mark.parametrize("kind", ["anthropic", "openai", "gemini", "ollama", "openai_compat", "mock"])
+def test_a_span_names_the_server_the_providers_worker_calls_when_its_config_gives_no_url(kind: str):
+    from trunkline.workers._runtime import adapter_class  # the test may load a worker; the supervisor may not
+
+    called = getattr(adapter_class(kind), "default_base_url", "")  # the mock has none: it calls nothing
+    h = Harness()
+    h.telemetry = Telemetry(
+        TelemetryConfig(enabled=True, metrics=False),
+        {"p": ProviderConfig(type=kind)},
+        span_processor=SimpleSpanProcessor(h.spans),
+    )
+    state = h.start(Request(model="p:m", messages=[Message.user("hi")]), provider="p", wire_name="m")
+    h.telemetry.ended(state, answer(), 0.1)
+    a = h.span().attributes
+    if called:
+        host = urllib.parse.urlsplit(called)
+        port = host.port or (443 if host.scheme == "https" else 80)
+        assert (a["server.address"], a["server.port"]) == (host.hostname, port), called
+    else:  # nothing called without a configured URL: no server to name
+        assert "server.address" not in a and "server.port" not in a
 
 
 def test_a_failed_call_is_an_error_span_with_its_class_and_its_partial_usage():
