@@ -23,6 +23,7 @@ from trunkline.protocol.messages import (
     Goodbye,
     Hello,
     ProtocolError,
+    Rejected,
     Submit,
     TextDelta,
     ToolCallDelta,
@@ -413,8 +414,8 @@ async def test_a_client_owns_its_requests(daemon):
                     client_id=victim.client_id,
                     request=Request(model="mock:echo", messages=[Message.user("x")]),
                 )
-                with pytest.raises(InvalidRequestError, match="not given to this connection"):
-                    await attacker._call(attacker_submit)
+                refused = await attacker._call(attacker_submit)  # a submit's refusal is its reply, not an error
+                assert type(refused) is Rejected and "not given to this connection" in refused.error.message
                 response = await stream.response()
             assert response.text == "".join(f"w{i} " for i in range(50))
             # Its owner can replay it.
