@@ -19,7 +19,6 @@ says `unknown`.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Iterator
 from typing import Any
 
 from ..config.catalog import compute_cost
@@ -134,8 +133,10 @@ class RequestState:
         """Add frames to the ring, the oldest going first past its count or `max_bytes`
         (the newest frame always stays, whatever its size)."""
         ring = self.ring
+        limit = ring.maxlen
+        assert limit is not None  # every ring is made with one
         size = self.ring_bytes + sum(map(len, frames))
-        overflow = len(ring) + len(frames) - ring.maxlen  # type: ignore[operator]
+        overflow = len(ring) + len(frames) - limit
         for _ in range(min(overflow, len(ring))):
             size -= len(ring.popleft())
         ring.extend(frames)
@@ -166,7 +167,7 @@ def estimate_billing(state: RequestState, partial: Response, now: float) -> None
     the output from what was relayed) and flagged `estimated`, never left at zero."""
     job = state.sent_job()
     prompt = estimate_request_tokens(job.request) if job is not None else 0
-    output = estimate_content_tokens(partial.message.content)  # type: ignore[arg-type]
+    output = estimate_content_tokens(list(partial.message.content))
     partial.usage = Usage(input_tokens=prompt, output_tokens=output, total_tokens=prompt + output, estimated=True)
     if job is not None:
         partial.cost_usd = compute_cost(partial.usage, job.model.price)
@@ -200,6 +201,9 @@ class RequestTable:
         self._terminals: deque[RequestState] = deque()  # ... that hold only their terminal frame
         #: Per control connection: [requests running, their submits' bytes].
         self.load: dict[int, list[int]] = {}
+        #: The running requests of each provider, so a status or a worker's death costs
+        #: what that provider runs, not what the daemon runs.
+        self._of_provider: dict[str, dict[str, RequestState]] = {}
 
     def get(self, request_id: str) -> RequestState | None:
         return self.active.get(request_id) or self.ended.get(request_id)
@@ -211,6 +215,10 @@ class RequestTable:
 
     def add(self, state: RequestState) -> None:
         self.active[state.request_id] = state
+        running = self._of_provider.get(state.provider)
+        if running is None:
+            running = self._of_provider[state.provider] = {}
+        running[state.request_id] = state
         load = self.load.setdefault(state.owner, [0, 0])
         load[0] += 1
         load[1] += state.size
@@ -221,6 +229,7 @@ class RequestTable:
             self._unload(state)
 
     def _unload(self, state: RequestState) -> None:
+        del self._of_provider[state.provider][state.request_id]
         load = self.load.get(state.owner)
         if load is not None:
             load[0] -= 1
@@ -287,8 +296,16 @@ class RequestTable:
             self._terminals.popleft()
         return dropped
 
-    def of_client(self, client_id: str) -> Iterator[RequestState]:
-        return (s for s in list(self.active.values()) if s.client_id == client_id)
+    def of_client(self, client_id: str) -> list[RequestState]:
+        """The client's running requests (a copy: the caller may end them)."""
+        return [s for s in self.active.values() if s.client_id == client_id]
 
-    def of_provider(self, provider: str) -> Iterator[RequestState]:
-        return (s for s in list(self.active.values()) if s.provider == provider)
+    def of_provider(self, provider: str) -> list[RequestState]:
+        """The provider's running requests (a copy: the caller may end them)."""
+        running = self._of_provider.get(provider)
+        return list(running.values()) if running else []
+
+    def count_of(self, provider: str) -> int:
+        """How many requests the provider runs."""
+        running = self._of_provider.get(provider)
+        return len(running) if running else 0

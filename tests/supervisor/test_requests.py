@@ -118,3 +118,21 @@ def test_each_connection_s_running_requests_and_bytes_are_counted_until_they_end
     table.end(a[2], 2.0)
     table.end(a[2], 2.0)  # ending twice counts once
     assert table.load_of(1) == (0, 0) and 1 not in table.load
+
+
+def test_each_providers_running_requests_are_listed_and_counted_until_they_end():
+    table = RequestTable(ring_events=10, keep_s=300, max_ended=100)
+    states = [
+        RequestState(rid, "c1", provider, "m", True, rid, 10, 0.0)
+        for rid, provider in zip("abc", ("mock", "mock", "other"), strict=True)
+    ]
+    for state in states:
+        table.add(state)
+    assert [s.request_id for s in table.of_provider("mock")] == ["a", "b"] and table.count_of("mock") == 2
+    assert [s.request_id for s in table.of_provider("other")] == ["c"] and table.count_of("other") == 1
+    assert table.of_provider("nobody") == [] and table.count_of("nobody") == 0
+    table.end(states[0], 1.0)
+    table.end(states[0], 1.0)  # ending twice counts once
+    table.discard(states[2])  # a submit that failed after it was added
+    assert [s.request_id for s in table.of_provider("mock")] == ["b"] and table.count_of("mock") == 1
+    assert table.of_provider("other") == [] and table.count_of("other") == 0
