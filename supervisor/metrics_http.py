@@ -132,7 +132,11 @@ class MetricsServer:
 
     def __init__(self, host: str, port: int, app: MetricsApp) -> None:
         family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
-        self._server = _Server(address[:2], family)
+        # An IPv4 or IPv6 address begins with the host and the port (the typing allows others).
+        bound_host, bound_port = address[0], address[1]
+        assert isinstance(bound_host, str)
+        assert isinstance(bound_port, int)
+        self._server = _Server((bound_host, bound_port), family)
         self._server.set_app(app)
         self.port = self._server.server_address[1]
         # Polled this often for `close()`, which waits for the loop to notice.

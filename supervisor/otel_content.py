@@ -75,43 +75,36 @@ def message_json(message: Message) -> dict[str, Any]:
     URL only: their bytes do not belong on a span."""
     parts: list[dict[str, Any]] = []
     for part in message.content:
-        kind = type(part)
-        if kind is TextPart:
-            parts.append({"type": "text", "content": part.text})  # type: ignore[union-attr]
-        elif kind is ThinkingPart:
-            parts.append({"type": "reasoning", "content": part.text})  # type: ignore[union-attr]
-        elif kind is ToolCallPart:
-            parts.append(
-                {
-                    "type": "tool_call",
-                    "id": part.id,
-                    "name": part.name,  # type: ignore[union-attr]
-                    "arguments": part.arguments,
+        match part:
+            case TextPart():
+                parts.append({"type": "text", "content": part.text})
+            case ThinkingPart():
+                parts.append({"type": "reasoning", "content": part.text})
+            case ToolCallPart():
+                parts.append({"type": "tool_call", "id": part.id, "name": part.name, "arguments": part.arguments})
+            case ToolResultPart():
+                content = part.content
+                parts.append(
+                    {
+                        "type": "tool_call_response",
+                        "id": part.tool_call_id,
+                        "response": content
+                        if isinstance(content, str)
+                        else "".join(p.text for p in content if isinstance(p, TextPart)),
+                    }
+                )
+            case ImagePart() | AudioPart() | DocumentPart():
+                url = part.url
+                media: dict[str, Any] = {
+                    "type": "uri" if url and not url.startswith("data:") else "blob",
+                    "modality": _MEDIA[type(part)],
                 }
-            )  # type: ignore[union-attr]
-        elif kind is ToolResultPart:
-            content = part.content  # type: ignore[union-attr]
-            parts.append(
-                {
-                    "type": "tool_call_response",
-                    "id": part.tool_call_id,  # type: ignore[union-attr]
-                    "response": content
-                    if isinstance(content, str)
-                    else "".join(p.text for p in content if type(p) is TextPart),
-                }
-            )
-        elif kind in _MEDIA:
-            url = part.url  # type: ignore[union-attr]
-            media: dict[str, Any] = {
-                "type": "uri" if url and not url.startswith("data:") else "blob",
-                "modality": _MEDIA[kind],
-            }
-            if media["type"] == "uri":
-                media["uri"] = url
-            if part.media_type:  # type: ignore[union-attr]
-                media["mime_type"] = part.media_type  # type: ignore[union-attr]
-            parts.append(media)
-        # Opaque provider parts and encrypted reasoning say nothing a reader could use.
+                if media["type"] == "uri":
+                    media["uri"] = url
+                if part.media_type:
+                    media["mime_type"] = part.media_type
+                parts.append(media)
+            # Opaque provider parts and encrypted reasoning say nothing a reader could use.
     role = (
         "assistant"
         if message.role == "assistant"

@@ -146,7 +146,9 @@ class MetricsExport:
                 ResourceMetrics(
                     resource=self.resource,
                     schema_url=self.resource.schema_url,
-                    scope_metrics=[ScopeMetrics(scope=self.scope, metrics=metrics, schema_url=self.scope.schema_url)],
+                    scope_metrics=[
+                        ScopeMetrics(scope=self.scope, metrics=metrics, schema_url=self.scope.schema_url or "")
+                    ],
                 )
             ]
         )

@@ -116,4 +116,5 @@ def traces_message(spans: Sequence[ReadableSpan]) -> ExportTraceServiceRequest:
 
 
 def traces_body(spans: Sequence[ReadableSpan]) -> bytes:
-    return traces_message(spans).SerializeToString()
+    body: bytes = traces_message(spans).SerializeToString()  # protobuf's stubs leave it untyped
+    return body

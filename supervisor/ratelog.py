@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 
 class RateLimitedLog:
     """`note()` logs one warning line, at most `per_second` a second; what is held back
     is summed up in one line when the next second's first note arrives."""
 
-    def __init__(self, log: logging.Logger, per_second: int = 5, clock=time.monotonic) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, log: logging.Logger, per_second: int = 5, clock: Callable[[], float] = time.monotonic) -> None:
         self.log = log
         self.per_second = per_second
         self.clock = clock

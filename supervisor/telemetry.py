@@ -28,6 +28,7 @@ from opentelemetry.sdk.metrics.export import MetricExporter
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.sampling import Decision
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags, get_current_span
 
@@ -215,7 +216,7 @@ class Telemetry:
                 parent, parent_context = None, None
         trace_id = parent.trace_id if parent is not None else provider.id_generator.generate_trace_id()
         sampling = provider.sampler.should_sample(parent_context, trace_id, name, SpanKind.CLIENT, span_attrs)
-        if not sampling.decision.is_sampled():
+        if sampling.decision is not Decision.RECORD_AND_SAMPLE:  # the SDK's is_sampled(), which is untyped
             return
         if sampling.attributes:
             span_attrs.update(sampling.attributes)

@@ -27,9 +27,11 @@ from ..protocol import provider_options
 from ..protocol.limits import request_problem
 from ..protocol.messages import (
     AudioPart,
+    ContentPart,
     DocumentPart,
     ErrorClass,
     ImagePart,
+    Message,
     ModelInfo,
     ProviderPart,
     RedactedThinkingPart,
@@ -130,76 +132,80 @@ def check_messages(request: Request) -> None:
         raise Invalid(f"{_where(len(messages) - 1)}: the last message must be from the user or a tool, not {last.role}")
 
 
-def _check_user(content: list, where: str) -> None:  # type: ignore[type-arg]
+def _check_user(content: list[ContentPart], where: str) -> None:
     if not content:
         raise Invalid(f"{where}: a user message needs content")
     has_substance = False
     for j, p in enumerate(content):
-        t = type(p)
-        if t is TextPart:
-            has_substance = has_substance or bool(p.text)
-        elif t in (ImagePart, AudioPart, DocumentPart):
-            check_media(p, f"{where}.content[{j}]")
-            has_substance = True
-        elif t is ToolResultPart:
-            raise Invalid(f"{where}.content[{j}]: tool results go in a message with role `tool`")
-        else:
-            raise Invalid(f"{where}.content[{j}]: a user message cannot hold {p.__struct_config__.tag} parts")
+        match p:
+            case TextPart():
+                has_substance = has_substance or bool(p.text)
+            case ImagePart() | AudioPart() | DocumentPart():
+                check_media(p, f"{where}.content[{j}]")
+                has_substance = True
+            case ToolResultPart():
+                raise Invalid(f"{where}.content[{j}]: tool results go in a message with role `tool`")
+            case _:
+                raise Invalid(f"{where}.content[{j}]: a user message cannot hold {p.__struct_config__.tag} parts")
     if not has_substance:
         raise Invalid(f"{where}: a user message needs non-empty content")
 
 
-def _check_assistant(content: list, where: str, seen_calls: set[str]) -> None:  # type: ignore[type-arg]
+def _check_assistant(content: list[ContentPart], where: str, seen_calls: set[str]) -> None:
     if not content:
         raise Invalid(f"{where}: an assistant message needs content or tool calls")
     has_substance = False
     for j, p in enumerate(content):
-        t = type(p)
-        if t is TextPart:
-            has_substance = has_substance or bool(p.text)
-        elif t is ToolCallPart:
-            if not p.id:
-                raise Invalid(f"{where}.content[{j}]: a tool call needs an id")
-            if not p.name:
-                raise Invalid(f"{where}.content[{j}]: a tool call needs a name")
-            if p.id in seen_calls:
-                raise Invalid(f"{where}.content[{j}]: tool call id {p.id!r} is used twice")
-            seen_calls.add(p.id)
-            if p.provider_id:
-                seen_calls.add(p.provider_id)
-            has_substance = True
-        elif t in (ThinkingPart, RedactedThinkingPart, ProviderPart):
-            has_substance = True
-        else:
-            raise Invalid(f"{where}.content[{j}]: an assistant message cannot hold {p.__struct_config__.tag} parts")
+        match p:
+            case TextPart():
+                has_substance = has_substance or bool(p.text)
+            case ToolCallPart():
+                if not p.id:
+                    raise Invalid(f"{where}.content[{j}]: a tool call needs an id")
+                if not p.name:
+                    raise Invalid(f"{where}.content[{j}]: a tool call needs a name")
+                if p.id in seen_calls:
+                    raise Invalid(f"{where}.content[{j}]: tool call id {p.id!r} is used twice")
+                seen_calls.add(p.id)
+                if p.provider_id:
+                    seen_calls.add(p.provider_id)
+                has_substance = True
+            case ThinkingPart() | RedactedThinkingPart() | ProviderPart():
+                has_substance = True
+            case _:
+                raise Invalid(f"{where}.content[{j}]: an assistant message cannot hold {p.__struct_config__.tag} parts")
     if not has_substance:
         raise Invalid(f"{where}: an assistant message needs non-empty text or a tool call")
 
 
-def _check_tool(m, where: str, seen_calls: set[str]) -> None:  # type: ignore[no-untyped-def]
-    results = [p for p in m.content if type(p) is ToolResultPart]
+def _check_tool(m: Message, where: str, seen_calls: set[str]) -> None:
+    results = [p for p in m.content if isinstance(p, ToolResultPart)]
     if not results and not m.tool_call_id:
         raise Invalid(f"{where}: a tool message needs a tool_result part or a tool_call_id")
     for j, p in enumerate(m.content):
-        if type(p) not in (ToolResultPart, TextPart, ImagePart):
-            raise Invalid(f"{where}.content[{j}]: a tool message cannot hold {p.__struct_config__.tag} parts")
-        if type(p) is ImagePart:
-            check_media(p, f"{where}.content[{j}]")
-        elif type(p) is ToolResultPart and not isinstance(p.content, str):
-            for k, q in enumerate(p.content):
-                if type(q) is ImagePart:
-                    check_media(q, f"{where}.content[{j}].content[{k}]")
-    ids = [p.tool_call_id for p in results] or [m.tool_call_id]
+        match p:
+            case ImagePart():
+                check_media(p, f"{where}.content[{j}]")
+            case ToolResultPart():
+                if not isinstance(p.content, str):
+                    for k, q in enumerate(p.content):
+                        if isinstance(q, ImagePart):
+                            check_media(q, f"{where}.content[{j}].content[{k}]")
+            case TextPart():
+                pass
+            case _:
+                raise Invalid(f"{where}.content[{j}]: a tool message cannot hold {p.__struct_config__.tag} parts")
+    ids = [p.tool_call_id for p in results] if results else [m.tool_call_id]
     for call_id in ids:
         if call_id not in seen_calls:
             raise Invalid(f"{where}: tool_call_id {call_id!r} does not answer any earlier tool call")
-    if not results and not any(type(p) is TextPart for p in m.content):
+    if not results and not any(isinstance(p, TextPart) for p in m.content):
         raise Invalid(f"{where}: a tool message needs result content")
 
 
 def check_media(part: ImagePart | AudioPart | DocumentPart, where: str) -> None:
     """A media part: base64 `data` or a URL, never a local path, of an accepted type."""
-    kind = part.__struct_config__.tag
+    kind = str(part.__struct_config__.tag)
     if part.path is not None:
         raise Invalid(
             f"{where}: the daemon does not read local files (path {part.path[:200]!r}); send the bytes as "
@@ -419,13 +425,12 @@ def _upper_bound_tokens(request: Request) -> int:
     size = 0
     for m in request.messages:
         for p in m.content:
-            t = type(p)
-            if t is TextPart or t is ThinkingPart:
-                size += len(p.text) + 4  # type: ignore[union-attr]
-            elif t is ToolResultPart:
-                size += len(p.content) if isinstance(p.content, str) else 4000  # type: ignore[union-attr]
-            elif t is ProviderPart:
-                size += provider_part_chars(p)  # type: ignore[arg-type]
+            if isinstance(p, (TextPart, ThinkingPart)):
+                size += len(p.text) + 4
+            elif isinstance(p, ToolResultPart):
+                size += len(p.content) if isinstance(p.content, str) else 4000
+            elif isinstance(p, ProviderPart):
+                size += provider_part_chars(p)
             else:
                 size += 4000
     # The JSON form's length bounds a schema's tokens; str() of a big dict costs 40 times more.
