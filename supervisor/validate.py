@@ -132,21 +132,24 @@ def check_messages(request: Request) -> None:
         raise Invalid(f"{_where(len(messages) - 1)}: the last message must be from the user or a tool, not {last.role}")
 
 
+# The checks below test a part's class with isinstance, not `match`: they run for every
+# part of every submit, and a class pattern costs more.
+
+
 def _check_user(content: list[ContentPart], where: str) -> None:
     if not content:
         raise Invalid(f"{where}: a user message needs content")
     has_substance = False
     for j, p in enumerate(content):
-        match p:
-            case TextPart():
-                has_substance = has_substance or bool(p.text)
-            case ImagePart() | AudioPart() | DocumentPart():
-                check_media(p, f"{where}.content[{j}]")
-                has_substance = True
-            case ToolResultPart():
-                raise Invalid(f"{where}.content[{j}]: tool results go in a message with role `tool`")
-            case _:
-                raise Invalid(f"{where}.content[{j}]: a user message cannot hold {p.__struct_config__.tag} parts")
+        if isinstance(p, TextPart):
+            has_substance = has_substance or bool(p.text)
+        elif isinstance(p, (ImagePart, AudioPart, DocumentPart)):
+            check_media(p, f"{where}.content[{j}]")
+            has_substance = True
+        elif isinstance(p, ToolResultPart):
+            raise Invalid(f"{where}.content[{j}]: tool results go in a message with role `tool`")
+        else:
+            raise Invalid(f"{where}.content[{j}]: a user message cannot hold {p.__struct_config__.tag} parts")
     if not has_substance:
         raise Invalid(f"{where}: a user message needs non-empty content")
 
@@ -156,24 +159,23 @@ def _check_assistant(content: list[ContentPart], where: str, seen_calls: set[str
         raise Invalid(f"{where}: an assistant message needs content or tool calls")
     has_substance = False
     for j, p in enumerate(content):
-        match p:
-            case TextPart():
-                has_substance = has_substance or bool(p.text)
-            case ToolCallPart():
-                if not p.id:
-                    raise Invalid(f"{where}.content[{j}]: a tool call needs an id")
-                if not p.name:
-                    raise Invalid(f"{where}.content[{j}]: a tool call needs a name")
-                if p.id in seen_calls:
-                    raise Invalid(f"{where}.content[{j}]: tool call id {p.id!r} is used twice")
-                seen_calls.add(p.id)
-                if p.provider_id:
-                    seen_calls.add(p.provider_id)
-                has_substance = True
-            case ThinkingPart() | RedactedThinkingPart() | ProviderPart():
-                has_substance = True
-            case _:
-                raise Invalid(f"{where}.content[{j}]: an assistant message cannot hold {p.__struct_config__.tag} parts")
+        if isinstance(p, TextPart):
+            has_substance = has_substance or bool(p.text)
+        elif isinstance(p, ToolCallPart):
+            if not p.id:
+                raise Invalid(f"{where}.content[{j}]: a tool call needs an id")
+            if not p.name:
+                raise Invalid(f"{where}.content[{j}]: a tool call needs a name")
+            if p.id in seen_calls:
+                raise Invalid(f"{where}.content[{j}]: tool call id {p.id!r} is used twice")
+            seen_calls.add(p.id)
+            if p.provider_id:
+                seen_calls.add(p.provider_id)
+            has_substance = True
+        elif isinstance(p, (ThinkingPart, RedactedThinkingPart, ProviderPart)):
+            has_substance = True
+        else:
+            raise Invalid(f"{where}.content[{j}]: an assistant message cannot hold {p.__struct_config__.tag} parts")
     if not has_substance:
         raise Invalid(f"{where}: an assistant message needs non-empty text or a tool call")
 
@@ -183,18 +185,15 @@ def _check_tool(m: Message, where: str, seen_calls: set[str]) -> None:
     if not results and not m.tool_call_id:
         raise Invalid(f"{where}: a tool message needs a tool_result part or a tool_call_id")
     for j, p in enumerate(m.content):
-        match p:
-            case ImagePart():
-                check_media(p, f"{where}.content[{j}]")
-            case ToolResultPart():
-                if not isinstance(p.content, str):
-                    for k, q in enumerate(p.content):
-                        if isinstance(q, ImagePart):
-                            check_media(q, f"{where}.content[{j}].content[{k}]")
-            case TextPart():
-                pass
-            case _:
-                raise Invalid(f"{where}.content[{j}]: a tool message cannot hold {p.__struct_config__.tag} parts")
+        if isinstance(p, ImagePart):
+            check_media(p, f"{where}.content[{j}]")
+        elif isinstance(p, ToolResultPart):
+            if not isinstance(p.content, str):
+                for k, q in enumerate(p.content):
+                    if isinstance(q, ImagePart):
+                        check_media(q, f"{where}.content[{j}].content[{k}]")
+        elif not isinstance(p, TextPart):
+            raise Invalid(f"{where}.content[{j}]: a tool message cannot hold {p.__struct_config__.tag} parts")
     ids = [p.tool_call_id for p in results] if results else [m.tool_call_id]
     for call_id in ids:
         if call_id not in seen_calls:
