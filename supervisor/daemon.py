@@ -1,8 +1,10 @@
-"""The supervisor process: sockets, workers, the request table, shutdown.
+"""The supervisor process, the root of its tree: the configuration, the sockets, the
+request table, reload and shutdown.
 
-It binds the control Rep0 and the event Pub0 in a private runtime directory,
-starts one worker slot per configured provider, answers control requests (see
-`router`), relays worker events to the Pub0 and keeps them for `replay`.
+It binds the control Rep0 and the event Pub0 in a private runtime directory and runs
+its children: one worker slot per configured provider (`slot`), the router that
+answers control requests (`router`), and the event relay that publishes what
+workers send, keeps it for `replay` and ends requests (`relay`).
 """
 
 from __future__ import annotations
@@ -11,35 +13,22 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import trio
 
 from ..config.catalog import Catalog
-from ..config.loader import Config, ProviderConfig
-from ..protocol import __version__, nng, trace
-from ..protocol.codec import BUS_TOPIC, batch_frames, decode_event, frame_event, split_frame
-from ..protocol.messages import (
-    RETRYABLE,
-    BusEvent,
-    ErrorClass,
-    ErrorEvent,
-    ErrorInfo,
-    Event,
-    Finish,
-    FinishReason,
-    Message,
-    Relay,
-    Response,
-    StopJob,
-)
+from ..config.loader import Config, ConfigError, ProviderConfig
+from ..protocol import __version__, nng
+from ..protocol.messages import ErrorInfo, ReloadResult
 from .metrics import DaemonMetrics
 from .metrics_http import MetricsApp, MetricsServer
-from .ratelog import RateLimitedLog
-from .requests import RequestState, RequestTable, estimate_billing
-from .slot import WorkerSlot
+from .relay import EventRelay
+from .reload import Reloaded, reread
+from .requests import RequestTable
+from .router import Router
+from .slot import SlotTerms, WorkerSlot
 
 if TYPE_CHECKING:
     from .telemetry import Telemetry
@@ -64,8 +53,16 @@ def prepare_runtime_dir(path: Path) -> None:
 
 
 class Daemon:
+    """The root of the supervisor's tree. It owns the configuration and the catalog
+    (replaced only by `reload`, which hands each child its part), the sockets, the
+    request table, and its children: the `EventRelay` (events out, ends of requests),
+    one `WorkerSlot` per provider, the `Router`, and the metrics and telemetry when
+    they are on. Each child is given what it uses; none holds the daemon."""
+
     def __init__(self, config: Config, runtime_dir: Path | None = None) -> None:
         self.config = config
+        #: What the daemon and its workers started with: a reload reports what differs from it.
+        self.started_with = config
         self.runtime_dir = runtime_dir or config.resolved_runtime_dir()
         self.state_dir = config.resolved_state_dir()
         self.control_url = config.endpoint("control", self.runtime_dir)
@@ -83,213 +80,84 @@ class Daemon:
             config.replay.max_bytes,
             config.replay.max_request_bytes,
         )
-        self.slots: dict[str, WorkerSlot] = {}
-        for name, provider in providers.items():
-            slot = WorkerSlot(self, name, provider)
-            if name in unreachable:
-                slot.state = "not_configured"
-                slot.last_error = "no base_url: an OpenAI-compatible provider needs the server's URL"
-            elif name not in configured:
-                slot.state = "not_configured"
-                slot.last_error = f"environment variable {provider.key_hint()} is not set"
-            self.slots[name] = slot
-        self.metrics = DaemonMetrics(self) if config.metrics.listen else None
+        self.slots: dict[str, WorkerSlot] = {}  # filled below; the metrics read it at each scrape
+        self.metrics = DaemonMetrics(self.requests, self.slots) if config.metrics.listen else None
         self.metrics_token = config.metrics.bearer_token() if config.metrics.listen else None
         self.metrics_server: MetricsServer | None = None
         self.telemetry = _telemetry(config, providers)
-        self.accepting = True
+        self.events = EventRelay(self.requests, metrics=self.metrics, telemetry=self.telemetry)
+        for name, provider in providers.items():
+            not_configured = None
+            if name in unreachable:
+                not_configured = "no base_url: an OpenAI-compatible provider needs the server's URL"
+            elif name not in configured:
+                not_configured = f"environment variable {provider.key_hint()} is not set"
+            self.slots[name] = WorkerSlot(
+                name,
+                provider,
+                SlotTerms.of(config, name),
+                state_dir=self.state_dir,
+                requests=self.requests,
+                events=self.events,
+                not_configured=not_configured,
+            )
+        self.router = Router(
+            requests=self.requests,
+            slots=self.slots,
+            catalog=self.catalog,
+            limits=config.limits,
+            replay=config.replay,
+            events_url=self.events_url,
+            needs_token=nng.is_remote(self.control_url),
+            publish=self.events.publish,
+            reload=self.reload,
+            on_refused=self.metrics.refused_submit if self.metrics is not None else None,
+            on_started=self.telemetry.started if self.telemetry is not None else None,
+        )
         self.started_wall = time.time()
         self.started_at = 0.0
-        self.pub: Any = None
-        self.rep: Any = None
-        self.drained = trio.Event()
+        self.pub: nng.EventPublisher | None = None
+        self.rep: nng.ControlServer | None = None
         self.hurry = trio.Event()  # a second signal: skip the grace period
-        # Set by `reload` (supervisor/reload.py): the config the running workers started
-        # with, and per provider the retry/timeout policies its jobs carry since.
-        self.spawned_config: Config | None = None
-        self.job_policies: dict[str, tuple[dict[str, Any] | None, dict[str, Any] | None]] = {}
-        self.fault_log = RateLimitedLog(log)
-        from .router import Router
 
-        self.router = Router(self)
+    # -- reload ----------------------------------------------------------------------
 
-    # -- publishing ----------------------------------------------------------------
-
-    def publish(self, frame: bytes) -> None:
-        self.pub.publish(frame)
-
-    def bus(self, name: str, **fields: Any) -> None:
-        self.publish(frame_event(BUS_TOPIC, BusEvent(name=name, **fields)))
-
-    def relay(self, msg: Relay) -> None:
-        """Publish a worker's frames and keep them for replay; drop those of requests
-        the supervisor already ended (cancelled by timeout, or a previous generation)."""
-        if not msg.request_id:
-            self.pub.publish_many(msg.frames)  # bus events, each its own topic's message
-            if self.metrics is not None or self.telemetry is not None:
-                for frame in msg.frames:
-                    self._observe_bus(decode_event(split_frame(frame)[1]))
-            return
-        state = self.requests.active.get(msg.request_id)
-        if state is None:
-            return
-        if state.otel_chunks is not None:  # a stream's later chunk, for OpenTelemetry's metrics
-            state.otel_chunks.arrived(trio.current_time())
-        if not state.first_event and (self.metrics is not None or self.telemetry is not None):
-            state.first_event = True
-            if state.stream:
-                waited = trio.current_time() - state.submitted_at
-                if self.metrics is not None:
-                    self.metrics.first_event(state, waited)
-                if self.telemetry is not None:
-                    self.telemetry.first_event(state, waited)
-        if msg.terminal and state.trace is not None:
-            state.trace["terminal_received"] = trace.now_ns()
-        self.pub.publish_many(batch_frames(msg.frames))
-        state.keep(msg.frames, self.requests.ring_bytes)
-        state.last_seq = msg.last_seq
-        if msg.terminal:
-            if state.trace is not None:
-                state.trace["terminal_published"] = trace.now_ns()
-                self.bus("trace.supervisor", request_id=state.request_id, detail=trace.detail(state.trace))
-            self._ended(state)
-
-    def _observe_bus(self, event: Any) -> None:
-        if type(event) is not BusEvent:
-            return
-        if self.metrics is not None:
-            self.metrics.bus(event)
-        if self.telemetry is not None and event.request_id:
-            self.telemetry.bus(event, self.requests.active.get(event.request_id))
-
-    def _ended(self, state: RequestState) -> None:
-        now = trio.current_time()
-        logging_it = log.isEnabledFor(logging.INFO)
-        if logging_it or self.metrics is not None or self.telemetry is not None:
-            try:
-                terminal = _terminal(state)
-                if logging_it:
-                    log.info(
-                        "request %s %s %s: %s in %.0f ms",
-                        state.request_id,
-                        state.model,
-                        "stream" if state.stream else "complete",
-                        _outcome(terminal),
-                        (now - state.submitted_at) * 1000,
-                    )
-                if self.metrics is not None:
-                    self.metrics.ended(state, terminal, now - state.submitted_at)
-                if self.telemetry is not None:
-                    self.telemetry.ended(state, terminal, now - state.submitted_at)
-            except Exception as exc:  # noqa: BLE001 - a log line or a metric must never keep a request open
-                self.fault(state.request_id, "recording its end", exc)
-        self.requests.end(state, now)
-        slot = self.slots.get(state.provider)
-        if slot is not None:
-            slot.in_flight.discard(state.request_id)
-        if not self.requests.active and not self.accepting:
-            self.drained.set()
-
-    def _publish_own(self, state: RequestState, event: Event) -> None:
-        event.request_id = state.request_id
-        event.seq = state.last_seq + 1
-        frame = frame_event(state.client_id, event)
-        self.publish(frame)
-        state.keep([frame], self.requests.ring_bytes)
-        state.last_seq = event.seq
-
-    def _end_here(self, state: RequestState, terminal: Callable[[Response | None], Event]) -> None:
-        """End a request with the supervisor's own events, in its sequence: the end of
-        every part the worker left open, then `terminal(partial response)`."""
-        if state.ended:
-            return
+    def reload(self) -> ReloadResult:
+        """`trunkline reload` and SIGHUP: the config file and the catalog read again; a
+        file that cannot be used changes nothing."""
         try:
-            partial = self._partial(state)
-        except Exception as exc:  # noqa: BLE001 - the terminal event goes out whatever its partial
-            self.fault(state.request_id, "gathering its partial response", exc)
-            partial = None
-        try:
-            self._publish_own(state, terminal(partial))
-        except Exception as exc:  # noqa: BLE001
-            self.fault(state.request_id, "sending its terminal event", exc)
-            if partial is not None:
-                self._publish_own(state, terminal(None))
-        self._ended(state)
-
-    def _partial(self, state: RequestState) -> Response | None:
-        """What a request the supervisor ends itself had received, with its parts closed
-        and its bill estimated."""
-        if not state.stream and state.progress is not None and state.progress.content:
-            # A whole-response request: what its worker last reported having gathered.
-            partial = Response(
-                model=state.progress.model,
-                provider=state.provider,
-                message=Message(role="assistant", content=state.progress.content),
-                finish_reason=FinishReason(reason="error"),
+            change = reread(self.config, self.started_with, self.catalog, self.slots)
+        except ConfigError as exc:
+            log.warning("reload refused, the running configuration stays: %s", exc)
+            self.events.bus("config.reload_failed", error_class="invalid_request", detail=str(exc))
+            return ReloadResult(
+                ok=False,
+                error=ErrorInfo(error_class="invalid_request", message=str(exc)),
+                pricing_version=self.catalog.pricing_version,
+                config_path=self.config.source,
             )
-        elif state.stream and state.last_seq >= 0:
-            acc = state.accumulator()
-            for ev in acc.closing_events():
-                self._publish_own(state, ev)
-                acc.feed(ev)
-            partial = acc.response()
-            partial.provider = state.provider
-        else:
-            return None
-        try:
-            estimate_billing(state, partial, trio.current_time())
-        except Exception as exc:  # noqa: BLE001 - the content is worth more than the estimate
-            self.fault(state.request_id, "estimating its bill", exc)
-        return partial
-
-    def fault(self, request_id: str | None, doing: str, exc: BaseException) -> None:
-        """The last guard's log: a bug met while handling one request, in one line (at
-        most a few a second, whatever the input), the traceback at debug level."""
-        self.fault_log.note(
-            f"request {request_id}: internal error while {doing}: {type(exc).__name__}: {str(exc)[:200]}"
+        self._apply(change)
+        restart = change.restart_needed
+        detail = f"pricing {self.catalog.pricing_version}" + (
+            f"; needs a restart: {', '.join(restart)}" if restart else ""
         )
-        log.debug("request %s: traceback", request_id, exc_info=exc)
-
-    def contain(self, request_id: str, doing: str, exc: BaseException) -> None:
-        """The last guard: an exception while handling one request fails that request
-        alone (class `other`), and the daemon keeps serving every other."""
-        self.fault(request_id, doing, exc)
-        state = self.requests.active.get(request_id)
-        if state is not None and not state.ended:
-            self.fail_request(
-                state, "other", f"the daemon failed while {doing} ({type(exc).__name__}); other requests are unaffected"
-            )
-
-    def fail_request(self, state: RequestState, error_class: ErrorClass, message: str) -> None:
-        info = ErrorInfo(
-            error_class=error_class, message=message, retryable=RETRYABLE[error_class], provider=state.provider
+        log.info("reloaded %s: %s", self.config.source, detail)
+        self.events.bus("config.reloaded", detail=detail)
+        return ReloadResult(
+            ok=True,
+            pricing_version=self.catalog.pricing_version,
+            config_path=self.config.source,
+            restart_needed=restart,
         )
-        self._end_here(state, lambda partial: ErrorEvent(error=info, partial=partial))
 
-    def finish_cancelled(self, state: RequestState, raw: str) -> None:
-        def finish(partial: Response | None) -> Event:
-            response = partial or Response(provider=state.provider)
-            response.finish_reason = FinishReason(reason="cancelled", raw=raw)
-            return Finish(response=response)
-
-        self._end_here(state, finish)
-
-    def cancel_request(self, state: RequestState) -> None:
-        """Ask the worker to stop; end it here if it never reached a worker."""
-        if state.ended:
-            return
-        if state.generation is None:
-            self.finish_cancelled(state, "cancelled before start")
-            return
-        slot = self.slots[state.provider]
-        try:
-            slot.send(StopJob(request_id=state.request_id))
-        except Exception as exc:  # noqa: BLE001 - its worker cannot be told (a full queue): end it here
-            self.fault(state.request_id, "asking its worker to stop", exc)
-            self.finish_cancelled(state, "cancelled; the worker could not be told")
-            return
-        if state.cancel_deadline is None:
-            state.cancel_deadline = trio.current_time() + self.config.supervision.cancel_grace_s
+    def _apply(self, change: Reloaded) -> None:
+        """A reload's configuration: the daemon's own record, the router's catalog and job
+        policies (from the next request), each slot's terms (supervision at once)."""
+        self.config = change.config
+        self.catalog = change.catalog
+        self.router.reconfigure(change.catalog, change.job_policies)
+        for name, slot in self.slots.items():
+            slot.reconfigure(SlotTerms.of(change.config, name))
 
     # -- housekeeping ----------------------------------------------------------------
 
@@ -302,13 +170,14 @@ class Daemon:
                 if state.cancel_deadline is not None and now > state.cancel_deadline:
                     # The worker did not confirm the cancel in time: end it here; its
                     # late events, if any, are dropped by `relay`.
-                    self.finish_cancelled(state, "worker did not confirm the cancel")
+                    self.events.finish_cancelled(state, "worker did not confirm the cancel")
             for slot in self.slots.values():
                 slot.check_heartbeat(now)
 
     # -- lifecycle -----------------------------------------------------------------
 
-    def _bind(self) -> None:
+    def _bind(self) -> nng.ControlServer:
+        """Listen on the control and event endpoints; the event socket goes to the relay."""
         urls = (self.control_url, self.events_url)
         try:
             for url in urls:
@@ -325,7 +194,7 @@ class Daemon:
         if soft < 2 * limits.fd_reserve:
             log.warning("only %d file descriptors may be open (hard limit %d): few connections will fit", soft, hard)
         try:
-            self.rep = nng.ControlServer(
+            rep = self.rep = nng.ControlServer(
                 self.control_url,
                 max_size=limits.max_message_bytes,
                 max_connections=limits.max_connections,
@@ -346,11 +215,13 @@ class Daemon:
                 tls=tls if nng.is_tls(self.events_url) else None,
             )
         except nng.AddressInUse:
-            self.rep.close()
+            rep.close()
             raise StartupError(f"another trunkline daemon is already serving {self.events_url}") from None
         except (ValueError, OSError, nng.NNGException) as exc:
-            self.rep.close()
+            rep.close()
             raise StartupError(f"cannot listen on {self.events_url}: {exc}") from None
+        self.events.pub = self.pub
+        return rep
 
     def _tls(self) -> object:
         eps = self.config.endpoints
@@ -363,7 +234,7 @@ class Daemon:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         self.started_at = trio.current_time()
-        self._bind()
+        rep = self._bind()
         if self.metrics is not None:
             self._serve_metrics(self.metrics)
         if self.telemetry is not None:
@@ -379,7 +250,7 @@ class Daemon:
             async with trio.open_nursery() as nursery:
                 workers = await nursery.start(self._run_workers)
                 await nursery.start(self._reload_on_sighup)  # before any client can ask for one
-                nursery.start_soon(self.router.serve, nursery)
+                nursery.start_soon(self.router.serve, rep, nursery, self.started_at)
                 nursery.start_soon(self._housekeeping)
                 with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                     task_status.started()
@@ -425,12 +296,10 @@ class Daemon:
         )
 
     async def _reload_on_sighup(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        from .reload import reload
-
         with trio.open_signal_receiver(signal.SIGHUP) as signals:
             task_status.started()
             async for _ in signals:
-                reload(self)
+                self.reload()
 
     async def _run_workers(self, *, task_status: trio.TaskStatus[trio.Nursery]) -> None:
         async with trio.open_nursery() as nursery:
@@ -443,7 +312,8 @@ class Daemon:
         """Stop accepting; let in-flight requests finish within the grace period;
         cancel the rest; stop the workers."""
         cfg = self.config.supervision
-        self.accepting = False
+        self.router.stop_accepting()
+        drained = self.events.all_ended()
         if self.requests.active:
             with trio.move_on_after(cfg.shutdown_grace_s):
                 async with trio.open_nursery() as race:
@@ -452,15 +322,15 @@ class Daemon:
                         await event.wait()
                         race.cancel_scope.cancel()
 
-                    race.start_soon(wait_for, self.drained)
+                    race.start_soon(wait_for, drained)
                     race.start_soon(wait_for, self.hurry)
         for state in list(self.requests.active.values()):
-            self.cancel_request(state)
+            self.slots[state.provider].cancel(state)
         if self.requests.active:
             with trio.move_on_after(min(cfg.cancel_grace_s, 2.0)):
-                await self.drained.wait()
+                await drained.wait()
         for state in list(self.requests.active.values()):
-            self.finish_cancelled(state, "shutdown")
+            self.events.finish_cancelled(state, "shutdown")
         async with trio.open_nursery() as stopping:
             for slot in self.slots.values():
                 stopping.start_soon(slot.stop, 2.0)
@@ -476,7 +346,7 @@ def main_serve(config_path: str | None, runtime_dir: Path | None, overrides: dic
     `overrides` (the command line's settings) are laid over the config file's."""
     import sys
 
-    from ..config.loader import ConfigError, load_config
+    from ..config.loader import load_config
 
     try:
         config = load_config(config_path, overrides=overrides)
@@ -499,23 +369,3 @@ def _telemetry(config: Config, providers: dict[str, ProviderConfig]) -> Telemetr
     from .telemetry import Telemetry  # the SDK is imported only when it is used
 
     return Telemetry(config.telemetry, providers)
-
-
-def _terminal(state: RequestState) -> Any:
-    """A request's terminal event, from its last frame (None if it cannot be read)."""
-    if not state.ring:
-        return None
-    try:
-        return decode_event(split_frame(state.ring[-1])[1])
-    except Exception:  # noqa: BLE001 - a log line or a metric must never fail a request
-        return None
-
-
-def _outcome(event: Any) -> str:
-    """How a request ended: the finish reason and tokens, or the error class."""
-    if type(event) is Finish:
-        usage = event.response.usage
-        return f"{event.response.finish_reason.reason}, {usage.input_tokens} in / {usage.output_tokens} out"
-    if type(event) is ErrorEvent:
-        return f"error {event.error.error_class}"
-    return "ended"

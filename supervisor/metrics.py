@@ -14,19 +14,20 @@ a catalog id (the shipped catalog or the config's `models:`), any other name is
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, get_args
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Protocol, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from ..protocol.messages import RETRYABLE, BusEvent, ErrorEvent, ErrorInfo, Finish
-from .requests import OTHER_MODEL
+from ..protocol.messages import RETRYABLE, AnyEvent, BusEvent, ErrorEvent, ErrorInfo, Finish, Response
+from .requests import OTHER_MODEL, RequestTable
 from .slot import State
 
 if TYPE_CHECKING:
-    from .daemon import Daemon
+    from prometheus_client.metrics_core import Metric
+
     from .requests import RequestState
 
 #: Seconds: from a millisecond local answer to a long generation.
@@ -41,23 +42,31 @@ def model_label(state: RequestState) -> str:
     return state.model if resolved is not None and resolved.in_catalog else OTHER_MODEL
 
 
+class Worker(Protocol):
+    """What the metrics read of a provider's worker slot."""
+
+    @property
+    def state(self) -> State: ...
+
+    @property
+    def restarts(self) -> int: ...
+
+
 class _Live(Collector):
-    """Values read from the daemon at scrape time."""
+    """Values read at scrape time (on the scrape's thread: each read is one lookup)."""
 
-    def __init__(self, daemon: Daemon) -> None:
-        self.daemon = daemon
+    def __init__(self, requests: RequestTable, workers: Mapping[str, Worker]) -> None:
+        self.requests = requests
+        self.workers = workers
 
-    def collect(self) -> Iterator[Any]:
-        daemon = self.daemon
+    def collect(self) -> Iterator[Metric]:
+        table = self.requests
         in_flight = GaugeMetricFamily(
             "trunkline_requests_in_flight", "Requests submitted and not yet ended", labels=["provider"]
         )
-        counts: dict[str, int] = {}
-        for state in list(daemon.requests.active.values()):
-            counts[state.provider] = counts.get(state.provider, 0) + 1
-        slots = list(daemon.slots.items())
+        slots = list(self.workers.items())
         for provider, _ in slots:
-            in_flight.add_metric([provider], counts.get(provider, 0))
+            in_flight.add_metric([provider], table.count_of(provider))
         yield in_flight
         states = GaugeMetricFamily(
             "trunkline_worker_state",
@@ -81,7 +90,6 @@ class _Live(Collector):
         yield states
         yield up
         yield restarts
-        table = daemon.requests
         yield GaugeMetricFamily(
             "trunkline_replay_requests",
             "Requests whose events are kept for replay",
@@ -93,10 +101,14 @@ class _Live(Collector):
 
 
 class DaemonMetrics:
-    def __init__(self, daemon: Daemon) -> None:
+    """The counters and histograms the daemon's hooks feed, and the values read at
+    scrape time from the request table and the workers (`workers` may be filled after
+    this is made: it is read at each scrape)."""
+
+    def __init__(self, requests: RequestTable, workers: Mapping[str, Worker]) -> None:
         # `_created` samples would double the series for little use (Prometheus' own
         # created-timestamp handling does not need them in the text format).
-        disable_created_metrics()
+        disable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus_client leaves it unannotated
         self.registry = CollectorRegistry(auto_describe=True)
         labels = ["provider", "model"]
         self.requests = Counter(
@@ -157,7 +169,7 @@ class DaemonMetrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
-        self.registry.register(_Live(daemon))
+        self.registry.register(_Live(requests, workers))
 
     def first_event(self, state: RequestState, seconds: float) -> None:
         self.ttft.labels(state.provider, model_label(state)).observe(seconds)
@@ -165,19 +177,21 @@ class DaemonMetrics:
     def refused_submit(self, error: ErrorInfo) -> None:
         self.refused.labels(error.error_class).inc()
 
-    def ended(self, state: RequestState, terminal: Any, seconds: float) -> None:
+    def ended(self, state: RequestState, terminal: AnyEvent | None, seconds: float) -> None:
         provider, model = state.provider, model_label(state)
         self.latency.labels(provider, model).observe(seconds)
-        if type(terminal) is Finish:
-            response = terminal.response
-            self.requests.labels(provider, model, response.finish_reason.reason).inc()
-        elif type(terminal) is ErrorEvent:
-            self.requests.labels(provider, model, "error").inc()
-            self.errors.labels(provider, model, terminal.error.error_class).inc()
-            response = terminal.partial
-        else:
-            self.requests.labels(provider, model, "ended").inc()
-            return
+        response: Response | None
+        match terminal:
+            case Finish():
+                response = terminal.response
+                self.requests.labels(provider, model, response.finish_reason.reason).inc()
+            case ErrorEvent():
+                self.requests.labels(provider, model, "error").inc()
+                self.errors.labels(provider, model, terminal.error.error_class).inc()
+                response = terminal.partial
+            case _:
+                self.requests.labels(provider, model, "ended").inc()
+                return
         if response is None:
             return
         usage = response.usage

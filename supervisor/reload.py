@@ -1,8 +1,10 @@
 """`trunkline reload` (and SIGHUP): read the config file and the catalog again, live.
 
 Everything is read and checked first; only a configuration that loads whole
-replaces the running one, so a broken file changes nothing. Requests in flight
-keep what they started with (their job holds its resolved model and prices).
+replaces the running one, so a broken file changes nothing. `reread` only reads
+and compares: it returns what changes, and the daemon applies it to itself and
+hands each child its part. Requests in flight keep what they started with (their
+job holds its resolved model and prices).
 
 Live from the next request: the catalog (prices, rules, the user's extra
 models) and the retry and timeout policies, which ride in each job while they
@@ -20,70 +22,65 @@ line stay laid over the file.
 
 from __future__ import annotations
 
-import logging
-from typing import TYPE_CHECKING, Any
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 
 from ..config.catalog import Catalog
-from ..config.loader import DEFAULTS_PATH, Config, ConfigError, ProviderConfig, load_config
-from ..protocol.messages import ErrorInfo, ReloadResult
-
-if TYPE_CHECKING:
-    from .daemon import Daemon
-
-log = logging.getLogger("trunkline.supervisor")
+from ..config.loader import DEFAULTS_PATH, Config, ProviderConfig, load_config
 
 #: Top-level settings read only at start.
 _BOUND_AT_START = ("runtime_dir", "state_dir", "log_level", "endpoints", "limits", "replay", "metrics", "telemetry")
 
+#: The retry and timeout policies a provider's jobs carry (`Job.retry`, `Job.timeouts`),
+#: each None where the worker's own stands.
+JobPolicies = tuple[dict[str, Any] | None, dict[str, Any] | None]
 
-def reload(daemon: Daemon) -> ReloadResult:
-    old = daemon.config
-    path = None if old.source in ("", str(DEFAULTS_PATH)) else old.source
-    try:
-        config = load_config(path, overrides=old.overrides)
-        catalog = Catalog.load(config.models, providers=daemon.catalog.providers, configured=daemon.catalog.configured)
-    except ConfigError as exc:
-        log.warning("reload refused, the running configuration stays: %s", exc)
-        daemon.bus("config.reload_failed", error_class="invalid_request", detail=str(exc))
-        return ReloadResult(
-            ok=False,
-            error=ErrorInfo(error_class="invalid_request", message=str(exc)),
-            pricing_version=daemon.catalog.pricing_version,
-            config_path=old.source,
-        )
-    spawned = getattr(daemon, "spawned_config", None) or old
-    daemon.spawned_config = spawned  # what the daemon and its running workers were started with
-    restart = _restart_needed(spawned, config)
-    for name in daemon.slots:
+
+@dataclass(frozen=True, slots=True)
+class Reloaded:
+    """What a reload changes; the daemon applies it."""
+
+    config: Config
+    catalog: Catalog
+    #: By provider, only for those whose policies differ from what its worker started with.
+    job_policies: dict[str, JobPolicies]
+    #: The settings bound at start that the new file changes (`ReloadResult.restart_needed`).
+    restart_needed: list[str]
+
+
+def reread(running: Config, started: Config, catalog: Catalog, providers: Collection[str]) -> Reloaded:
+    """The config file of the `running` configuration read again, and the catalog, with
+    what differs from what the daemon was `started` with. `catalog` is the running one
+    (a provider's "configured" is bound at start), `providers` those with a worker slot.
+    Raises ConfigError when the file cannot be used; nothing is changed by reading it."""
+    path = None if running.source in ("", str(DEFAULTS_PATH)) else running.source
+    config = load_config(path, overrides=running.overrides)
+    new_catalog = Catalog.load(config.models, providers=catalog.providers, configured=catalog.configured)
+    restart = _restart_needed(started, config)
+    for name in providers:
         if name not in config.providers:
             # A removed provider keeps running until the next start, with its settings.
-            config.providers[name] = spawned.providers[name]
-    daemon.job_policies = {name: _policies(spawned, config, name) for name in daemon.slots}
-    daemon.job_policies = {name: p for name, p in daemon.job_policies.items() if p != (None, None)}
-    daemon.config = config
-    daemon.catalog = catalog
-    for slot in daemon.slots.values():
-        # Restart limits apply live; the crashes already counted still count.
-        slot.intensity.max_restarts = config.supervision.max_restarts
-        slot.intensity.window_s = config.supervision.restart_window_s
-    detail = f"pricing {catalog.pricing_version}" + (f"; needs a restart: {', '.join(restart)}" if restart else "")
-    log.info("reloaded %s: %s", config.source, detail)
-    daemon.bus("config.reloaded", detail=detail)
-    return ReloadResult(
-        ok=True, pricing_version=catalog.pricing_version, config_path=config.source, restart_needed=restart
+            config.providers[name] = started.providers[name]
+    policies = {name: _policies(started, config, name) for name in providers}
+    return Reloaded(
+        config=config,
+        catalog=new_catalog,
+        job_policies={name: p for name, p in policies.items() if p != (None, None)},
+        restart_needed=restart,
     )
 
 
-def _policies(spawned: Config, now: Config, name: str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+def _policies(started: Config, now: Config, name: str) -> JobPolicies:
     """The retry and timeout policies a job must carry: those that differ from the worker's own."""
-    if name not in spawned.providers:
+    if name not in started.providers:
         return None, None
     retry, timeouts = now.provider_retry(name), now.provider_timeouts(name)
     return (
-        msgspec.to_builtins(retry) if retry != spawned.provider_retry(name) else None,
-        msgspec.to_builtins(timeouts) if timeouts != spawned.provider_timeouts(name) else None,
+        msgspec.to_builtins(retry) if retry != started.provider_retry(name) else None,
+        msgspec.to_builtins(timeouts) if timeouts != started.provider_timeouts(name) else None,
     )
 
 

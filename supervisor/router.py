@@ -12,12 +12,14 @@ from __future__ import annotations
 import hmac
 import logging
 import os
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any, assert_never
 
 import msgspec
 import trio
 
-from ..config.catalog import UnknownModel
+from ..config.catalog import Catalog, UnknownModel
+from ..config.loader import LimitsConfig, ReplayConfig
 from ..protocol import codec, nng, trace
 from ..protocol.codec import frame_event
 from ..protocol.ids import ulid
@@ -29,6 +31,8 @@ from ..protocol.messages import (
     Cancel,
     CancelResult,
     CheckReady,
+    ControlReply,
+    ControlRequest,
     CountTokens,
     ErrorClass,
     ErrorInfo,
@@ -49,6 +53,7 @@ from ..protocol.messages import (
     ReadyResult,
     Rejected,
     Reload,
+    ReloadResult,
     Replay,
     ReplayResult,
     StatusQuery,
@@ -59,12 +64,10 @@ from ..protocol.messages import (
 )
 from ..protocol.tokens import estimate_request_tokens
 from .ratelog import RateLimitedLog
-from .reload import reload
-from .requests import RequestState
+from .reload import JobPolicies
+from .requests import RequestState, RequestTable
+from .slot import WorkerSlot
 from .validate import Invalid, validate
-
-if TYPE_CHECKING:
-    from .daemon import Daemon
 
 log = logging.getLogger("trunkline.supervisor")
 
@@ -79,27 +82,73 @@ def _error(error_class: ErrorClass, message: str, **extra: Any) -> ErrorInfo:
 
 
 class Router:
-    def __init__(self, daemon: Daemon) -> None:
-        self.d = daemon
+    """Answers the control socket. It is given the request table (where it records
+    what it accepts), the worker slots (where it queues jobs, asks questions and
+    cancels), what a new request is resolved and stamped with (`catalog`,
+    `job_policies`: the daemon hands it a reload's with `reconfigure`), the limits and
+    replay sizes bound at start, and callbacks for the rest: `publish` (an event),
+    `reload`, and the metrics' and telemetry's hooks, each None when they are off."""
+
+    def __init__(
+        self,
+        *,
+        requests: RequestTable,
+        slots: Mapping[str, WorkerSlot],
+        catalog: Catalog,
+        limits: LimitsConfig,
+        replay: ReplayConfig,
+        events_url: str,
+        needs_token: bool,
+        publish: Callable[[bytes], None],
+        reload: Callable[[], ReloadResult],
+        on_refused: Callable[[ErrorInfo], None] | None = None,
+        on_started: Callable[[RequestState, dict[str, str]], None] | None = None,
+    ) -> None:
+        self.requests = requests
+        self.slots = slots
+        self.catalog = catalog
+        #: By provider, the retry and timeout policies its jobs carry (a reload changed
+        #: them since its worker started).
+        self.job_policies: dict[str, JobPolicies] = {}
+        self.limits = limits
+        self.replay_config = replay
+        self.events_url = events_url
+        self.publish = publish
+        self.reload = reload
+        self.on_refused = on_refused
+        self.on_started = on_started
+        self.accepting = True
         # A client id belongs to the control connection that said the `hello` it came
         # from: only that connection may submit under it, cancel, replay or say goodbye
         # for its requests.
         self.pipes: dict[int, set[str]] = {}  # control pipe -> the client ids it owns
         self.owner: dict[str, int] = {}  # client id -> its control pipe
-        self.max_bytes = daemon.config.limits.max_message_bytes
+        self.max_bytes = limits.max_message_bytes
         self.token = os.environ.get("TRUNKLINE_TOKEN")
         # On a network control endpoint (tcp, tls+tcp, ws) a connection must say hello
         # with the token before anything else; these are the connections that did.
-        self.needs_token = nng.is_remote(daemon.control_url)
+        self.needs_token = needs_token
         self.authenticated: set[int] = set()
         self.received_ns = 0  # when the request being handled arrived (TRUNKLINE_TRACE_HOPS)
         self.bad_input_log = RateLimitedLog(log)
+        self.started_at = 0.0
 
-    async def serve(self, nursery: trio.Nursery) -> None:
+    def reconfigure(self, catalog: Catalog, job_policies: dict[str, JobPolicies]) -> None:
+        """A reload's catalog and job policies, for every request from the next one."""
+        self.catalog = catalog
+        self.job_policies = job_policies
+
+    def stop_accepting(self) -> None:
+        """The daemon drains: every submit from now on is refused."""
+        self.accepting = False
+
+    async def serve(self, rep: nng.ControlServer, nursery: trio.Nursery, started_at: float) -> None:
         """Read control requests and answer each before reading the next (a slow one,
-        which needs a worker, is answered by a task of its own)."""
+        which needs a worker, is answered by a task of its own). `started_at`: when the
+        daemon started (trio's clock), for `status`."""
+        self._rep = rep
         self._nursery = nursery
-        rep = self.d.rep
+        self.started_at = started_at
         while True:
             body, header, pipe_id = await rep.recv()
             reply = self.on_request(body, header, pipe_id)
@@ -111,6 +160,7 @@ class Router:
         `count_tokens`) and comes later."""
         if trace.ENABLED:
             self.received_ns = trace.now_ns()
+        reply: ControlReply | _Deferred
         try:
             reply = self.handle(data, pipe_id)
         except Exception as exc:  # noqa: BLE001 - a bug here must not stop the daemon
@@ -121,11 +171,12 @@ class Router:
         return codec.encode(reply)
 
     async def _answer_later(self, header: bytes, deferred: _Deferred) -> None:
+        reply: ControlReply
         try:
-            reply = await deferred.run()
+            reply = await deferred.coro
         except Exception as exc:  # noqa: BLE001 - a bug here must not stop the daemon
             reply = self._failed(exc)
-        self.d.rep.reply(header, codec.encode(reply), self._nursery)
+        self._rep.reply(header, codec.encode(reply), self._nursery)
 
     def _failed(self, exc: Exception) -> ProtocolError:
         """A bug met while answering one request: that request's typed error, and one
@@ -136,7 +187,7 @@ class Router:
 
     # -- dispatch --------------------------------------------------------------------
 
-    def handle(self, data: bytes, pipe_id: int) -> Any:
+    def handle(self, data: bytes, pipe_id: int) -> ControlReply | _Deferred:
         """The reply to one control request. Unreadable input gets a typed
         `protocol_error` and one log line (rate-limited, so input cannot flood the
         log); a bug while handling it fails that request alone, also in one line."""
@@ -144,11 +195,11 @@ class Router:
             reply = self._dispatch(data, pipe_id)
         except Exception as exc:  # noqa: BLE001 - a bug here must not stop the daemon
             return self._failed(exc)
-        if type(reply) is ProtocolError:
+        if isinstance(reply, ProtocolError):
             self.bad_input_log.note(_refusal(reply.error, pipe_id))
         return reply
 
-    def _dispatch(self, data: bytes, pipe_id: int) -> Any:
+    def _dispatch(self, data: bytes, pipe_id: int) -> ControlReply | _Deferred:
         size = len(data)
         if size > self.max_bytes:
             return ProtocolError(
@@ -159,41 +210,41 @@ class Router:
                 )
             )
         try:
-            msg = codec.decode_control_request(data)
+            msg: ControlRequest = codec.decode_control_request(data)
         except codec.DecodeError as exc:
             return ProtocolError(error=_error("invalid_request", str(exc)))
-        t = type(msg)
-        if self.needs_token and t is not Hello and pipe_id not in self.authenticated:
+        if self.needs_token and not isinstance(msg, Hello) and pipe_id not in self.authenticated:
             return ProtocolError(error=_error("authentication", "this endpoint needs a hello with a valid token first"))
-        if t is Submit:
-            reply = self.submit(msg, pipe_id, size)  # type: ignore[arg-type]
-            if type(reply) is Rejected and self.d.metrics is not None:
-                self.d.metrics.refused_submit(reply.error)
+        # isinstance, not match: a class pattern costs more, and this is every submit's path.
+        if isinstance(msg, Submit):
+            reply = self.submit(msg, pipe_id, size)
+            if self.on_refused is not None and isinstance(reply, Rejected):
+                self.on_refused(reply.error)
             return reply
-        if t is Cancel:
-            return self.cancel(msg, pipe_id)  # type: ignore[arg-type]
-        if t is Replay:
-            return self.replay(msg, pipe_id)  # type: ignore[arg-type]
-        if t is Probe:
-            if self.owner.get(msg.client_id) != pipe_id:  # type: ignore[union-attr]
-                return ProtocolError(error=_not_yours(msg.client_id))  # type: ignore[union-attr]
-            self.d.publish(frame_event(msg.client_id, ProbeEvent(client_id=msg.client_id)))  # type: ignore[union-attr]
+        if isinstance(msg, Cancel):
+            return self.cancel(msg, pipe_id)
+        if isinstance(msg, Replay):
+            return self.replay(msg, pipe_id)
+        if isinstance(msg, Probe):
+            if self.owner.get(msg.client_id) != pipe_id:
+                return ProtocolError(error=_not_yours(msg.client_id))
+            self.publish(frame_event(msg.client_id, ProbeEvent(client_id=msg.client_id)))
             return ProbeSent()
-        if t is Hello:
-            return self.hello(msg, pipe_id)  # type: ignore[arg-type]
-        if t is ListModels:
-            return Models(models=self.d.catalog.models(msg.provider))  # type: ignore[union-attr]
-        if t is StatusQuery:
+        if isinstance(msg, Hello):
+            return self.hello(msg, pipe_id)
+        if isinstance(msg, ListModels):
+            return Models(models=self.catalog.models(msg.provider))
+        if isinstance(msg, StatusQuery):
             return self.status()
-        if t is Ready:
-            return _Deferred(self.ready(msg))  # type: ignore[arg-type]
-        if t is CountTokens:
-            return _Deferred(self.count_tokens(msg))  # type: ignore[arg-type]
-        if t is Goodbye:
-            return self.goodbye(msg, pipe_id)  # type: ignore[arg-type]
-        if t is Reload:
-            return reload(self.d)
-        return ProtocolError(error=_error("invalid_request", f"unexpected message type {t.__name__}"))
+        if isinstance(msg, Ready):
+            return _Deferred(self.ready(msg))
+        if isinstance(msg, CountTokens):
+            return _Deferred(self.count_tokens(msg))
+        if isinstance(msg, Goodbye):
+            return self.goodbye(msg, pipe_id)
+        if isinstance(msg, Reload):
+            return self.reload()
+        assert_never(msg)  # mypy checks that every control request is answered above
 
     # -- clients -----------------------------------------------------------------------
 
@@ -207,7 +258,7 @@ class Router:
             if n:
                 log.info("client %s went away; cancelled %d request(s)", client_id, n)
 
-    def goodbye(self, msg: Goodbye, pipe_id: int) -> Any:
+    def goodbye(self, msg: Goodbye, pipe_id: int) -> GoodbyeAck | ProtocolError:
         """The client leaves: its unfinished requests are cancelled and its id retired."""
         if self.owner.get(msg.client_id) != pipe_id:
             return ProtocolError(error=_not_yours(msg.client_id))
@@ -217,12 +268,12 @@ class Router:
 
     def client_gone(self, client_id: str) -> int:
         n = 0
-        for state in self.d.requests.of_client(client_id):
-            self.d.cancel_request(state)
+        for state in self.requests.of_client(client_id):
+            self.slots[state.provider].cancel(state)
             n += 1
         return n
 
-    def hello(self, msg: Hello, pipe_id: int) -> Any:
+    def hello(self, msg: Hello, pipe_id: int) -> Welcome | ProtocolError:
         if msg.protocol > PROTOCOL_VERSION:
             return ProtocolError(
                 error=_error(
@@ -236,25 +287,24 @@ class Router:
         client_id = "c" + ulid()
         self.owner[client_id] = pipe_id
         self.pipes.setdefault(pipe_id, set()).add(client_id)
-        cfg = self.d.config
         return Welcome(
             client_id=client_id,
             server_version=_version(),
-            event_endpoint=self.d.events_url,
+            event_endpoint=self.events_url,
             limits=Limits(
                 max_message_bytes=self.max_bytes,
-                max_event_bytes=cfg.limits.max_event_bytes,
-                replay_ring_events=cfg.replay.ring_events,
-                replay_keep_s=cfg.replay.keep_s,
+                max_event_bytes=self.limits.max_event_bytes,
+                replay_ring_events=self.replay_config.ring_events,
+                replay_keep_s=self.replay_config.keep_s,
             ),
-            providers=sorted(self.d.slots),
+            providers=sorted(self.slots),
         )
 
     # -- requests ---------------------------------------------------------------------
 
     def resolve(self, model: str, provider: str | None) -> ModelInfo | ErrorInfo:
         try:
-            info = self.d.catalog.resolve(model, provider)
+            info = self.catalog.resolve(model, provider)
         except UnknownModel as exc:
             return _error("not_found", str(exc))
         if not info.wire_name.strip():
@@ -264,12 +314,12 @@ class Router:
                 f"but no model of it (e.g. {info.provider}:<model>; `trunkline models --provider "
                 f"{info.provider}` lists them)",
             )
-        slot = self.d.slots.get(info.provider)
+        slot = self.slots.get(info.provider)
         if slot is None:
             return _error(
                 "not_configured",
                 f"provider {info.provider!r} is not configured on this daemon "
-                f"(configured: {', '.join(sorted(self.d.slots))})",
+                f"(configured: {', '.join(sorted(self.slots))})",
                 provider=info.provider,
             )
         if slot.state == "not_configured":
@@ -280,11 +330,10 @@ class Router:
             )
         return info
 
-    def submit(self, msg: Submit, pipe_id: int, size: int = 0) -> Any:
-        d = self.d
+    def submit(self, msg: Submit, pipe_id: int, size: int = 0) -> Accepted | Rejected:
         if self.owner.get(msg.client_id) != pipe_id:
             return Rejected(request_id=msg.request_id, error=_not_yours(msg.client_id))
-        known = d.requests.get(msg.request_id)
+        known = self.requests.get(msg.request_id)
         if known is not None:
             if known.client_id != msg.client_id:
                 return Rejected(
@@ -296,7 +345,7 @@ class Router:
                     ),
                 )
             return Accepted(request_id=msg.request_id, provider=known.provider, model=known.model, duplicate=True)
-        if not d.accepting:
+        if not self.accepting:
             return Rejected(request_id=msg.request_id, error=_error("unavailable", "the daemon is shutting down"))
         if not msg.request_id:
             return Rejected(error=_error("invalid_request", "request_id is empty"))
@@ -307,11 +356,11 @@ class Router:
         resolved = self.resolve(msg.request.model, msg.request.provider)
         if isinstance(resolved, ErrorInfo):
             return Rejected(request_id=msg.request_id, error=resolved)
+        slot = self.slots[resolved.provider]
         try:
-            validate(msg.request, resolved, msg.stream, d.slots[resolved.provider].config.type)
+            validate(msg.request, resolved, msg.stream, slot.config.type)
         except Invalid as exc:
             return Rejected(request_id=msg.request_id, error=_error(exc.error_class, exc.message))
-        slot = d.slots[resolved.provider]
         if slot.state == "unavailable":
             wait = max((slot.retry_at or 0.0) - trio.current_time(), 0.0)
             return Rejected(
@@ -334,7 +383,7 @@ class Router:
             resolved.id,
             msg.stream,
             operation_id,
-            d.requests.ring_events,
+            self.requests.ring_events,
             trio.current_time(),
             owner=pipe_id,
             size=size,
@@ -342,7 +391,7 @@ class Router:
         if trace.ENABLED:
             state.trace = {"supervisor_received": self.received_ns}
         state.resolved = resolved
-        state.job = Job(
+        job = state.job = Job(
             request_id=msg.request_id,
             client_id=msg.client_id,
             request=msg.request,
@@ -350,26 +399,24 @@ class Router:
             stream=msg.stream,
             operation_id=operation_id,
         )
-        if slot.name in d.job_policies:  # a reload changed them since the worker started
-            state.job.retry, state.job.timeouts = d.job_policies[slot.name]
-        if d.telemetry is not None:
-            d.telemetry.started(state, msg.trace_context)  # before the send, which lets the job go
-        d.requests.add(state)
-        slot.in_flight.add(msg.request_id)
+        if slot.name in self.job_policies:  # a reload changed them since the worker started
+            job.retry, job.timeouts = self.job_policies[slot.name]
+        if self.on_started is not None:
+            self.on_started(state, msg.trace_context)  # before the send, which lets the job go
+        self.requests.add(state)
         try:
-            slot.send(state.job)
+            slot.send(job)
         except Exception:
             # Answered with an error: nothing of it may stay behind as `running`.
-            d.requests.discard(state)
-            slot.in_flight.discard(msg.request_id)
+            self.requests.discard(state)
             raise
         return Accepted(request_id=msg.request_id, provider=slot.name, model=resolved.id)
 
     def over_client_limits(self, pipe_id: int, size: int) -> ErrorInfo | None:
         """Why one more request of `size` bytes from this connection is refused (its
         requests running, or their bytes, at the limit), or None."""
-        limits = self.d.config.limits
-        running, held = self.d.requests.load_of(pipe_id)
+        limits = self.limits
+        running, held = self.requests.load_of(pipe_id)
         if running >= limits.max_requests_per_client:
             return _error(
                 "rate_limit",
@@ -389,19 +436,19 @@ class Router:
     def cancel(self, msg: Cancel, pipe_id: int) -> CancelResult:
         """Only the client that submitted a request may cancel it; another's request
         looks like one that does not exist."""
-        state = self.d.requests.active.get(msg.request_id)
+        state = self.requests.active.get(msg.request_id)
         if state is None or self.owner.get(state.client_id) != pipe_id:
             return CancelResult(request_id=msg.request_id, cancelled=False)
-        self.d.cancel_request(state)
+        self.slots[state.provider].cancel(state)
         return CancelResult(request_id=msg.request_id, cancelled=True)
 
     def replay(self, msg: Replay, pipe_id: int) -> ReplayResult:
-        state = self.d.requests.get(msg.request_id)
+        state = self.requests.get(msg.request_id)
         if state is None or (not state.ring and state.evicted) or self.owner.get(state.client_id) != pipe_id:
             return ReplayResult(request_id=msg.request_id, state="unknown", last_seq=-1)
         skip = 0
         frames = state.frames_from(msg.from_seq, REPLAY_BATCH)
-        events = []
+        events: list[msgspec.Raw] = []
         for frame in frames:
             skip = frame.index(b"\x00") + 1
             events.append(msgspec.Raw(frame[skip:]))
@@ -414,20 +461,19 @@ class Router:
         )
 
     def status(self) -> StatusReport:
-        d = self.d
         return StatusReport(
             server_version=_version(),
             pid=os.getpid(),
-            uptime_s=round(trio.current_time() - d.started_at, 3),
-            in_flight=len(d.requests.active),
-            workers=[slot.status() for slot in d.slots.values()],
+            uptime_s=round(trio.current_time() - self.started_at, 3),
+            in_flight=len(self.requests.active),
+            workers=[slot.status() for slot in self.slots.values()],
         )
 
     async def ready(self, msg: Ready) -> ReadyResult:
         resolved = self.resolve(msg.model, msg.provider)
         if isinstance(resolved, ErrorInfo):
             return ReadyResult(ok=False, model=msg.model, error=resolved)
-        slot = self.d.slots[resolved.provider]
+        slot = self.slots[resolved.provider]
         if slot.state == "unavailable":
             return ReadyResult(
                 ok=False,
@@ -439,11 +485,11 @@ class Router:
         result = await slot.call(CheckReady(call_id=0, model=resolved), READY_TIMEOUT_S)
         return ReadyResult(ok=result.ok, model=resolved.id, error=result.error)
 
-    async def count_tokens(self, msg: CountTokens) -> Any:
+    async def count_tokens(self, msg: CountTokens) -> TokenCount | Rejected:
         resolved = self.resolve(msg.request.model, msg.request.provider)
         if isinstance(resolved, ErrorInfo):
             return Rejected(error=resolved)
-        slot = self.d.slots[resolved.provider]
+        slot = self.slots[resolved.provider]
         if slot.state == "running":
             result = await slot.call(EstimateTokens(call_id=0, request=msg.request, model=resolved), COUNT_TIMEOUT_S)
             if result.ok:
@@ -473,11 +519,8 @@ class _Deferred:
 
     __slots__ = ("coro",)
 
-    def __init__(self, coro: Any) -> None:
+    def __init__(self, coro: Coroutine[Any, Any, ControlReply]) -> None:
         self.coro = coro
-
-    async def run(self) -> Any:
-        return await self.coro
 
 
 def _version() -> str:

@@ -11,63 +11,131 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-from typing import TYPE_CHECKING, Literal
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Protocol
 
 import trio
 
-from ..config.loader import ProviderConfig, WorkerSettings
+from ..config.loader import Config, ProviderConfig, RetryPolicy, Supervision, TimeoutPolicy, WorkerSettings
 from ..protocol import codec, link, trace
 from ..protocol.link import Closed
 from ..protocol.link import LinkConn as Conn
 from ..protocol.messages import (
     CallResult,
+    CheckReady,
+    ErrorClass,
     ErrorInfo,
+    EstimateTokens,
     Heartbeat,
     Job,
-    Msg,
     Progress,
     Relay,
     RelayBatch,
     Shutdown,
+    StopJob,
+    ToWorker,
     WorkerStatus,
     WorkerUp,
 )
 from . import spawn
+from .requests import RequestState, RequestTable
 from .tree import Intensity
-
-if TYPE_CHECKING:
-    from .daemon import Daemon
-    from .requests import RequestState
 
 log = logging.getLogger("trunkline.supervisor")
 
 State = Literal["starting", "running", "restarting", "unavailable", "not_configured", "stopped"]
 
 
+@dataclass(frozen=True, slots=True)
+class SlotTerms:
+    """What a slot reads of the configuration: how it supervises (live: a reload hands
+    the slot new terms) and what its next worker process is started with."""
+
+    supervision: Supervision
+    retry: RetryPolicy
+    timeouts: TimeoutPolicy
+    log_level: str
+    max_response_bytes: int
+    #: Every configured provider's key variables: a worker inherits its own only.
+    key_names: frozenset[str]
+
+    @classmethod
+    def of(cls, config: Config, name: str) -> SlotTerms:
+        return cls(
+            supervision=config.supervision,
+            retry=config.provider_retry(name),
+            timeouts=config.provider_timeouts(name),
+            log_level=config.log_level,
+            max_response_bytes=config.limits.max_response_bytes,
+            key_names=frozenset(key for p in config.providers.values() for key in p.key_env_names()),
+        )
+
+
+class SlotEvents(Protocol):
+    """What a slot tells the rest of the supervisor (the daemon's `EventRelay`): its
+    worker's frames, bus events, and the requests it must end itself."""
+
+    def relay(self, msg: Relay) -> None: ...
+
+    def bus(self, name: str, **fields: Any) -> None: ...
+
+    def fail_request(self, state: RequestState, error_class: ErrorClass, message: str) -> None: ...
+
+    def finish_cancelled(self, state: RequestState, raw: str) -> None: ...
+
+    def contain(self, request_id: str, doing: str, exc: BaseException) -> None: ...
+
+    def fault(self, request_id: str | None, doing: str, exc: BaseException) -> None: ...
+
+
 class WorkerSlot:
-    def __init__(self, daemon: Daemon, name: str, config: ProviderConfig) -> None:
-        self.daemon = daemon
+    """One provider's worker. It is given its provider's settings and `terms`, the
+    request table (where its jobs' requests live: the slot keeps no list of its own)
+    and `events`, through which it publishes and ends requests; `not_configured` is
+    why it cannot run, if it cannot."""
+
+    def __init__(
+        self,
+        name: str,
+        config: ProviderConfig,
+        terms: SlotTerms,
+        *,
+        state_dir: Path,
+        requests: RequestTable,
+        events: SlotEvents,
+        not_configured: str | None = None,
+    ) -> None:
         self.name = name
         self.config = config
-        self.state: State = "starting"
+        self.terms = terms
+        self.state_dir = state_dir
+        self.requests = requests
+        self.events = events
+        self.state: State = "not_configured" if not_configured else "starting"
         self.pid: int | None = None
         self.restarts = 0
         self.generation = 0
-        self.last_error: str | None = None
+        self.last_error: str | None = not_configured
         self.last_heartbeat: float | None = None
         self.unreachable: str | None = None
-        self.in_flight: set[str] = set()
         self.retry_at: float | None = None
         self.link: Conn | None = None  # to the current worker process
         self._up = trio.Event()
-        self._outbound_send, self._outbound_recv = trio.open_memory_channel[Msg](10_000)
+        self._outbound_send, self._outbound_recv = trio.open_memory_channel[ToWorker](10_000)
         self._queued = 0  # messages in the queue or being sent by the sender task
         self._calls: dict[int, tuple[trio.Event, list[CallResult]]] = {}
         self._call_ids = itertools.count(1)
         self._proc: trio.Process | None = None
-        self._stopping = False
-        cfg = daemon.config.supervision
-        self.intensity = Intensity(cfg.max_restarts, cfg.restart_window_s)
+        self._stopping = trio.Event()
+        self.intensity = Intensity(terms.supervision.max_restarts, terms.supervision.restart_window_s)
+
+    def reconfigure(self, terms: SlotTerms) -> None:
+        """A reload's terms: supervision from now on, the rest for the next worker started.
+        The crashes already counted still count against the new restart limits."""
+        self.terms = terms
+        self.intensity.max_restarts = terms.supervision.max_restarts
+        self.intensity.window_s = terms.supervision.restart_window_s
 
     # -- status ----------------------------------------------------------------
 
@@ -79,35 +147,32 @@ class WorkerSlot:
             state=self.state,
             pid=self.pid,
             restarts=self.restarts,
-            in_flight=len(self.in_flight),
+            in_flight=self.requests.count_of(self.name),
             last_error=self.last_error,
             last_heartbeat_s=round(now - self.last_heartbeat, 3) if self.last_heartbeat is not None else None,
             unreachable=self.unreachable if self.state == "running" else None,
         )
 
-    @property
-    def accepting(self) -> bool:
-        return self.state in ("starting", "running", "restarting")
-
     # -- sending to the worker -----------------------------------------------
 
-    def send(self, msg: Msg) -> None:
+    def send(self, msg: ToWorker) -> None:
         """Send a message to the worker: at once when the worker is up and nothing is
         waiting before it (a job then starts without a trip through the sender task),
         else through the queue, where jobs wait until a worker is up to take them."""
         if self.state == "running" and not self._queued:
-            if type(msg) is Job:
-                state = self._prepare_job(msg)  # type: ignore[arg-type]
+            if isinstance(msg, Job):
+                state = self._prepare_job(msg)
                 if state is None:
                     return
-            data = codec.encode(msg)
-            # Stamped before the send: the worker may stamp its receipt before send returns.
-            sent_ns = trace.now_ns() if type(msg) is Job and state.trace is not None else 0
-            if self.link is not None and self.link.send(data):
-                if type(msg) is Job:
+                data = codec.encode(msg)
+                # Stamped before the send: the worker may stamp its receipt before send returns.
+                sent_ns = trace.now_ns() if state.trace is not None else 0
+                if self.link is not None and self.link.send(data):
                     state.sent(data)
-                if sent_ns:
-                    state.trace["job_sent"] = sent_ns
+                    if sent_ns and state.trace is not None:
+                        state.trace["job_sent"] = sent_ns
+                    return
+            elif self.link is not None and self.link.send(codec.encode(msg)):
                 return
         try:
             self._outbound_send.send_nowait(msg)
@@ -118,17 +183,34 @@ class WorkerSlot:
     def _prepare_job(self, job: Job) -> RequestState | None:
         """Stamp the job with the running worker's generation; None if its request has
         already ended (cancelled or failed while it waited)."""
-        state = self.daemon.requests.get(job.request_id)
+        state = self.requests.get(job.request_id)
         if state is None or state.ended:
             return None
         job.generation = self.generation
         state.generation = self.generation
         return state
 
-    async def call(self, msg: Msg, timeout_s: float) -> CallResult:
+    def cancel(self, state: RequestState) -> None:
+        """Ask the worker to stop a request; end it here if it never reached a worker,
+        or if the worker cannot be told."""
+        if state.ended:
+            return
+        if state.generation is None:
+            self.events.finish_cancelled(state, "cancelled before start")
+            return
+        try:
+            self.send(StopJob(request_id=state.request_id))
+        except Exception as exc:  # noqa: BLE001 - its worker cannot be told (a full queue): end it here
+            self.events.fault(state.request_id, "asking its worker to stop", exc)
+            self.events.finish_cancelled(state, "cancelled; the worker could not be told")
+            return
+        if state.cancel_deadline is None:
+            state.cancel_deadline = trio.current_time() + self.terms.supervision.cancel_grace_s
+
+    async def call(self, msg: CheckReady | EstimateTokens, timeout_s: float) -> CallResult:
         """Ask the worker something and wait for its answer."""
         call_id = next(self._call_ids)
-        msg.call_id = call_id  # type: ignore[attr-defined]
+        msg.call_id = call_id
         done = trio.Event()
         box: list[CallResult] = []
         self._calls[call_id] = (done, box)
@@ -158,18 +240,18 @@ class WorkerSlot:
                 while self.state != "running" and self.state not in ("unavailable", "stopped"):
                     await self._up.wait()
                 if self.state != "running":
-                    if type(msg) is Job:
-                        state = self.daemon.requests.get(msg.request_id)
-                        if state is not None and not state.ended:
-                            self.daemon.fail_request(
-                                state,
+                    if isinstance(msg, Job):
+                        waiting = self.requests.get(msg.request_id)
+                        if waiting is not None and not waiting.ended:
+                            self.events.fail_request(
+                                waiting,
                                 "unavailable",
                                 f"provider {self.name} is unavailable: {self.last_error or 'its worker keeps failing'}",
                             )
                     continue  # anything else was a question for a worker that is not there: its caller times out
-                state = None
-                if type(msg) is Job:
-                    state = self._prepare_job(msg)  # type: ignore[arg-type]
+                state: RequestState | None = None
+                if isinstance(msg, Job):
+                    state = self._prepare_job(msg)
                     if state is None:
                         continue
                 # Sent, or lost with a worker that just died (whose requests `_died` fails).
@@ -179,9 +261,9 @@ class WorkerSlot:
                     try:
                         data = codec.encode(msg)
                     except Exception as exc:
-                        if type(msg) is not Job:
+                        if not isinstance(msg, Job):
                             raise
-                        self.daemon.contain(msg.request_id, "sending it to its worker", exc)  # type: ignore[union-attr]
+                        self.events.contain(msg.request_id, "sending it to its worker", exc)
                         continue
                     self.link.send(data)
                     if state is not None:
@@ -196,94 +278,91 @@ class WorkerSlot:
         try:
             while True:
                 for data in await conn.receive():
-                    self._on_message(data)  # type: ignore[arg-type]
+                    self._on_message(data)
         except Closed:
             pass
         finally:
             done.set()
 
-    def _on_message(self, data: bytes) -> None:
-        daemon = self.daemon
+    def _on_message(self, data: bytes | bytearray) -> None:
         try:
             msg = codec.decode_from_worker(data)
         except codec.DecodeError as exc:
             log.error("worker %s sent an unreadable message: %s", self.name, exc)
             return
-        t = type(msg)
-        if t is Relay:
-            self._relay(msg)  # type: ignore[arg-type]
-        elif t is RelayBatch:
-            for relay in msg.relays:  # type: ignore[union-attr]
+        # isinstance, not match: this runs for every link message, and a class pattern costs more.
+        if isinstance(msg, Relay):
+            self._relay(msg)
+        elif isinstance(msg, RelayBatch):
+            for relay in msg.relays:
                 self._relay(relay)
-        elif t is Heartbeat:
+        elif isinstance(msg, Heartbeat):
             self.last_heartbeat = trio.current_time()
-            if msg.unreachable != self.unreachable:  # type: ignore[union-attr]
-                self.unreachable = msg.unreachable  # type: ignore[union-attr]
-                daemon.bus(
+            if msg.unreachable != self.unreachable:
+                self.unreachable = msg.unreachable
+                self.events.bus(
                     "worker.unreachable" if self.unreachable else "worker.reachable",
                     provider=self.name,
                     detail=self.unreachable,
                 )
-        elif t is Progress:
-            state = daemon.requests.active.get(msg.request_id)  # type: ignore[union-attr]
+        elif isinstance(msg, Progress):
+            state = self.requests.active.get(msg.request_id)
             if state is not None and not state.ended and state.generation == self.generation:
-                state.progress = msg  # type: ignore[assignment]
-        elif t is CallResult:
-            pending = self._calls.get(msg.call_id)  # type: ignore[union-attr]
+                state.progress = msg
+        elif isinstance(msg, CallResult):
+            pending = self._calls.get(msg.call_id)
             if pending is not None:
-                pending[1].append(msg)  # type: ignore[arg-type]
+                pending[1].append(msg)
                 pending[0].set()
-        elif t is WorkerUp:
-            if msg.generation != self.generation:  # type: ignore[union-attr]
-                return
+        elif isinstance(msg, WorkerUp) and msg.generation == self.generation:
             self.state = "running"
             self.last_heartbeat = trio.current_time()
             self._up.set()
-            daemon.bus("worker.up", provider=self.name, detail=f"pid {msg.pid}")  # type: ignore[union-attr]
+            self.events.bus("worker.up", provider=self.name, detail=f"pid {msg.pid}")
 
     def _relay(self, relay: Relay) -> None:
         try:
-            self.daemon.relay(relay)
+            self.events.relay(relay)
         except Exception as exc:  # noqa: BLE001 - the last guard: one request fails, the link reads on
-            self.daemon.contain(relay.request_id, "relaying its events", exc)
+            self.events.contain(relay.request_id, "relaying its events", exc)
 
     # -- lifecycle ---------------------------------------------------------------
 
     def settings(self, link_fd: int) -> WorkerSettings:
-        d = self.daemon
+        terms = self.terms
         return WorkerSettings(
             name=self.name,
             provider=self.config,
-            retry=d.config.provider_retry(self.name),
-            timeouts=d.config.provider_timeouts(self.name),
+            retry=terms.retry,
+            timeouts=terms.timeouts,
             link=f"fd:{link_fd}",
             generation=self.generation,
-            state_dir=str(d.state_dir),
-            heartbeat_interval_s=d.config.supervision.heartbeat_interval_s,
-            log_level=d.config.log_level,
+            state_dir=str(self.state_dir),
+            heartbeat_interval_s=terms.supervision.heartbeat_interval_s,
+            log_level=terms.log_level,
             supervisor_pid=os.getpid(),
-            max_response_bytes=d.config.limits.max_response_bytes,
+            max_response_bytes=terms.max_response_bytes,
         )
 
     async def run(self) -> None:
         """Keep a worker alive until the daemon stops."""
-        cfg = self.daemon.config.supervision
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._sender)
-                while not self._stopping:
+                while not self._stopping.is_set():
                     self.generation += 1
                     self.state = "starting" if self.generation == 1 else "restarting"
                     code = await self._run_one(nursery)
-                    if self._stopping:
+                    if self._stopping.is_set():
                         break
                     self._died(code)
+                    supervision = self.terms.supervision  # a reload's, from the next wait on
                     if self.intensity.allow(trio.current_time()):
                         self.restarts += 1
-                        await trio.sleep(cfg.restart_backoff_s)
+                        await trio.sleep(supervision.restart_backoff_s)
                         continue
-                    self._give_up()
-                    await trio.sleep(cfg.unavailable_retry_s)
+                    self._give_up(supervision.unavailable_retry_s)
+                    await trio.sleep(supervision.unavailable_retry_s)
                     self.intensity.reset()
                 self.state = "stopped"
                 nursery.cancel_scope.cancel()
@@ -299,8 +378,7 @@ class WorkerSlot:
         status, or None if it could not start."""
         ours, theirs = link.socket_pair()
         try:
-            own = set(self.config.key_env_names())
-            others = {name for p in self.daemon.config.providers.values() for name in p.key_env_names()} - own
+            others = self.terms.key_names.difference(self.config.key_env_names())
             self._proc = await spawn.start(
                 self.settings(theirs.fileno()), pass_fds=(theirs.fileno(),), other_keys=others
             )
@@ -332,41 +410,34 @@ class WorkerSlot:
         self._up = trio.Event()
         self.pid = None
         dead = self.generation
-        for request_id in list(self.in_flight):
-            state = self.daemon.requests.get(request_id)
-            if state is None or state.ended:
-                self.in_flight.discard(request_id)
-            elif state.generation == dead:
-                self.daemon.fail_request(
+        for state in self.requests.of_provider(self.name):
+            if state.generation == dead:
+                self.events.fail_request(
                     state,
                     "unavailable",
                     f"the {self.name} worker died mid-request ({self.last_error}); retry the request",
                 )
         for pending in self._calls.values():
             pending[0].set()
-        self.daemon.bus("worker.exited", provider=self.name, detail=self.last_error)
+        self.events.bus("worker.exited", provider=self.name, detail=self.last_error)
 
-    def _give_up(self) -> None:
+    def _give_up(self, retry_in_s: float) -> None:
         self.state = "unavailable"
-        self.retry_at = trio.current_time() + self.daemon.config.supervision.unavailable_retry_s
+        self.retry_at = trio.current_time() + retry_in_s
         self._up.set()  # queued jobs fail at once
         self._up = trio.Event()
-        for request_id in list(self.in_flight):
-            state = self.daemon.requests.get(request_id)
-            if state is not None and not state.ended:
-                self.daemon.fail_request(
-                    state, "unavailable", f"provider {self.name} is unavailable: {self.last_error}"
-                )
+        for state in self.requests.of_provider(self.name):
+            self.events.fail_request(state, "unavailable", f"provider {self.name} is unavailable: {self.last_error}")
         log.error(
             "provider %s: %d restarts within %gs; marked unavailable",
             self.name,
             self.intensity.max_restarts,
             self.intensity.window_s,
         )
-        self.daemon.bus("worker.unavailable", provider=self.name, detail=self.last_error)
+        self.events.bus("worker.unavailable", provider=self.name, detail=self.last_error)
 
     def check_heartbeat(self, now: float) -> None:
-        timeout = self.daemon.config.supervision.heartbeat_timeout_s
+        timeout = self.terms.supervision.heartbeat_timeout_s
         if self.state == "running" and self.last_heartbeat is not None and now - self.last_heartbeat > timeout:
             self.last_error = f"no heartbeat for {timeout:g}s"
             if self._proc is not None and self._proc.returncode is None:
@@ -374,7 +445,7 @@ class WorkerSlot:
                 self._proc.kill()
 
     async def stop(self, grace_s: float) -> None:
-        self._stopping = True
+        self._stopping.set()
         proc = self._proc
         if proc is None or proc.returncode is not None:
             self.state = "stopped"

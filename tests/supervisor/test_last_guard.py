@@ -27,7 +27,7 @@ from trunkline.protocol.messages import (
     TextDelta,
     TextStart,
 )
-from trunkline.supervisor import daemon as daemon_module
+from trunkline.supervisor import relay as relay_module
 from trunkline.supervisor.daemon import Daemon
 from trunkline.supervisor.requests import RequestState
 
@@ -57,7 +57,7 @@ class Published:
 def daemon(tmp_path) -> Daemon:
     config = load_config(None)
     d = Daemon(config, runtime_dir=tmp_path)
-    d.pub = Published()
+    d.events.pub = Published()
     return d
 
 
@@ -73,7 +73,6 @@ def running(d: Daemon, request_id: str, *, stream: bool = True) -> RequestState:
         model=ModelInfo(id="mock:echo", provider="mock", wire_name="echo"),
     )
     d.requests.add(state)
-    d.slots["mock"].in_flight.add(request_id)
     return state
 
 
@@ -87,7 +86,7 @@ def relay_of(request_id: str, *events: Any, terminal: bool = False) -> Relay:
 
 async def test_a_failing_bill_estimate_still_ends_the_stream_with_its_parts_closed(daemon, monkeypatch, caplog):
     state = running(daemon, "r1")
-    daemon.relay(
+    daemon.events.relay(
         relay_of(
             "r1", StreamStart(provider="mock", model="echo"), TextStart(index=0), TextDelta(index=0, text="paid for")
         )
@@ -96,30 +95,30 @@ async def test_a_failing_bill_estimate_still_ends_the_stream_with_its_parts_clos
     def broken(*args: Any) -> None:
         raise TypeError("Encoding objects of type msgspec.msgpack.Ext is unsupported")
 
-    monkeypatch.setattr(daemon_module, "estimate_billing", broken)
+    monkeypatch.setattr(relay_module, "estimate_billing", broken)
     with caplog.at_level(logging.WARNING, logger="trunkline.supervisor"):
-        daemon.fail_request(state, "unavailable", "the mock worker died mid-request")
-    events = daemon.pub.events()
+        daemon.events.fail_request(state, "unavailable", "the mock worker died mid-request")
+    events = daemon.events.pub.events()
     assert [type(e).__name__ for e in events[-2:]] == ["TextEnd", "ErrorEvent"]
     assert events[-1].partial.message.text == "paid for"  # the content is kept, the estimate left out
-    assert state.ended and "r1" not in daemon.requests.active and not daemon.slots["mock"].in_flight
+    assert state.ended and "r1" not in daemon.requests.active and not daemon.requests.of_provider("mock")
     assert "internal error while estimating its bill: TypeError" in caplog.text
 
 
 async def test_a_relay_that_raises_fails_that_request_only(daemon, monkeypatch):
     slot = daemon.slots["mock"]
     bad, good = running(daemon, "bad"), running(daemon, "good")
-    real_relay = daemon.relay
+    real_relay = daemon.events.relay
 
     def relay(msg: Relay) -> None:
         if msg.request_id == "bad":
             raise RuntimeError("a bug")
         real_relay(msg)
 
-    monkeypatch.setattr(daemon, "relay", relay)
+    monkeypatch.setattr(daemon.events, "relay", relay)
     for rid in ("bad", "good"):
         slot._on_message(codec.encode(relay_of(rid, StreamStart(provider="mock", model="echo"))))
-    terminal = [e for e in daemon.pub.events() if type(e) in (Finish, ErrorEvent)]
+    terminal = [e for e in daemon.events.pub.events() if type(e) in (Finish, ErrorEvent)]
     assert [(e.request_id, e.error.error_class) for e in terminal] == [("bad", "other")]
     assert "other requests are unaffected" in terminal[0].error.message
     assert bad.ended and not good.ended
@@ -132,8 +131,8 @@ async def test_a_cancel_its_worker_cannot_take_ends_the_request_here(daemon, mon
         raise RuntimeError("worker mock: outbound queue full")
 
     monkeypatch.setattr(daemon.slots["mock"], "send", full)
-    daemon.cancel_request(state)
-    last = daemon.pub.events()[-1]
+    daemon.slots["mock"].cancel(state)
+    last = daemon.events.pub.events()[-1]
     assert type(last) is Finish and last.response.finish_reason.reason == "cancelled"
     assert state.ended
 
@@ -144,6 +143,6 @@ async def test_the_terminal_event_goes_out_without_its_partial_if_the_partial_ca
 
     # Something no encoder takes, as a worker bug could leave behind.
     state.progress = Progress(request_id="r1", content=[TextPart(text="x")], model=object())  # type: ignore[arg-type]
-    daemon.fail_request(state, "unavailable", "worker died")
-    last = decode_event(split_frame(daemon.pub.frames[-1])[1])
+    daemon.events.fail_request(state, "unavailable", "worker died")
+    last = decode_event(split_frame(daemon.events.pub.frames[-1])[1])
     assert type(last) is ErrorEvent and last.partial is None and state.ended
