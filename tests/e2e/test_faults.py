@@ -238,11 +238,11 @@ async def test_a_subscriber_that_falls_behind_recovers_everything_by_replay(star
             Client(daemon.runtime_dir, silence_check_s=600) as client,
         ):
             gate = trio.Event()
-            client.reader_gate = gate  # the client stops reading: the daemon drops what overflows
+            client._connection.reader_gate = gate  # the client stops reading: the daemon drops what overflows
             stream = client.stream(request, request_id="req-stall")
             await stream.start()
             await wait_bus(watcher, "llm.call_completed", "req-stall")
-            client.reader_gate = None
+            client._connection.reader_gate = None
             gate.set()
             events = [ev async for ev in stream]
     check_invariants(events)
@@ -407,14 +407,14 @@ async def test_a_client_owns_its_requests(daemon):
                 with pytest.raises(InvalidRequestError, match="in use by another client"):
                     await attacker.complete("mock:echo", "mine now", request_id="req-victim")
                 with pytest.raises(InvalidRequestError, match="not given to this connection"):
-                    await attacker._call(Goodbye(client_id=victim.client_id))
+                    await attacker._connection.call(Goodbye(client_id=victim.client_id))
                 attacker_submit = Submit(
                     request_id="req-borrowed",
                     client_id=victim.client_id,
                     request=Request(model="mock:echo", messages=[Message.user("x")]),
                 )
                 with pytest.raises(InvalidRequestError, match="not given to this connection"):
-                    await attacker._call(attacker_submit)
+                    await attacker._connection.call(attacker_submit)
                 response = await stream.response()
             assert response.text == "".join(f"w{i} " for i in range(50))
             # Its owner can replay it.
