@@ -18,11 +18,13 @@ from trunkline import Client, Message, Request
 from trunkline.errors import InvalidRequestError, UnavailableError
 from trunkline.protocol import codec
 from trunkline.protocol.messages import (
+    UNKNOWN_CLIENT,
     ErrorEvent,
     Finish,
     Goodbye,
     Hello,
     ProtocolError,
+    Rejected,
     Submit,
     TextDelta,
     ToolCallDelta,
@@ -413,8 +415,10 @@ async def test_a_client_owns_its_requests(daemon):
                     client_id=victim.client_id,
                     request=Request(model="mock:echo", messages=[Message.user("x")]),
                 )
-                with pytest.raises(InvalidRequestError, match="not given to this connection"):
-                    await attacker._connection.call(attacker_submit)
+                # A submit is refused with `rejected` (as every refused submit is), not a protocol error.
+                refused = await attacker._connection.call(attacker_submit)
+                assert isinstance(refused, Rejected) and refused.error.provider_code == UNKNOWN_CLIENT
+                assert "not given to this connection" in refused.error.message
                 response = await stream.response()
             assert response.text == "".join(f"w{i} " for i in range(50))
             # Its owner can replay it.
