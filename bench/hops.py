@@ -128,7 +128,7 @@ class TrunklineTrace:
         t_send = time.monotonic_ns()
         _accepted, route = await client.submit(request, stream=False)
         t_acc = time.monotonic_ns()
-        ev = await client._next_event(route)  # a non-streamed request has one event, its terminal
+        ev = await route.next_event()  # a non-streamed request has one event, its terminal
         t_done = time.monotonic_ns()
         if type(ev) is not Finish:
             raise RuntimeError(f"trace request failed: {ev}")

@@ -11,13 +11,13 @@ import re
 from collections.abc import Iterable
 from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import Any
 
 import msgspec
 import yaml
 
 from ..protocol.messages import ModelInfo, Price, PriceTier, Usage
-from .loader import ConfigError, ModelEntry
+from .loader import ConfigError
+from .model_entries import entry_fields, unknown_key
 from .names import nearest
 
 MODELS_PATH = Path(__file__).resolve().with_name("models.yaml")
@@ -25,7 +25,8 @@ MODELS_PATH = Path(__file__).resolve().with_name("models.yaml")
 
 class CatalogFile(msgspec.Struct, forbid_unknown_fields=True):
     pricing_version: str
-    models: dict[str, ModelEntry]
+    #: By canonical id; each written as `ModelInfo` without what its id and the catalog give.
+    models: dict[str, ModelInfo]
 
 
 class UnknownModel(LookupError):
@@ -35,31 +36,14 @@ class UnknownModel(LookupError):
 def load_catalog_file(path: Path = MODELS_PATH) -> CatalogFile:
     try:
         data = yaml.safe_load(path.read_text())
+        problem = unknown_key(data, CatalogFile)
+        if problem is not None:
+            raise problem
+        if isinstance(data, dict) and isinstance(data.get("models"), dict):
+            data = {**data, "models": {k: entry_fields(k, v) for k, v in data["models"].items()}}
         return msgspec.convert(data, CatalogFile)
     except (OSError, yaml.YAMLError, msgspec.ValidationError) as exc:
         raise ConfigError(f"catalog error in {path}: {exc}") from None
-
-
-def _info(model_id: str, entry: ModelEntry, pricing_version: str | None) -> ModelInfo:
-    provider, _, _ = model_id.partition(":")
-    return ModelInfo(
-        id=model_id,
-        provider=provider,
-        wire_name=entry.wire_name,
-        display_name=entry.display_name or model_id,
-        aliases=list(entry.aliases),
-        context_window=entry.context_window,
-        max_output=entry.max_output,
-        tools=entry.tools,
-        vision=entry.vision,
-        reasoning=entry.reasoning,
-        thinking=entry.thinking,
-        streaming=entry.streaming,
-        structured_output=entry.structured_output,
-        price=msgspec.convert(msgspec.to_builtins(entry.price), Price),
-        pricing_version=pricing_version,
-        rules=entry.rules,
-    )
 
 
 #: A dated snapshot id (`claude-haiku-4-5-20251001`, `gpt-4o-2024-08-06`).
@@ -79,7 +63,7 @@ class Catalog:
 
     def __init__(
         self,
-        entries: dict[str, ModelEntry],
+        entries: dict[str, ModelInfo],
         pricing_version: str,
         providers: Iterable[str] = (),
         configured: Iterable[str] = (),
@@ -91,8 +75,15 @@ class Catalog:
         self._by_alias: dict[str, ModelInfo] = {}
         self._by_wire: dict[str, list[ModelInfo]] = {}
         for model_id, entry in entries.items():
-            info = _info(model_id, entry, pricing_version)
-            info.configured = info.provider in self.configured
+            provider = model_id.partition(":")[0]
+            info = msgspec.structs.replace(
+                entry,
+                id=model_id,
+                provider=provider,
+                display_name=entry.display_name or model_id,
+                pricing_version=pricing_version,
+                configured=provider in self.configured,
+            )
             self._by_id[model_id] = info
             self._by_wire.setdefault(entry.wire_name, []).append(info)
             for alias in entry.aliases:
@@ -101,7 +92,7 @@ class Catalog:
     @classmethod
     def load(
         cls,
-        extra: dict[str, ModelEntry] | None = None,
+        extra: dict[str, ModelInfo] | None = None,
         providers: Iterable[str] = (),
         configured: Iterable[str] = (),
         path: Path = MODELS_PATH,
@@ -278,7 +269,3 @@ def compute_cost(
     if service_tier:
         total *= base.service_tiers.get(service_tier, 1.0)
     return total / 1_000_000
-
-
-def as_builtins(info: ModelInfo) -> dict[str, Any]:
-    return msgspec.to_builtins(info)

@@ -20,7 +20,8 @@ from typing import Any, Literal
 import msgspec
 import yaml
 
-from ..protocol.messages import ModelRules
+from ..protocol.messages import ModelInfo
+from .model_entries import SET_BY_THE_CATALOG, model_entry
 from .names import did_you_mean
 
 DEFAULTS_PATH = Path(__file__).resolve().with_name("defaults.yaml")
@@ -154,60 +155,6 @@ class ProviderConfig(_Section):
         return " or ".join(self.key_env_names())
 
 
-class PriceTierEntry(_Section):
-    above_input_tokens: int
-    input: float | None = None
-    output: float | None = None
-    cache_read: float | None = None
-    cache_write: float | None = None
-    cache_write_long: float | None = None
-
-
-class ScheduledPriceEntry(_Section):
-    #: ISO date (UTC) from which these rates apply.
-    effective: str
-    input: float | None = None
-    output: float | None = None
-    cache_read: float | None = None
-    cache_write: float | None = None
-    cache_write_long: float | None = None
-    long_context: PriceTierEntry | None = None
-
-
-class PriceEntry(_Section):
-    """USD per million tokens; see `Price` in protocol/messages.py for each field."""
-
-    input: float | None = None
-    output: float | None = None
-    cache_read: float | None = None
-    cache_write: float | None = None
-    cache_write_long: float | None = None
-    long_context: PriceTierEntry | None = None
-    service_tiers: dict[str, float] = msgspec.field(default_factory=dict)
-    scheduled: list[ScheduledPriceEntry] = msgspec.field(default_factory=list)
-
-
-class ModelEntry(_Section):
-    """A catalog entry as written in models.yaml or in a user file's `models:`."""
-
-    wire_name: str
-    display_name: str = ""
-    aliases: list[str] = msgspec.field(default_factory=list)
-    context_window: int | None = None
-    max_output: int | None = None
-    tools: bool = True
-    vision: bool = False
-    reasoning: bool = False
-    #: How the model's reasoning is steered: `budget` (a thinking-token budget) or
-    #: `adaptive` (the model decides; an effort level steers it). None: no such knob.
-    thinking: Literal["budget", "adaptive"] | None = None
-    streaming: bool = True
-    structured_output: bool = False
-    price: PriceEntry = msgspec.field(default_factory=PriceEntry)
-    #: What the model accepts (sampling, efforts, limits), each rule with its source page.
-    rules: ModelRules = msgspec.field(default_factory=ModelRules)
-
-
 class MetricsConfig(_Section):
     #: `HOST:PORT` of a Prometheus scrape endpoint (`GET /metrics`); off when unset. Without
     #: a host (`:9464`) it listens on 127.0.0.1; every interface needs `0.0.0.0:9464` or
@@ -302,8 +249,9 @@ class Config(_Section):
     metrics: MetricsConfig = msgspec.field(default_factory=MetricsConfig)
     telemetry: TelemetryConfig = msgspec.field(default_factory=TelemetryConfig)
     providers: dict[str, ProviderConfig] = msgspec.field(default_factory=dict)
-    #: Extra catalog entries (for example models of a local server), by canonical id.
-    models: dict[str, ModelEntry] = msgspec.field(default_factory=dict)
+    #: Extra catalog entries (for example models of a local server), by canonical id;
+    #: each is written as `ModelInfo` without what its id and the catalog give.
+    models: dict[str, ModelInfo] = msgspec.field(default_factory=dict)
     #: Which file each top-level value came from (for messages), not read from YAML.
     source: str = ""
     #: Settings given on `trunkline serve`'s command line, laid over the file's (a reload
@@ -326,7 +274,7 @@ class Config(_Section):
         return Path(base) / "trunkline"
 
     def endpoint(self, which: Literal["control", "events"], runtime_dir: Path | None = None) -> str:
-        value = getattr(self.endpoints, which)
+        value: str = getattr(self.endpoints, which)
         if "://" in value:
             return value
         return f"ipc://{(runtime_dir or self.resolved_runtime_dir()) / value}"
@@ -368,7 +316,7 @@ class _UniqueKeys(yaml.SafeLoader):
 def _unique_mapping(loader: _UniqueKeys, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
     seen: set[Any] = set()
     for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+        key = loader.construct_object(key_node, deep=deep)
         if key in seen:
             raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
         seen.add(key)
@@ -447,8 +395,10 @@ def _hint(what: str, root: Any, raw_path: str, unknown: str | None) -> str:
     if unknown is not None:
         struct = _type_at(root, raw_path)
         if isinstance(struct, type) and issubclass(struct, msgspec.Struct):
-            names = [f.encode_name for f in msgspec.structs.fields(struct)]
-            return did_you_mean(unknown, [n for n in names if struct is not Config or n not in _NOT_FROM_YAML])
+            hidden = _NOT_FROM_YAML if struct is Config else SET_BY_THE_CATALOG.get(struct, ())
+            return did_you_mean(
+                unknown, [f.encode_name for f in msgspec.structs.fields(struct) if f.encode_name not in hidden]
+            )
         return ""
     enum = _ENUM.match(what)
     literal = _type_at(root, raw_path)
@@ -518,14 +468,22 @@ def load_config(
     merged = _merge(_merge(defaults, user), overrides or {})
     # msgspec names a bad dict entry `[...]`; check the named sections entry by entry
     # so the message can say which provider or model is wrong.
-    for section, entry_type in (("providers", ProviderConfig), ("models", ModelEntry)):
-        entries = merged.get(section)
-        if isinstance(entries, dict):
-            for key, value in entries.items():
-                try:
-                    msgspec.convert(value, entry_type)
-                except msgspec.ValidationError as exc:
-                    raise _explain(exc, user, user_path, prefix=f"{section}.{key}", root=entry_type) from None
+    providers = merged.get("providers")
+    if isinstance(providers, dict):
+        for key, value in providers.items():
+            try:
+                msgspec.convert(value, ProviderConfig)
+            except msgspec.ValidationError as exc:
+                raise _explain(exc, user, user_path, prefix=f"providers.{key}", root=ProviderConfig) from None
+    models = merged.get("models")
+    if isinstance(models, dict):
+        entries: dict[str, ModelInfo] = {}
+        for key, value in models.items():
+            try:
+                entries[key] = model_entry(key, value)
+            except msgspec.ValidationError as exc:
+                raise _explain(exc, user, user_path, prefix=f"models.{key}", root=ModelInfo) from None
+        merged["models"] = entries
     try:
         config = msgspec.convert(merged, Config)
     except msgspec.ValidationError as exc:
@@ -638,9 +596,9 @@ def _check(config: Config, source: Path) -> None:
         problem = endpoint_problem(getattr(config.endpoints, which))
         if problem:
             raise ConfigError(f"config error in {source} at `endpoints.{which}`: {problem}")
-    problem = metrics_problem(config.metrics)
-    if problem:
-        raise ConfigError(f"config error in {source} at `metrics.{problem[0]}`: {problem[1]}")
+    metrics = metrics_problem(config.metrics)
+    if metrics:
+        raise ConfigError(f"config error in {source} at `metrics.{metrics[0]}`: {metrics[1]}")
     telemetry = config.telemetry
     if telemetry.otlp_endpoint is not None:
         problem = base_url_problem(telemetry.otlp_endpoint, "http://127.0.0.1:4318")

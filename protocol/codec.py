@@ -14,6 +14,7 @@ go out as one.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import msgspec
@@ -26,12 +27,13 @@ T = TypeVar("T")
 _encoder = msgspec.msgpack.Encoder()
 encode = _encoder.encode
 
-_control_requests = msgspec.msgpack.Decoder(ControlRequest)
-_control_replies = msgspec.msgpack.Decoder(ControlReply)
-_events = msgspec.msgpack.Decoder(AnyEvent)
-_event_lists = msgspec.msgpack.Decoder(list[AnyEvent])
-_to_worker = msgspec.msgpack.Decoder(ToWorker)
-_from_worker = msgspec.msgpack.Decoder(FromWorker)
+# Annotated: msgspec types a Decoder of a union as a Decoder of Any.
+_control_requests: msgspec.msgpack.Decoder[ControlRequest] = msgspec.msgpack.Decoder(ControlRequest)
+_control_replies: msgspec.msgpack.Decoder[ControlReply] = msgspec.msgpack.Decoder(ControlReply)
+_events: msgspec.msgpack.Decoder[AnyEvent] = msgspec.msgpack.Decoder(AnyEvent)
+_event_lists: msgspec.msgpack.Decoder[list[AnyEvent]] = msgspec.msgpack.Decoder(list[AnyEvent])
+_to_worker: msgspec.msgpack.Decoder[ToWorker] = msgspec.msgpack.Decoder(ToWorker)
+_from_worker: msgspec.msgpack.Decoder[FromWorker] = msgspec.msgpack.Decoder(FromWorker)
 _request = msgspec.msgpack.Decoder(Request)
 
 
@@ -39,8 +41,8 @@ class DecodeError(ValueError):
     """Bytes that are not a valid message of the expected family."""
 
 
-def _decoder(dec: msgspec.msgpack.Decoder[Any]):  # type: ignore[no-untyped-def]
-    def decode(data: bytes | memoryview) -> Any:
+def _decoder(dec: msgspec.msgpack.Decoder[T]) -> Callable[[bytes | bytearray | memoryview], T]:
+    def decode(data: bytes | bytearray | memoryview) -> T:
         try:
             return dec.decode(data)
         except msgspec.ValidationError as exc:
@@ -58,7 +60,7 @@ def _decoder(dec: msgspec.msgpack.Decoder[Any]):  # type: ignore[no-untyped-def]
 _decode_control_request = _decoder(_control_requests)
 
 
-def decode_control_request(data: bytes | memoryview) -> Any:
+def decode_control_request(data: bytes | bytearray | memoryview) -> ControlRequest:
     """A control request whose free-form JSON holds only what JSON can (see
     `limits`), nested at most `MAX_NESTING` levels deep (deeper would break
     re-encoding it for a worker)."""
@@ -76,14 +78,14 @@ decode_event = _decoder(_events)
 _decode_event_list = _decoder(_event_lists)
 
 
-def decode_events(body: bytes | memoryview) -> list[Any]:
+def decode_events(body: bytes | bytearray | memoryview) -> list[AnyEvent]:
     """The events of one event message's body (after the topic and NUL): one map, or
     an array of them."""
     if not len(body):
         raise DecodeError("empty event message")
     first = body[0]
     if 0x90 <= first <= 0x9F or first in (0xDC, 0xDD):
-        return _decode_event_list(body)  # type: ignore[no-any-return]
+        return _decode_event_list(body)
     return [decode_event(body)]
 
 
@@ -144,7 +146,7 @@ def topic_prefix(topic: str) -> bytes:
     return topic.encode() + SEPARATOR
 
 
-def split_frame(frame: bytes | memoryview) -> tuple[str, memoryview]:
+def split_frame(frame: bytes | bytearray | memoryview) -> tuple[str, memoryview]:
     """The topic and the event bytes of one frame."""
     view = memoryview(frame)
     cut = bytes(view[:256]).find(SEPARATOR)

@@ -48,6 +48,7 @@ Closed = pynng.Closed
 AddressInUse = pynng.AddressInUse
 ConnectionRefused = pynng.ConnectionRefused
 NNGException = pynng.NNGException
+TLSConfig = pynng.TLSConfig
 
 #: nng's largest queue, in messages: with the defaults (16 on a Pub0, 128 on a Sub0)
 #: a burst of events loses most of them.
@@ -203,7 +204,7 @@ class Receiver:
             pynng.check_err(err)
         data, size = self._data[0], self._size[0]
         try:
-            return ffi.unpack(data, size) if size else b""  # type: ignore[no-any-return]
+            return ffi.unpack(data, size) if size else b""
         finally:
             if data != ffi.NULL:
                 lib.nng_free(data, size)
@@ -522,7 +523,8 @@ class Requester:
         if slow or self._busy:
             with self.sock.new_context() as ctx:
                 await _asend(ctx, data)
-                return await ctx.arecv()  # type: ignore[no-any-return]
+                reply: bytes = await ctx.arecv()
+                return reply
         self._busy = True
         try:
             await send(self.sock, data)

@@ -95,14 +95,10 @@ def default_text(field: msgspec.structs.FieldInfo) -> str:
     return f"`{msgspec.json.encode(value).decode()}`"
 
 
-def render_struct(cls: type) -> str:
-    config = cls.__struct_config__  # type: ignore[attr-defined]
+def render_struct(cls: type[msgspec.Struct]) -> str:
+    config = cls.__struct_config__
     hints = typing.get_type_hints(cls)
-    title = (
-        f"`{config.tag}`"
-        if isinstance(cls, type) and issubclass(cls, m.Msg) and cls is not m.Message
-        else f"`{cls.__name__}`"
-    )
+    title = f"`{config.tag}`" if issubclass(cls, m.Msg) else f"`{cls.__name__}`"
     doc = " ".join((cls.__doc__ or "").split())
     lines = [f"#### {title}", ""]
     if issubclass(cls, m.Msg):
@@ -141,7 +137,7 @@ def render_defaults() -> str:
         cls = getattr(m, name, None)
         if not (isinstance(cls, type) and issubclass(cls, msgspec.Struct)):
             continue
-        tag = cls.__struct_config__.tag  # type: ignore[attr-defined]
+        tag = cls.__struct_config__.tag
         title = f"`{tag}` ({name})" if isinstance(tag, str) else f"`{name}`"
         for field in msgspec.structs.fields(cls):
             if field.required:

@@ -22,12 +22,14 @@ import bisect
 import itertools
 import math
 import re
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 
 from .messages import (
     AudioPart,
+    ContentPart,
     DocumentPart,
     ImagePart,
     Message,
@@ -138,33 +140,33 @@ class _Texts:
             self.texts.append(text)
             self.chars += len(text)
 
-    def part(self, part: object) -> None:
-        t = type(part)
-        if t is TextPart or t is ThinkingPart:
-            self.add(part.text)  # type: ignore[union-attr]
-        elif t is ImagePart:
-            self.flat += IMAGE_TOKENS
-        elif t is AudioPart:
-            self.flat += AUDIO_TOKENS
-        elif t is DocumentPart:
-            self.flat += DOCUMENT_TOKENS
-        elif t is ToolCallPart:
-            self.add(part.name)  # type: ignore[union-attr]
-            self.add(_json(part.arguments or {}))  # type: ignore[union-attr]
-            self.flat += 3
-        elif t is ToolResultPart:
-            content = part.content  # type: ignore[union-attr]
-            if isinstance(content, str):
-                self.add(content)
-            else:
-                for inner in content:
-                    self.part(inner)
-            self.flat += 3
-        elif t is RedactedThinkingPart:
-            self.flat += len(part.data) // 4  # type: ignore[union-attr]
-        elif t is ProviderPart:
-            # Opaque JSON (search results, often encrypted): about four characters a token.
-            self.flat += provider_part_chars(part) // 4  # type: ignore[arg-type]
+    def part(self, part: ContentPart) -> None:
+        match part:
+            case TextPart() | ThinkingPart():
+                self.add(part.text)
+            case ImagePart():
+                self.flat += IMAGE_TOKENS
+            case AudioPart():
+                self.flat += AUDIO_TOKENS
+            case DocumentPart():
+                self.flat += DOCUMENT_TOKENS
+            case ToolCallPart():
+                self.add(part.name)
+                self.add(_json(part.arguments or {}))
+                self.flat += 3
+            case ToolResultPart():
+                content = part.content
+                if isinstance(content, str):
+                    self.add(content)
+                else:
+                    for inner in content:
+                        self.part(inner)
+                self.flat += 3
+            case RedactedThinkingPart():
+                self.flat += len(part.data) // 4
+            case ProviderPart():
+                # Opaque JSON (search results, often encrypted): about four characters a token.
+                self.flat += provider_part_chars(part) // 4
 
     def total(self) -> int:
         if self.chars <= SCAN_CHARS:
@@ -180,7 +182,7 @@ def provider_part_chars(part: ProviderPart) -> int:
         return len(str(part.data))
 
 
-def estimate_content_tokens(parts: list[object]) -> int:
+def estimate_content_tokens(parts: Sequence[ContentPart]) -> int:
     texts = _Texts()
     for p in parts:
         texts.part(p)
@@ -188,7 +190,7 @@ def estimate_content_tokens(parts: list[object]) -> int:
 
 
 def estimate_message_tokens(message: Message) -> int:
-    return PER_MESSAGE + estimate_content_tokens(message.content)  # type: ignore[arg-type]
+    return PER_MESSAGE + estimate_content_tokens(message.content)
 
 
 def estimate_request_tokens(request: Request) -> int:

@@ -116,7 +116,8 @@ class TlProcess:
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
         assert line, f"the C client died (status {self.proc.poll()})"
-        return json.loads(line)  # type: ignore[no-any-return]
+        reply: dict[str, Any] = json.loads(line)
+        return reply
 
 
 @pytest.fixture(scope="module")

@@ -412,7 +412,7 @@ async def test_serve_takes_its_endpoints_token_and_certificate_from_the_command_
         str(tmp_path / "server.key"),
     ]
     file_only = daemon.command
-    daemon.command = lambda: [*file_only(), *options]  # type: ignore[method-assign]
+    daemon.command = lambda: [*file_only(), *options]  # type: ignore[method-assign]  # this daemon's command line, extended
     reach = {"control_endpoint": control, "tls_ca_file": str(tmp_path / "ca.pem"), "tls_server_name": "localhost"}
     try:
         await daemon.start(nursery)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import textwrap
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -13,7 +14,8 @@ import trio
 import trunkline
 from trunkline import Client, Message, Tool, tool
 from trunkline.errors import InvalidRequestError, ProviderTimeoutError
-from trunkline.protocol.messages import TextDelta, ToolCallEnd
+from trunkline.middleware import CompleteNext, StreamNext
+from trunkline.protocol.messages import Request, Response, StreamEvent, TextDelta, ToolCallEnd
 
 pytestmark = pytest.mark.e2e
 
@@ -37,11 +39,11 @@ class Recorder(trunkline.Middleware):
     def __init__(self) -> None:
         self.requests: list[Any] = []
 
-    async def complete(self, request, call_next):  # type: ignore[no-untyped-def]
+    async def complete(self, request: Request, call_next: CompleteNext) -> Response:
         self.requests.append(request)
         return await call_next(request)
 
-    async def stream(self, request, call_next):  # type: ignore[no-untyped-def]
+    async def stream(self, request: Request, call_next: StreamNext) -> AsyncIterator[StreamEvent]:
         self.requests.append(request)
         async for event in call_next(request):
             yield event

@@ -18,8 +18,9 @@ from trunkline.protocol.messages import Finish, TextDelta
 pytestmark = pytest.mark.e2e
 
 _spec = importlib.util.spec_from_file_location("middleware_examples", REPO / "docs" / "examples" / "middleware.py")
-examples = importlib.util.module_from_spec(_spec)  # type: ignore[arg-type]
-_spec.loader.exec_module(examples)  # type: ignore[union-attr]
+assert _spec is not None and _spec.loader is not None
+examples = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(examples)
 
 
 class Mark(Middleware):

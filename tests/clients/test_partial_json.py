@@ -36,7 +36,7 @@ def shows_no_more_than(partial: Any, whole: Any) -> bool:
         return (
             isinstance(partial, list)
             and len(partial) <= len(whole)
-            and all(shows_no_more_than(p, w) for p, w in zip(partial, whole, strict=True))
+            and all(shows_no_more_than(p, w) for p, w in zip(partial, whole, strict=False))  # a prefix may be shorter
         )
     if isinstance(whole, str):
         return isinstance(partial, str) and whole.startswith(partial)

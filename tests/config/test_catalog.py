@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
+import re
 from datetime import date
 
+import msgspec
 import pytest
+import trio
+import yaml
 
+from trunkline import Client
 from trunkline.config.catalog import Catalog, UnknownModel, compute_cost, load_catalog_file
-from trunkline.config.loader import ConfigError, ModelEntry, load_config
-from trunkline.protocol.messages import Price, Usage
+from trunkline.config.loader import ConfigError, load_config
+from trunkline.protocol.messages import ModelInfo, Price, Usage
 
 
 @pytest.fixture
 def catalog() -> Catalog:
     return Catalog.load(
         {
-            "local:llama3.2:3b": ModelEntry(wire_name="llama3.2:3b", aliases=["llama"]),
-            "other:echo": ModelEntry(wire_name="echo"),
+            "local:llama3.2:3b": ModelInfo(
+                id="local:llama3.2:3b", provider="local", wire_name="llama3.2:3b", aliases=["llama"]
+            ),
+            "other:echo": ModelInfo(id="other:echo", provider="other", wire_name="echo"),
         },
         providers={"mock", "local", "other", "anthropic"},
         configured={"mock", "local", "other"},
@@ -48,7 +55,10 @@ def test_resolution_rules(catalog):
 
 def test_alias_beats_ambiguous_wire_name():
     cat = Catalog.load(
-        {"other:echo2": ModelEntry(wire_name="shared"), "more:x": ModelEntry(wire_name="shared")},
+        {
+            "other:echo2": ModelInfo(id="other:echo2", provider="other", wire_name="shared"),
+            "more:x": ModelInfo(id="more:x", provider="more", wire_name="shared"),
+        },
         providers={"mock", "other", "more"},
     )
     with pytest.raises(UnknownModel, match="several providers"):
@@ -268,3 +278,87 @@ def test_a_provider_name_in_another_case_resolves_and_a_misspelt_one_is_suggeste
         cat.resolve("MOCK:ECHO")
     with pytest.raises(UnknownModel, match="did you mean `echo`"):
         cat.resolve("ECHO")
+
+
+ENTRY = {
+    "wire_name": "q-7b",
+    "aliases": ["q"],
+    "context_window": 32_000,
+    "reasoning": True,
+    "thinking": "budget",
+    "price": {
+        "input": 1.0,
+        "output": 2.0,
+        "long_context": {"above_input_tokens": 10, "input": 3.0},
+        "service_tiers": {"flex": 0.5},
+        "scheduled": [{"effective": "2030-01-01", "input": 9.0}],
+    },
+    "rules": {"efforts": ["low", "high"], "sampling": ["temperature"], "sources": {"efforts": "https://example"}},
+}
+
+
+async def test_a_users_entry_is_served_as_the_file_says_it(start_daemon):
+    """One schema: an entry is the protocol's ModelInfo as written, its id and provider
+    from its key, the rest from the catalog."""
+    daemon = await start_daemon({"providers": {"vllm": {"type": "mock"}}, "models": {"vllm:q": ENTRY}})
+    with trio.fail_after(20):
+        async with Client(daemon.runtime_dir) as client:
+            info = await client.get_model_info("q")
+            shipped = await client.get_model_info("mock:echo")
+    assert info is not None and shipped is not None
+    sent = msgspec.to_builtins(info)
+    assert {k: sent[k] for k in ENTRY} == ENTRY
+    assert (info.id, info.provider, info.display_name, info.configured, info.in_catalog) == (
+        "vllm:q",
+        "vllm",
+        "vllm:q",
+        True,
+        True,
+    )
+    assert info.pricing_version == shipped.pricing_version == load_catalog_file().pricing_version
+
+
+@pytest.mark.parametrize(
+    ("entry", "where", "hint"),
+    [
+        ({"price": {"inptu": 1.0}}, "models.vllm:q.price.inptu", "; did you mean `input`?"),
+        (
+            {"price": {"long_context": {"above_input_tokens": 1, "ouput": 1.0}}},
+            "price.long_context.ouput",
+            "; did you mean `output`?",
+        ),
+        (
+            {"price": {"scheduled": [{"effective": "2030-01-01", "cache_reed": 1.0}]}},
+            "scheduled[0].cache_reed",
+            "; did you mean `cache_read`?",
+        ),
+        # The protocol's ModelRules skips unknown fields on the wire; a file must not.
+        ({"rules": {"sampilng": ["temperature"]}}, "models.vllm:q.rules.sampilng", "; did you mean `sampling`?"),
+        # What the key and the catalog set is not a file's to say.
+        ({"id": "vllm:other"}, "models.vllm:q.id", ""),
+        ({"configured": True}, "models.vllm:q.configured", ""),
+        ({"pricing_version": "2031"}, "models.vllm:q.pricing_version", ""),
+    ],
+)
+def test_every_key_of_an_entry_is_checked_as_a_config_key(tmp_path, entry, where, hint):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"models": {"vllm:q": {"wire_name": "q", **entry}}}))
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value).startswith(f"config error in {path} at `")
+    assert str(caught.value).endswith(f"{where}`: unknown key{hint}")
+
+
+def test_the_shipped_catalog_file_is_read_as_strictly(tmp_path):
+    path = tmp_path / "models.yaml"
+    path.write_text(
+        yaml.safe_dump({"pricing_version": "1", "models": {"mock:x": {"wire_name": "x", "rules": {"effort": []}}}})
+    )
+    with pytest.raises(
+        ConfigError,
+        match=re.escape(f"catalog error in {path}: Object contains unknown field `effort` - at `$.models[...].rules`"),
+    ):
+        load_catalog_file(path)
+    path.write_text(yaml.safe_dump({"pricing_version": "1", "models": {"mock:x": {"wire_name": "x"}}}))
+    entry = load_catalog_file(path).models["mock:x"]
+    assert (entry.id, entry.provider, entry.wire_name) == ("mock:x", "mock", "x")

@@ -18,6 +18,7 @@ from trunkline import Client, Message, Request
 from trunkline.errors import InvalidRequestError, UnavailableError
 from trunkline.protocol import codec
 from trunkline.protocol.messages import (
+    UNKNOWN_CLIENT,
     ErrorEvent,
     Finish,
     Goodbye,
@@ -239,11 +240,11 @@ async def test_a_subscriber_that_falls_behind_recovers_everything_by_replay(star
             Client(daemon.runtime_dir, silence_check_s=600) as client,
         ):
             gate = trio.Event()
-            client.reader_gate = gate  # the client stops reading: the daemon drops what overflows
+            client._connection.reader_gate = gate  # the client stops reading: the daemon drops what overflows
             stream = client.stream(request, request_id="req-stall")
             await stream.start()
             await wait_bus(watcher, "llm.call_completed", "req-stall")
-            client.reader_gate = None
+            client._connection.reader_gate = None
             gate.set()
             events = [ev async for ev in stream]
     check_invariants(events)
@@ -408,14 +409,16 @@ async def test_a_client_owns_its_requests(daemon):
                 with pytest.raises(InvalidRequestError, match="in use by another client"):
                     await attacker.complete("mock:echo", "mine now", request_id="req-victim")
                 with pytest.raises(InvalidRequestError, match="not given to this connection"):
-                    await attacker._call(Goodbye(client_id=victim.client_id))
+                    await attacker._connection.call(Goodbye(client_id=victim.client_id))
                 attacker_submit = Submit(
                     request_id="req-borrowed",
                     client_id=victim.client_id,
                     request=Request(model="mock:echo", messages=[Message.user("x")]),
                 )
-                refused = await attacker._call(attacker_submit)  # a submit's refusal is its reply, not an error
-                assert type(refused) is Rejected and "not given to this connection" in refused.error.message
+                # A submit is refused with `rejected` (as every refused submit is), not a protocol error.
+                refused = await attacker._connection.call(attacker_submit)
+                assert isinstance(refused, Rejected) and refused.error.provider_code == UNKNOWN_CLIENT
+                assert "not given to this connection" in refused.error.message
                 response = await stream.response()
             assert response.text == "".join(f"w{i} " for i in range(50))
             # Its owner can replay it.

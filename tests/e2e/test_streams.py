@@ -242,7 +242,7 @@ async def test_duplicate_submit_makes_one_provider_call(daemon):
         async with Client(daemon.runtime_dir, watch_bus=True) as client:
             first, route = await client.submit(request, request_id="req-dup")
             again, _ = await client.submit(request, request_id="req-dup")
-            events = [ev async for ev in client._events(route)]
+            events = [ev async for ev in route.events()]
             started = 0
             done = False
             while not done:

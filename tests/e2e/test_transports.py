@@ -108,7 +108,7 @@ async def test_a_gap_is_recovered_by_replay_over_every_transport(start_daemon, t
     with trio.fail_after(60):
         async with Client(**reach, watch_bus=True) as watcher, Client(**reach, silence_check_s=600) as client:
             gate = trio.Event()
-            client.reader_gate = gate
+            client._connection.reader_gate = gate
             stream = client.stream(request, request_id="req-gap")
             await stream.start()
             # Held until the request has ended at the daemon (the watcher's bus says so).
@@ -116,7 +116,7 @@ async def test_a_gap_is_recovered_by_replay_over_every_transport(start_daemon, t
                 ev = await watcher.bus_events.receive()
                 if ev.name == "llm.call_completed" and ev.operation_id == "req-gap":
                     break
-            client.reader_gate = None
+            client._connection.reader_gate = None
             gate.set()
             events = [ev async for ev in stream]
         assert stream.recovered_events > 0, "the test meant to lose events but none were lost"
@@ -131,7 +131,7 @@ async def test_a_call_times_out_instead_of_hanging_and_the_client_recovers(start
             os.kill(daemon.proc.pid, signal.SIGSTOP)
             try:
                 with pytest.raises(DaemonUnavailable, match="did not answer"):
-                    await client._call(StatusQuery(), timeout_s=0.5)
+                    await client._connection.call(StatusQuery(), timeout_s=0.5)
             finally:
                 os.kill(daemon.proc.pid, signal.SIGCONT)
             assert (await client.complete("mock:echo", "after the stall")).text == "after the stall"

@@ -404,7 +404,7 @@ def parser() -> argparse.ArgumentParser:
     def common(sp: argparse.ArgumentParser, top: bool = False) -> None:
         # Given before the command (`trunkline --runtime-dir X status`) or after it: a
         # subcommand's copy must not reset what the top level read.
-        keep = {} if top else {"default": argparse.SUPPRESS}
+        keep: dict[str, Any] = {} if top else {"default": argparse.SUPPRESS}
         sp.add_argument(
             "--runtime-dir",
             help="the daemon's runtime directory (default: $TRUNKLINE_RUNTIME_DIR, "

@@ -30,6 +30,7 @@ class _Slot:
         self.ready = anyio.Event()
         self.client: Client | None = None
         self.error: BaseException | None = None
+        self.task: object = None  # asyncio keeps only weak references to tasks: held here
 
 
 def set_default_client(client: Client | None) -> None:
@@ -78,7 +79,7 @@ def _spawn(library: str, slot: _Slot) -> None:
         import asyncio
 
         task = asyncio.get_running_loop().create_task(_hold(slot), name="trunkline default client")
-        slot.task = task  # type: ignore[attr-defined]  # asyncio keeps only weak references to tasks
+        slot.task = task
 
 
 async def _hold(slot: _Slot) -> None:

@@ -12,7 +12,7 @@ never an exception here.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +22,7 @@ import msgspec
 from .client import Client
 from .default_client import get_client
 from .errors import ProviderTimeoutError, error_from_info
-from .protocol.messages import ErrorInfo, Message, Response, TextDelta, Timeouts, WarningInfo
+from .protocol.messages import ErrorInfo, Message, Response, StreamEvent, TextDelta, Timeouts, WarningInfo
 from .results import GenerateResult, StepFinish, StepResult
 from .tools import as_tool, is_active, result_messages, run_calls
 
@@ -55,7 +55,7 @@ class ToolLoop:
         tools: Sequence[Any],
         max_tool_rounds: int,
         step_timeout_s: float | None,
-        fields: dict[str, Any],
+        fields: Mapping[str, Any],
     ) -> None:
         if max_tool_rounds < 0:
             raise ValueError("max_tool_rounds must be 0 or more")
@@ -201,7 +201,7 @@ class GenerateStream:
     def __aiter__(self) -> GenerateStream:
         return self
 
-    async def __anext__(self) -> Any:
+    async def __anext__(self) -> StreamEvent | StepFinish:
         if self._timeout_s is None:
             return await self._events.__anext__()
         if self._deadline is None:
@@ -212,7 +212,7 @@ class GenerateStream:
         except TimeoutError:
             raise _timeout(self._timeout_s) from None
 
-    async def _run(self) -> AsyncIterator[Any]:
+    async def _run(self) -> AsyncGenerator[StreamEvent | StepFinish, None]:
         client = await get_client(self._client)
         loop = self.loop
         while True:
@@ -235,7 +235,7 @@ class GenerateStream:
 
     async def _text(self) -> AsyncIterator[str]:
         async for event in self:
-            if type(event) is TextDelta:
+            if isinstance(event, TextDelta):
                 yield event.text
         if self._error is not None:
             raise self._error

@@ -53,7 +53,8 @@ def parse_partial(text: str) -> Any:
 
 
 def _skip(text: str, i: int) -> int:
-    return _WS.match(text, i).end()  # type: ignore[union-attr]
+    space = _WS.match(text, i)
+    return space.end() if space else i
 
 
 def _value(text: str, i: int) -> tuple[Any, int]:
@@ -75,7 +76,8 @@ def _value(text: str, i: int) -> tuple[Any, int]:
 
 
 def _number(text: str, i: int) -> tuple[Any, int]:
-    run = _NUMBER_CHARS.match(text, i).end()  # type: ignore[union-attr]
+    chars = _NUMBER_CHARS.match(text, i)
+    run = chars.end() if chars else i
     match = _NUMBER.match(text, i)
     if run == len(text):
         # The number may go on in the next chunk; show it only if it reads as one now.
@@ -95,7 +97,8 @@ def _read_number(token: str) -> Any:
 
 
 def _string(text: str, i: int) -> tuple[str, int]:
-    j = _STRING_BODY.match(text, i + 1).end()  # type: ignore[union-attr]
+    run = _STRING_BODY.match(text, i + 1)
+    j = run.end() if run else i + 1
     if j < len(text) and text[j] == '"':
         if "\\" not in text[i + 1 : j]:
             return text[i + 1 : j], j + 1  # nothing to decode (the common case, and quicker)

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import msgspec
 import trio
@@ -28,6 +28,9 @@ from .protocol.messages import (
 )
 from .results import GenerateResult, ObjectResult
 from .structured import generate_object, stream_object
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 def _running_loop() -> str | None:
@@ -113,7 +116,8 @@ class SyncStream:
         """The final response, as `Client.stream(...).response()` gives it (the last
         step's, for a loop that ran tools)."""
         result = self.result()
-        return getattr(result, "response", result)  # type: ignore[no-any-return]
+        response: Response = getattr(result, "response", result)
+        return response
 
 
 class SyncClient:
@@ -161,7 +165,7 @@ class SyncClient:
             raise _not_connected()
         return self._client
 
-    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    def _call(self, fn: Callable[P, Awaitable[T]], *args: P.args, **kwargs: P.kwargs) -> T:
         portal = self._portal
         if portal is None or self._client is None:
             raise _not_connected()
@@ -171,7 +175,7 @@ class SyncClient:
     def complete(
         self, model: str | Request, messages: str | Message | Sequence[Message] | None = None, **fields: Any
     ) -> Response:
-        return self._call(self._open.complete, model, messages, **fields)  # type: ignore[no-any-return]
+        return self._call(self._open.complete, model, messages, **fields)
 
     def stream(
         self, model: str | Request, prompt: str | Message | Sequence[Message] | None = None, **options: Any
@@ -193,20 +197,13 @@ class SyncClient:
 
     def generate(self, model: str, prompt: str | Message | None = None, **options: Any) -> GenerateResult:
         """`trunkline.generate`, blocking; the same arguments."""
-        return self._call(generate, model, prompt, client=self._open, **options)  # type: ignore[no-any-return]
+        return self._call(generate, model, prompt, client=self._open, **options)
 
     def generate_object(
         self, model: str, prompt: str | Message | None = None, *, schema: Any, **options: Any
     ) -> ObjectResult:
         """`trunkline.generate_object`, blocking; the same arguments."""
-        return self._call(
-            generate_object,
-            model,
-            prompt,
-            schema=schema,  # type: ignore[no-any-return]
-            client=self._open,
-            **options,
-        )
+        return self._call(generate_object, model, prompt, schema=schema, client=self._open, **options)
 
     def stream_object(
         self, model: str, prompt: str | Message | None = None, *, schema: Any, **options: Any
@@ -217,29 +214,29 @@ class SyncClient:
         return SyncStream(self, aiter(objects), objects.events, objects.result)
 
     def cancel(self, request_id: str) -> bool:
-        return self._call(self._open.cancel, request_id)  # type: ignore[no-any-return]
+        return self._call(self._open.cancel, request_id)
 
     def list_models(self, provider: str | None = None) -> list[ModelInfo]:
-        return self._call(self._open.list_models, provider)  # type: ignore[no-any-return]
+        return self._call(self._open.list_models, provider)
 
     def get_model_info(self, model: str) -> ModelInfo | None:
         """As `Client.get_model_info`."""
-        return self._call(self._open.get_model_info, model)  # type: ignore[no-any-return]
+        return self._call(self._open.get_model_info, model)
 
     def latest_model(self, provider: str, capability: str | None = None) -> ModelInfo | None:
         """As `Client.latest_model`."""
-        return self._call(self._open.latest_model, provider, capability)  # type: ignore[no-any-return]
+        return self._call(self._open.latest_model, provider, capability)
 
     def status(self) -> StatusReport:
-        return self._call(self._open.status)  # type: ignore[no-any-return]
+        return self._call(self._open.status)
 
     def reload(self) -> ReloadResult:
-        return self._call(self._open.reload)  # type: ignore[no-any-return]
+        return self._call(self._open.reload)
 
     def ready(self, model: str) -> ReadyResult:
-        return self._call(self._open.ready, model)  # type: ignore[no-any-return]
+        return self._call(self._open.ready, model)
 
     def count_tokens(
         self, model: str | Request, messages: str | Message | Sequence[Message] | None = None, **fields: Any
     ) -> TokenCount:
-        return self._call(self._open.count_tokens, model, messages, **fields)  # type: ignore[no-any-return]
+        return self._call(self._open.count_tokens, model, messages, **fields)

@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from functools import partial
-from typing import Any, get_type_hints
+from typing import TYPE_CHECKING, Any, get_type_hints, overload
 
 import anyio
 import msgspec
@@ -35,7 +35,7 @@ INJECTED = ("messages", "tool_call_id")
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 
 
-class _ToolMeta(type(ToolDefinition)):  # type: ignore[misc]
+class _ToolMeta(msgspec.StructMeta):
     # Struct types may define neither __new__ nor __init__; the handler is taken here
     # and kept in the instance's __dict__, which msgspec never encodes.
     def __call__(
@@ -60,6 +60,12 @@ class Tool(ToolDefinition, metaclass=_ToolMeta, dict=True, kw_only=True):
     without `execute` it is passive. (`execute` and `timeout_s` are plain attributes,
     not fields: they are never encoded.)"""
 
+    if TYPE_CHECKING:
+        # What the metaclass takes, as type checkers should see it: two more keywords of
+        # the constructor, and two attributes of every tool.
+        execute: Callable[..., Any] | None = None
+        timeout_s: float | None = None
+
     @property
     def active(self) -> bool:
         return getattr(self, "execute", None) is not None
@@ -80,7 +86,7 @@ def tool_fields(value: dict[str, Any]) -> dict[str, Any]:
     return value
 
 
-def as_tool(value: Any) -> Any:
+def as_tool(value: Any) -> ToolDefinition:
     """What people pass as a tool, as one: a `Tool` as is; a plain function as an active
     tool (its schema from its hints and docstring); OpenAI's `{"type": "function",
     "function": {...}}` and our own field dict as a passive `Tool`."""
@@ -96,6 +102,21 @@ def as_tool(value: Any) -> Any:
     raise TypeError(f"a tool is a function, a trunkline.Tool or a dict with a name, not {type(value).__name__}")
 
 
+@overload
+def tool(fn: Callable[..., Any]) -> Tool: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    parameters: dict[str, Any] | None = None,
+    timeout_s: float | None = None,
+    strict: bool | None = None,
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
 def tool(
     fn: Callable[..., Any] | None = None,
     *,
@@ -104,7 +125,7 @@ def tool(
     parameters: dict[str, Any] | None = None,
     timeout_s: float | None = None,
     strict: bool | None = None,
-) -> Any:
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Make an active `Tool` of a function; its schema comes from the type hints and
     the docstring unless `parameters` is given. Use bare (`@tool`) or with options."""
 

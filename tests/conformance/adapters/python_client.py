@@ -19,6 +19,7 @@ from trunkline.client import Client
 from trunkline.errors import TrunklineError
 from trunkline.protocol import codec
 from trunkline.protocol.messages import ErrorEvent, Finish
+from trunkline.routing import Route
 
 # Fault injection: events of the subscription (never of replay) to discard once, as if
 # PUB/SUB had lost them. Installed before the client binds its decoder.
@@ -41,7 +42,7 @@ def _lossy_decode_events(body: Any) -> list[Any]:
     return kept
 
 
-codec.decode_events = _lossy_decode_events  # type: ignore[assignment]
+codec.decode_events = _lossy_decode_events  # type: ignore[assignment]  # a module function, replaced for fault injection
 
 
 def _error(exc: BaseException) -> dict[str, Any]:
@@ -55,7 +56,7 @@ class Adapter:
         self.nursery = nursery
         self.client: Client | None = None
         self.logs: dict[str, list[Any]] = {}
-        self.routes: dict[str, Any] = {}
+        self.routes: dict[str, Route] = {}
         self.changed = trio.Event()
 
     async def connect(self, cmd: dict[str, Any]) -> dict[str, Any]:
@@ -71,8 +72,8 @@ class Adapter:
             return {"ok": False, "error": _error(exc)}
         self.client = client
         if cmd.get("recv_buffer"):
-            assert client._sub is not None
-            client._sub.sock.recv_buffer_size = cmd["recv_buffer"]
+            assert client._connection is not None and client._connection.sub is not None
+            client._connection.sub.sock.recv_buffer_size = cmd["recv_buffer"]
         assert client.welcome is not None
         return {"ok": True, "client_id": client.client_id, "max_event_bytes": client.welcome.limits.max_event_bytes}
 
@@ -95,9 +96,8 @@ class Adapter:
             "duplicate": accepted.duplicate,
         }
 
-    async def _drain(self, rid: str, route: Any) -> None:
-        assert self.client is not None
-        while (ev := await self.client._next_event(route)) is not None:
+    async def _drain(self, rid: str, route: Route) -> None:
+        while (ev := await route.next_event()) is not None:
             self.logs[rid].append(msgspec.to_builtins(ev))
             self.changed.set()
             self.changed = trio.Event()
@@ -124,8 +124,9 @@ class Adapter:
         return bool(types) and (types[-1] in ("finish", "error") or (until is not None and until in types))
 
     async def call(self, cmd: dict[str, Any]) -> dict[str, Any]:
-        assert self.client is not None and self.client._control is not None
-        raw = await self.client._control.call(codec.encode(cmd["message"]), False)
+        assert self.client is not None and self.client._connection is not None
+        assert self.client._connection.control is not None
+        raw = await self.client._connection.control.call(codec.encode(cmd["message"]), False)
         return {"ok": True, "reply": msgspec.msgpack.decode(raw)}
 
     async def handle(self, cmd: dict[str, Any]) -> dict[str, Any]:
@@ -159,10 +160,12 @@ class Adapter:
         if op == "call":
             return await self.call(cmd)
         if op == "hold":
-            self.client.reader_gate = trio.Event()
+            assert self.client._connection is not None
+            self.client._connection.reader_gate = trio.Event()
             return {"ok": True}
         if op == "resume":
-            gate, self.client.reader_gate = self.client.reader_gate, None
+            assert self.client._connection is not None
+            gate, self.client._connection.reader_gate = self.client._connection.reader_gate, None
             if gate is not None:
                 gate.set()
             return {"ok": True}
