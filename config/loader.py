@@ -155,16 +155,10 @@ class ProviderConfig(_Section):
         return " or ".join(self.key_env_names())
 
 
-class MetricsConfig(_Section):
-    #: `HOST:PORT` of a Prometheus scrape endpoint (`GET /metrics`); off when unset. Without
-    #: a host (`:9464`) it listens on 127.0.0.1; every interface needs `0.0.0.0:9464` or
-    #: `[::]:9464`, and a bearer token.
+class _Listening(_Section):
+    """A section that serves HTTP on `listen` (`HOST:PORT`; without a host, 127.0.0.1)."""
+
     listen: str | None = None
-    #: A file holding the token a scrape must send as `Authorization: Bearer <token>` (the
-    #: file Prometheus' `authorization.credentials_file` can read too); read at start.
-    bearer_token_file: str | None = None
-    #: Or the name of an environment variable holding that token.
-    bearer_token_env: str | None = None
 
     def address(self) -> tuple[str, int]:
         """Host and port to listen on (a missing host is the loopback address)."""
@@ -182,6 +176,17 @@ class MetricsConfig(_Section):
             return ipaddress.ip_address(host).is_loopback
         except ValueError:
             return False  # a host name: whatever it resolves to, others may reach it
+
+
+class MetricsConfig(_Listening):
+    #: `listen`: `HOST:PORT` of a Prometheus scrape endpoint (`GET /metrics`); off when
+    #: unset. Without a host (`:9464`) it listens on 127.0.0.1; every interface needs
+    #: `0.0.0.0:9464` or `[::]:9464`, and a bearer token.
+    #: A file holding the token a scrape must send as `Authorization: Bearer <token>` (the
+    #: file Prometheus' `authorization.credentials_file` can read too); read at start.
+    bearer_token_file: str | None = None
+    #: Or the name of an environment variable holding that token.
+    bearer_token_env: str | None = None
 
     def bearer_token(self) -> str | None:
         """The token scrapes must send, or None when none is configured. Raises
@@ -205,6 +210,53 @@ class MetricsConfig(_Section):
             # Said without the token itself: it must never reach a log.
             raise ConfigError(f"config error at {where}: a token is one word of printable ASCII characters")
         return token
+
+
+class HttpConfig(_Listening):
+    """The HTTP front door: OpenAI's and Anthropic's wire APIs in front of the daemon.
+    `listen` (`HOST:PORT`; `:8300` is 127.0.0.1:8300) turns it on; every interface
+    needs keys."""
+
+    #: Processes serving the one listening socket (the kernel spreads connections).
+    processes: int = 1
+    #: A file of the keys clients may send (one per line; `#` starts a comment), as
+    #: `Authorization: Bearer <key>` or `x-api-key: <key>`; read at start.
+    keys_file: str | None = None
+    #: Or environment variables, each holding one such key.
+    keys_env: list[str] = msgspec.field(default_factory=list)
+    #: Largest request body (JSON, images inlined as base64 included).
+    max_body_bytes: int = 16 * 1024 * 1024
+    #: Largest request head (the request line and headers).
+    max_header_bytes: int = 16 * 1024
+    #: A connection may wait this long for its next request, and a request's body may
+    #: pause this long between its reads (a slow client is let go).
+    idle_timeout_s: float = 60.0
+    read_timeout_s: float = 30.0
+
+    def keys(self) -> list[str]:
+        """The keys clients may send (empty: none are asked for). Raises ConfigError when
+        a configured file or variable holds no usable key; never says a key itself."""
+        found: list[str] = []
+        if self.keys_file is not None:
+            where = f"`http.keys_file` ({self.keys_file})"
+            try:
+                text = Path(self.keys_file).expanduser().read_text()
+            except (OSError, UnicodeDecodeError) as exc:
+                reason = getattr(exc, "strerror", None) or type(exc).__name__
+                raise ConfigError(f"config error at {where}: cannot read it: {reason}") from None
+            lines = [line.split("#", 1)[0].strip() for line in text.splitlines()]
+            found += [line for line in lines if line]
+            if not found:
+                raise ConfigError(f"config error at {where}: it holds no key")
+        for name in self.keys_env:
+            key = os.environ.get(name, "").strip()
+            if not key:
+                raise ConfigError(f"config error at `http.keys_env`: {name} is not set (or empty)")
+            found.append(key)
+        for key in found:
+            if not all("!" <= c <= "~" for c in key):
+                raise ConfigError("config error at `http.keys_file`/`keys_env`: a key is one word of printable ASCII")
+        return found
 
 
 class TelemetryConfig(_Section):
@@ -247,6 +299,7 @@ class Config(_Section):
     timeouts: TimeoutPolicy = msgspec.field(default_factory=TimeoutPolicy)
     replay: ReplayConfig = msgspec.field(default_factory=ReplayConfig)
     metrics: MetricsConfig = msgspec.field(default_factory=MetricsConfig)
+    http: HttpConfig = msgspec.field(default_factory=HttpConfig)
     telemetry: TelemetryConfig = msgspec.field(default_factory=TelemetryConfig)
     providers: dict[str, ProviderConfig] = msgspec.field(default_factory=dict)
     #: Extra catalog entries (for example models of a local server), by canonical id;
@@ -295,6 +348,20 @@ class WorkerSettings(msgspec.Struct, kw_only=True):
     log_level: str = "info"
     supervisor_pid: int = 0
     max_response_bytes: int = 32 * 1024 * 1024
+
+
+class FrontDoorSettings(msgspec.Struct, kw_only=True):
+    """What the supervisor hands each front-door process it starts: the listening
+    socket it bound (so a restart never refuses a connection), its end of a socket
+    pair (the process says `ready` on it, and its end of file is the supervisor's),
+    and where the daemon's control socket is. Keys are read by the process itself."""
+
+    index: int
+    listen_fd: int
+    link_fd: int
+    control: str
+    http: HttpConfig
+    log_level: str = "info"
 
 
 def default_runtime_dir() -> Path:
@@ -517,20 +584,49 @@ def endpoint_problem(value: str) -> str | None:
     return None
 
 
+def listen_problem(section: _Listening, example: str) -> str | None:
+    """Why `listen` is no `HOST:PORT` to serve on, or None."""
+    assert section.listen is not None
+    if not re.fullmatch(r"(?:\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]*):\d{1,5}", section.listen):
+        return f"{section.listen!r} is not HOST:PORT (e.g. {example})"
+    if not 0 < section.address()[1] < 65536:
+        return f"{section.listen!r}: the port must be 1-65535"
+    return None
+
+
 def metrics_problem(metrics: MetricsConfig) -> tuple[str, str] | None:
     """The key and why the metrics endpoint cannot be served as configured, or None."""
     if metrics.bearer_token_file is not None and metrics.bearer_token_env is not None:
         return "bearer_token_env", "give bearer_token_file or bearer_token_env, not both"
     if metrics.listen is None:
         return None
-    if not re.fullmatch(r"(?:\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]*):\d{1,5}", metrics.listen):
-        return "listen", f"{metrics.listen!r} is not HOST:PORT (e.g. 127.0.0.1:9464)"
-    if not 0 < metrics.address()[1] < 65536:
-        return "listen", f"{metrics.listen!r}: the port must be 1-65535"
+    problem = listen_problem(metrics, "127.0.0.1:9464")
+    if problem:
+        return "listen", problem
     if not metrics.on_loopback and metrics.bearer_token_file is None and metrics.bearer_token_env is None:
         return "listen", (
             f"{metrics.listen!r} can be reached from other machines: set metrics.bearer_token_file "
             "(or bearer_token_env) so a scrape must bring a token, or listen on 127.0.0.1"
+        )
+    return None
+
+
+def http_problem(http: HttpConfig) -> tuple[str, str] | None:
+    """The key and why the front door cannot be served as configured, or None."""
+    if http.listen is None:
+        return None
+    problem = listen_problem(http, "127.0.0.1:8300")
+    if problem:
+        return "listen", problem
+    if not 1 <= http.processes <= 64:
+        return "processes", f"{http.processes} is out of range [1, 64]"
+    for key, low in (("max_body_bytes", 1024), ("max_header_bytes", 1024)):
+        if getattr(http, key) < low:
+            return key, f"must be at least {low}"
+    if not http.on_loopback and http.keys_file is None and not http.keys_env:
+        return "listen", (
+            f"{http.listen!r} can be reached from other machines: set http.keys_file (or keys_env) so "
+            "every request must bring a key, or listen on 127.0.0.1"
         )
     return None
 
@@ -581,6 +677,7 @@ def _check(config: Config, source: Path) -> None:
         ("retry", config.retry),
         ("timeouts", config.timeouts),
         ("replay", config.replay),
+        ("http", config.http),
     ]
     for name, provider in config.providers.items():
         durations += [(f"providers.{name}.{key}", getattr(provider, key)) for key in ("retry", "timeouts")]
@@ -599,6 +696,9 @@ def _check(config: Config, source: Path) -> None:
     metrics = metrics_problem(config.metrics)
     if metrics:
         raise ConfigError(f"config error in {source} at `metrics.{metrics[0]}`: {metrics[1]}")
+    http = http_problem(config.http)
+    if http:
+        raise ConfigError(f"config error in {source} at `http.{http[0]}`: {http[1]}")
     telemetry = config.telemetry
     if telemetry.otlp_endpoint is not None:
         problem = base_url_problem(telemetry.otlp_endpoint, "http://127.0.0.1:4318")

@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ..config.catalog import Catalog
-from ..config.loader import Config, ConfigError, ProviderConfig
+from ..config.loader import Config, ConfigError, ProviderConfig, Supervision
 from ..protocol import __version__, nng
-from ..protocol.messages import ErrorInfo, ReloadResult
-from .metrics import DaemonMetrics
+from ..protocol.messages import ErrorInfo, ReloadResult, WorkerStatus
+from .frontdoor import FrontDoor
+from .metrics import DaemonMetrics, Worker
 from .metrics_http import MetricsApp, MetricsServer
 from .relay import EventRelay
 from .reload import Reloaded, reread
@@ -80,8 +81,11 @@ class Daemon:
             config.replay.max_bytes,
             config.replay.max_request_bytes,
         )
-        self.slots: dict[str, WorkerSlot] = {}  # filled below; the metrics read it at each scrape
-        self.metrics = DaemonMetrics(self.requests, self.slots) if config.metrics.listen else None
+        self.slots: dict[str, WorkerSlot] = {}  # filled below
+        #: Every child process the metrics report on, by name: the worker slots and the
+        #: front door's processes (read at each scrape).
+        self.children: dict[str, Worker] = {}
+        self.metrics = DaemonMetrics(self.requests, self.children) if config.metrics.listen else None
         self.metrics_token = config.metrics.bearer_token() if config.metrics.listen else None
         self.metrics_server: MetricsServer | None = None
         self.telemetry = _telemetry(config, providers)
@@ -92,7 +96,7 @@ class Daemon:
                 not_configured = "no base_url: an OpenAI-compatible provider needs the server's URL"
             elif name not in configured:
                 not_configured = f"environment variable {provider.key_hint()} is not set"
-            self.slots[name] = WorkerSlot(
+            self.slots[name] = self.children[name] = WorkerSlot(
                 name,
                 provider,
                 SlotTerms.of(config, name),
@@ -113,7 +117,12 @@ class Daemon:
             reload=self.reload,
             on_refused=self.metrics.refused_submit if self.metrics is not None else None,
             on_started=self.telemetry.started if self.telemetry is not None else None,
+            more_status=self._front_door_status,
         )
+        #: The HTTP front door (`http.listen`), once its socket is bound; its keys are
+        #: read here so that a key file that cannot be used stops the start.
+        self.frontdoor: FrontDoor | None = None
+        self.http_keys = config.http.keys() if config.http.listen else []
         self.started_wall = time.time()
         self.started_at = 0.0
         self.pub: nng.EventPublisher | None = None
@@ -221,7 +230,26 @@ class Daemon:
             rep.close()
             raise StartupError(f"cannot listen on {self.events_url}: {exc}") from None
         self.events.pub = self.pub
+        http = self.config.http
+        if http.listen:
+            try:
+                self.frontdoor = FrontDoor(
+                    http,
+                    control=self.control_url,
+                    supervision=self.config.supervision,
+                    log_level=self.config.log_level,
+                    provider_keys=frozenset(k for p in self.config.providers.values() for k in p.key_env_names()),
+                )
+            except OSError as exc:
+                rep.close()
+                self.pub.close()
+                raise StartupError(f"cannot serve the HTTP front door on {http.listen}: {exc}") from None
+            for process in self.frontdoor.processes:
+                self.children[process.name] = process
         return rep
+
+    def _front_door_status(self) -> list[WorkerStatus]:
+        return self.frontdoor.status() if self.frontdoor is not None else []
 
     def _tls(self) -> object:
         eps = self.config.endpoints
@@ -251,6 +279,13 @@ class Daemon:
                 workers = await nursery.start(self._run_workers)
                 await nursery.start(self._reload_on_sighup)  # before any client can ask for one
                 nursery.start_soon(self.router.serve, rep, nursery, self.started_at)
+                if self.frontdoor is not None:
+                    nursery.start_soon(self.frontdoor.run)
+                    log.info(
+                        "HTTP front door on %s%s (OpenAI and Anthropic APIs)",
+                        self.frontdoor.url,
+                        "; a key is required" if self.http_keys else "",
+                    )
                 nursery.start_soon(self._housekeeping)
                 with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                     task_status.started()
@@ -267,6 +302,8 @@ class Daemon:
                     await self.shutdown(workers)
                 nursery.cancel_scope.cancel()
         finally:
+            if self.frontdoor is not None:
+                self.frontdoor.close()
             if self.metrics_server is not None:
                 self.metrics_server.close()
             if self.rep is not None:
@@ -309,10 +346,26 @@ class Daemon:
             task_status.started(nursery)
 
     async def shutdown(self, workers: trio.Nursery) -> None:
-        """Stop accepting; let in-flight requests finish within the grace period;
-        cancel the rest; stop the workers."""
+        """Stop accepting (the front door too); let in-flight requests finish within the
+        grace period; cancel the rest; stop the workers."""
         cfg = self.config.supervision
         self.router.stop_accepting()
+        async with trio.open_nursery() as front:
+            if self.frontdoor is not None:
+                # It stops taking connections at once; its requests in flight are daemon
+                # requests, which the drain below waits for (or cancels).
+                front.start_soon(self.frontdoor.stop, cfg.shutdown_grace_s + 2.0)
+            await self._drain(cfg)
+        async with trio.open_nursery() as stopping:
+            for slot in self.slots.values():
+                stopping.start_soon(slot.stop, 2.0)
+        workers.cancel_scope.cancel()
+        # The last terminal events may still be in nng's queues: closing the socket
+        # would drop them, so give them a moment to leave.
+        await trio.sleep(0.2)
+        log.info("stopped")
+
+    async def _drain(self, cfg: Supervision) -> None:
         drained = self.events.all_ended()
         if self.requests.active:
             with trio.move_on_after(cfg.shutdown_grace_s):
@@ -331,14 +384,6 @@ class Daemon:
                 await drained.wait()
         for state in list(self.requests.active.values()):
             self.events.finish_cancelled(state, "shutdown")
-        async with trio.open_nursery() as stopping:
-            for slot in self.slots.values():
-                stopping.start_soon(slot.stop, 2.0)
-        workers.cancel_scope.cancel()
-        # The last terminal events may still be in nng's queues: closing the socket
-        # would drop them, so give them a moment to leave.
-        await trio.sleep(0.2)
-        log.info("stopped")
 
 
 def main_serve(config_path: str | None, runtime_dir: Path | None, overrides: dict[str, Any] | None = None) -> int:

@@ -33,7 +33,7 @@ from ..protocol.messages import (
     Relay,
     Response,
 )
-from .ratelog import RateLimitedLog
+from ..protocol.ratelog import RateLimitedLog
 from .requests import RequestState, RequestTable, estimate_billing
 
 if TYPE_CHECKING:

@@ -32,7 +32,17 @@ from ..config.catalog import Catalog
 from ..config.loader import DEFAULTS_PATH, Config, ProviderConfig, load_config
 
 #: Top-level settings read only at start.
-_BOUND_AT_START = ("runtime_dir", "state_dir", "log_level", "endpoints", "limits", "replay", "metrics", "telemetry")
+_BOUND_AT_START = (
+    "runtime_dir",
+    "state_dir",
+    "log_level",
+    "endpoints",
+    "limits",
+    "replay",
+    "metrics",
+    "http",
+    "telemetry",
+)
 
 #: The retry and timeout policies a provider's jobs carry (`Job.retry`, `Job.timeouts`),
 #: each None where the worker's own stands.

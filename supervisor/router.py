@@ -61,9 +61,10 @@ from ..protocol.messages import (
     Submit,
     TokenCount,
     Welcome,
+    WorkerStatus,
 )
+from ..protocol.ratelog import RateLimitedLog
 from ..protocol.tokens import estimate_request_tokens
-from .ratelog import RateLimitedLog
 from .reload import JobPolicies
 from .requests import RequestState, RequestTable
 from .slot import WorkerSlot
@@ -103,6 +104,7 @@ class Router:
         reload: Callable[[], ReloadResult],
         on_refused: Callable[[ErrorInfo], None] | None = None,
         on_started: Callable[[RequestState, dict[str, str]], None] | None = None,
+        more_status: Callable[[], list[WorkerStatus]] | None = None,
     ) -> None:
         self.requests = requests
         self.slots = slots
@@ -117,6 +119,8 @@ class Router:
         self.reload = reload
         self.on_refused = on_refused
         self.on_started = on_started
+        #: Children shown beside the workers in `status` (the HTTP front door's processes).
+        self.more_status = more_status
         self.accepting = True
         # A client id belongs to the control connection that said the `hello` it came
         # from: only that connection may submit under it, cancel, replay or say goodbye
@@ -466,7 +470,8 @@ class Router:
             pid=os.getpid(),
             uptime_s=round(trio.current_time() - self.started_at, 3),
             in_flight=len(self.requests.active),
-            workers=[slot.status() for slot in self.slots.values()],
+            workers=[slot.status() for slot in self.slots.values()]
+            + (self.more_status() if self.more_status is not None else []),
         )
 
     async def ready(self, msg: Ready) -> ReadyResult:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from trunkline.supervisor.ratelog import RateLimitedLog
+from trunkline.protocol.ratelog import RateLimitedLog
 
 
 def test_at_most_n_lines_a_second_then_one_summary(caplog):
