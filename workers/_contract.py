@@ -31,8 +31,6 @@ class Built:
     headers: dict[str, str] = field(default_factory=dict)
     warnings: list[WarningInfo] = field(default_factory=list)
     path: str = ""
-    #: False when the request could not ask the server to report usage (it is then estimated).
-    usage_requested: bool = True
 
 
 @dataclass(slots=True)

@@ -233,13 +233,10 @@ def build(
             body["reasoning_effort"] = request.reasoning_effort
         else:
             warn(warnings, "reasoning_unsupported", f"{model.id} is not a reasoning model; reasoning_effort ignored")
-    usage_requested = True
     if stream:
         body["stream"] = True
         if instance.get("stream_usage", True):
             body["stream_options"] = {"include_usage": True}
-        else:
-            usage_requested = False
     if request.metadata.get("user_id"):
         body["user"] = request.metadata["user_id"]
     options = request.provider_options.get(provider) or request.provider_options.get("openai_compat") or {}
@@ -254,4 +251,4 @@ def build(
             "in extra_body to send it without this warning",
         )
     body.update(provider_options.body_fields("openai_compat", options))
-    return Built(body, warnings=warnings, usage_requested=usage_requested)
+    return Built(body, warnings=warnings)
