@@ -21,8 +21,7 @@ import httpx
 import msgspec
 
 from ..protocol import __version__
-from ..protocol.accumulate import StreamAccumulator
-from ..protocol.messages import Message, RateLimit, Response
+from ..protocol.messages import RateLimit, Response
 from ._adapter import Adapter, Call, Emit, consume
 from ._body import BodyDecoder
 from ._contract import Built, Framing, Pipeline, StreamTranslator
@@ -337,28 +336,6 @@ class HttpAdapter(Adapter):
     async def error_of(self, response: httpx.Response, idle_s: float) -> ProviderError:
         """An error response classified from at most `EXCERPT_BYTES` of its body."""
         return self.classify(response.status_code, response.headers, await self._read(response, idle_s, EXCERPT_BYTES))
-
-    async def complete(self, call: Call) -> Response:
-        """A whole-response request, streamed from the provider all the same: a long
-        generation is then bounded by the idle timeout between chunks, not by one read
-        timeout for the whole answer (which failed long answers as a `timeout` and
-        sent them again, billed each time). The events are gathered here, never sent;
-        the client gets the one terminal event it asked for."""
-        acc = StreamAccumulator(self.name)
-        fed = 0
-        call.gathered = acc
-
-        def take(event: Any) -> None:
-            nonlocal fed
-            fed += 1
-            call.gathered_events = fed
-            acc.feed(event)
-
-        result = await self.stream(call, take, whole=True)  # a failure's gathered content: see the runtime
-        if fed:  # streamed (else the server sent one JSON body, already parsed whole)
-            result.message = Message(role="assistant", content=acc.content())
-            result.model = result.model or acc.model
-        return result
 
     def is_local(self) -> bool:
         """A server on this machine or a private network (loopback, RFC 1918, link-local,

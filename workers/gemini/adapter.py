@@ -10,7 +10,7 @@ import httpx
 
 from ...protocol.messages import ModelInfo, Request, Response
 from .._adapter import Call, Emit
-from .._contract import Built, Pipeline
+from .._contract import Pipeline
 from .._http import HttpAdapter
 from ..errors import ProviderError, invalid_response
 from . import errors, request
@@ -23,6 +23,7 @@ MAX_HOPS = 32
 
 class GeminiAdapter(HttpAdapter):
     provider_type = "gemini"
+    build_request = staticmethod(request.build)
     default_base_url = "https://generativelanguage.googleapis.com"
     idempotency_header = None  # Gemini has none; a custom header would only be noise
 
@@ -32,11 +33,6 @@ class GeminiAdapter(HttpAdapter):
     def classify(self, status: int, headers: httpx.Headers, body: bytes) -> ProviderError:
         return errors.classify(status, headers, body)
 
-    def _build(self, call: Call, stream: bool) -> Built:
-        built = request.build(call.request, call.model, provider=self.name, wire_ids=call.wire_ids, stream=stream)
-        call.warnings.extend(w for w in built.warnings if w not in call.warnings)
-        return built
-
     def _check_key(self) -> None:
         if not self.api_key:
             raise ProviderError("not_configured", f"no API key: set {self.config.key_hint() or 'GEMINI_API_KEY'}")
@@ -44,7 +40,7 @@ class GeminiAdapter(HttpAdapter):
     async def stream(self, call: Call, emit: Emit, whole: bool = False) -> Response:
         # `whole` needs nothing here: streamGenerateContent always answers with a stream.
         self._check_key()
-        built = self._build(call, stream=True)
+        built = self.build(call, stream=True)
         translator = GeminiStream(call.model.wire_name, passthrough=call.request.passthrough)
         # streamGenerateContent without alt=sse answers application/json (one JSON array,
         # or one whole object): the pipeline's framing reads both forms and SSE.

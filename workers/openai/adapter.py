@@ -19,9 +19,10 @@ import trio
 
 from ...config.loader import ProviderConfig
 from ...protocol.messages import ModelInfo, RateLimit, Request, Response, WarningInfo
+from ...protocol.provider_options import OpenAIOptions
 from ...protocol.tokens import estimate_request_tokens
 from .._adapter import Call, Emit
-from .._contract import Built, Pipeline
+from .._contract import Pipeline
 from .._http import HttpAdapter
 from .._ratelimits import openai_rate_limit
 from ..errors import ProviderError, from_transport
@@ -68,6 +69,7 @@ def _from_env(config: ProviderConfig) -> ProviderConfig:
 
 class OpenAIAdapter(HttpAdapter):
     provider_type = "openai"
+    build_request = staticmethod(request.build)
     default_base_url = DEFAULT_BASE_URL
 
     def __init__(self, name: str, config: ProviderConfig, *args: Any, **kwargs: Any) -> None:
@@ -82,13 +84,8 @@ class OpenAIAdapter(HttpAdapter):
     def rate_limit(self, headers: httpx.Headers) -> RateLimit | None:
         return openai_rate_limit(headers)
 
-    def _build(self, call: Call, stream: bool) -> Built:
-        built = request.build(call.request, call.model, provider=self.name, wire_ids=call.wire_ids, stream=stream)
-        call.warnings.extend(w for w in built.warnings if w not in call.warnings)
-        return built
-
     async def stream(self, call: Call, emit: Emit, whole: bool = False) -> Response:
-        built = self._build(call, stream=True)
+        built = self.build(call, stream=True)
         translator = ResponsesStream(call.model, passthrough=call.request.passthrough, provider=self.name)
         if not built.body.get("background"):
             return await self.run_stream(
@@ -174,13 +171,13 @@ class OpenAIAdapter(HttpAdapter):
                 log.warning("%s: could not cancel background response %s: %s", self.name, response_id, err.error_class)
 
     async def complete(self, call: Call) -> Response:
-        """A whole response is streamed from OpenAI all the same (see the runtime's
-        `complete`), except in background mode, where OpenAI keeps the response and
-        it is polled until it has finished."""
-        built = self._build(call, stream=False)
-        if not built.body.get("background"):
+        """A whole response is streamed from OpenAI all the same (see `Adapter.complete`),
+        except in background mode, where OpenAI keeps the response and it is polled
+        until it has finished."""
+        options = self.options_of(call)
+        if not (isinstance(options, OpenAIOptions) and options.background):
             return await super().complete(call)
-        body, _ = await self.post_json(call, "/responses", built.body)
+        body, _ = await self.post_json(call, "/responses", self.build(call, stream=False).body)
         body = await self._await_background(call, body)
         return response.parse(body, call.model, include_raw=call.request.include_raw)
 

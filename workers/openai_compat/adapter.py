@@ -16,7 +16,7 @@ from ...protocol.messages import (
 )
 from ...protocol.tokens import estimate_request_tokens
 from .._adapter import Call, Emit
-from .._contract import Built, estimated_usage
+from .._contract import estimated_usage
 from .._http import HttpAdapter
 from .._ratelimits import openai_rate_limit
 from ..errors import ProviderError
@@ -28,6 +28,7 @@ NOT_LOADED = {"not-loaded", "not_loaded", "unloaded", "loading", "unloading"}
 
 class OpenAICompatAdapter(HttpAdapter):
     provider_type = "openai_compat"
+    build_request = staticmethod(request.build)
 
     def auth_headers(self) -> dict[str, str]:
         return {"authorization": f"Bearer {self.api_key}"} if self.api_key else {}
@@ -38,27 +39,15 @@ class OpenAICompatAdapter(HttpAdapter):
     def rate_limit(self, headers: httpx.Headers) -> RateLimit | None:
         return openai_rate_limit(headers)
 
-    def _build(self, call: Call, stream: bool) -> Built:
+    async def stream(self, call: Call, emit: Emit, whole: bool = False) -> Response:
         if not self.base_url:
             raise ProviderError("not_configured", f"provider {self.name} has no base_url")
-        built = request.build(
-            call.request,
-            call.model,
-            provider=self.name,
-            wire_ids=call.wire_ids,
-            stream=stream,
-            instance=self.config.options,
-        )
-        call.warnings.extend(w for w in built.warnings if w not in call.warnings)
-        return built
-
-    async def stream(self, call: Call, emit: Emit, whole: bool = False) -> Response:
         return await self.run_stream(
             call,
             emit,
             whole,
             path="/chat/completions",
-            built=self._build(call, stream=True),
+            built=self.build(call, stream=True),
             translator=ChatStream(passthrough=call.request.passthrough, provider=self.name),
             parse_whole=lambda body: self._whole(call, body),
         )
