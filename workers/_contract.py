@@ -20,10 +20,14 @@ import msgspec
 
 from ..protocol import provider_options
 from ..protocol.messages import (
+    ContentPart,
     Event,
     ModelInfo,
     Request,
     Response,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
     Usage,
     WarningInfo,
 )
@@ -211,6 +215,18 @@ _FORMS = {
     "ndjson": ("a JSON-lines stream", "JSON line"),
     "sse_or_json": ("a stream of JSON objects", "JSON object or `data:` line"),
 }
+
+
+def generated_text(content: list[ContentPart]) -> str:
+    """What a model produced in `content`, for a usage estimate: its text, its reasoning,
+    and its tool calls' names and arguments."""
+    out: list[str] = []
+    for part in content:
+        if isinstance(part, (TextPart, ThinkingPart)):
+            out.append(part.text)
+        elif isinstance(part, ToolCallPart):
+            out.append(part.name + (part.raw_arguments or ""))
+    return "".join(out)
 
 
 def estimated_usage(call: Call, generated: str, who: str) -> Usage:

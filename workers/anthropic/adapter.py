@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import httpx
-import msgspec
 
 from ...protocol.messages import ModelInfo, RateLimit, Request, Response
 from ...protocol.provider_options import AnthropicOptions
@@ -73,21 +72,8 @@ class AnthropicAdapter(HttpAdapter):
             path="/v1/messages",
             built=self.build(call, stream=True),
             translator=AnthropicStream(passthrough=call.request.passthrough),
-            parse_whole=lambda body: self._whole(call, body),
+            whole_body=lambda body: response.parse(body, include_raw=call.request.include_raw),
         )
-
-    def _whole(self, call: Call, content: bytes) -> Response:
-        """A whole JSON message (from a server that does not stream)."""
-        try:
-            body = msgspec.json.decode(content)
-        except msgspec.DecodeError as exc:
-            raise ProviderError(
-                "invalid_response", f"{self.name} sent a body that is not JSON ({exc}): {content[:200]!r}"
-            ) from None
-        if isinstance(body, dict) and body.get("type") == "error":
-            error = body.get("error") or {}
-            raise errors.from_error_object(error.get("type"), str(error.get("message") or "error"))
-        return response.parse(body, include_raw=call.request.include_raw)
 
     async def ready(self, model: ModelInfo) -> None:
         if not self.api_key:
