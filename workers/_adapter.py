@@ -2,8 +2,10 @@
 
 A provider folder holds pure parts (request, response, stream, errors,
 capabilities) and one `adapter.py` that wires them to I/O through this
-interface. The runtime owns everything around an attempt: retries, deadlines,
-cancellation, the emitter and the link to the supervisor.
+interface: an HTTP provider through `HttpAdapter` (`_http.py`), the mock through
+its playback; both feed the same `Pipeline` (`_contract.py`). The runtime owns
+everything around an attempt: retries, deadlines, cancellation, the emitter and
+the link to the supervisor.
 """
 
 from __future__ import annotations

@@ -3,11 +3,12 @@
 A provider's `request.build` (one signature everywhere: `BuildRequest`) returns a
 `Built`; its `stream` module holds a `StreamTranslator` (bytes of one provider
 payload in, canonical events out, an `Ending` at the end of the body). `Pipeline`
-does the rest the same way for every provider: it cuts the body into payloads
-(SSE events, NDJSON lines, or Gemini's SSE-or-JSON-array), keeps the raw
-payloads when asked, hands each to the translator and its events to the
-emitter, refuses a body that held no payload at all, and estimates the usage a
-provider did not report.
+does the rest the same way for every provider, the mock included: it cuts the
+body into payloads (SSE events, NDJSON lines, Gemini's SSE-or-JSON-array, or the
+mock's messages),
+keeps the raw payloads when asked, hands each to the translator and its events
+to the emitter, refuses a body that held no payload at all, and estimates the
+usage a provider did not report.
 """
 
 from __future__ import annotations
@@ -107,7 +108,9 @@ class StreamTranslator(Protocol):
     def finish(self) -> Ending: ...
 
 
-Framing = Literal["sse", "ndjson", "sse_or_json"]
+#: How a body is cut into payloads: SSE events, NDJSON lines, Gemini's SSE-or-JSON-array,
+#: or `messages`, a transport that hands over one whole payload at a time (the mock's).
+Framing = Literal["sse", "ndjson", "sse_or_json", "messages"]
 
 
 class SseOrJsonDecoder:
@@ -163,6 +166,9 @@ class Pipeline:
             decoder = SseDecoder()
             self._feed: Callable[[bytes], list[RawEvent]] = decoder.feed_raw
             self._flush: Callable[[], list[RawEvent]] = decoder.flush_raw
+        elif self.framing == "messages":
+            self._feed = lambda message: [("message", message, None, None)]
+            self._flush = list
         elif self.framing == "ndjson":
             lines = NdjsonDecoder()
             self._feed = lambda chunk: [("message", line, None, None) for line in lines.feed(chunk)]
@@ -213,6 +219,7 @@ class Pipeline:
 _FORMS = {
     "sse": ("an event stream", "`data:` line"),
     "ndjson": ("a JSON-lines stream", "JSON line"),
+    "messages": ("a stream of messages", "message"),
     "sse_or_json": ("a stream of JSON objects", "JSON object or `data:` line"),
 }
 
