@@ -340,8 +340,9 @@ _SHAPES: dict[str, dict[str, type[msgspec.Struct]]] = {
     "ollama": {"options": OllamaModelOptions},
 }
 #: The body fields of each schema: the ones declared `Given`, passed through as given.
-PASSED: dict[type[msgspec.Struct], tuple[str, ...]] = {
-    schema: tuple(f.name for f in msgspec.structs.fields(schema) if f.default is UNSET) for schema in SCHEMAS.values()
+PASSED: dict[type[msgspec.Struct], frozenset[str]] = {
+    schema: frozenset(f.name for f in msgspec.structs.fields(schema) if f.default is UNSET)
+    for schema in SCHEMAS.values()
 }
 #: What people type for an option of another name.
 ALIASES = {
@@ -471,11 +472,9 @@ def body_fields(options: Options) -> dict[str, Any]:
         out = {k: v for k, v in options.items() if k != "extra_body"}
         extra = options.get("extra_body")
     else:
-        out = {}
-        for name in PASSED.get(type(options), ()):
-            value = getattr(options, name)
-            if value is not UNSET:
-                out[name] = value
+        # The Structs omit what is left at its default, and an unset body field always.
+        passed = PASSED.get(type(options), frozenset())
+        out = {k: v for k, v in msgspec.to_builtins(options).items() if k in passed}
         extra = getattr(options, "extra_body", None)
     if isinstance(extra, dict):
         out.update(extra)
