@@ -38,7 +38,7 @@ _replies = os.fdopen(os.dup(1), "w")
 os.dup2(2, 1)
 sys.stdout = sys.stderr
 
-import litellm  # noqa: E402
+import litellm  # noqa: E402 - only once stdout is moved aside: it prints as it loads
 
 MESSAGES = [{"role": "user", "content": "hi"}]
 
@@ -148,7 +148,7 @@ async def closed_loop(op, cmd: dict, count: int, duration_s: float) -> dict:
             started += 1
             try:
                 samples.append(await op(cmd))
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - any failure of the peer is counted, not raised
                 errors += 1
                 first_error = first_error or f"{type(exc).__name__}: {exc}"[:300]
 

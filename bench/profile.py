@@ -64,10 +64,10 @@ async def main(seconds: float, load: str, out: Path) -> None:
             ops = TrunklineOps(client)
             if load == "stream":
                 model, concurrency = f"{OPENAI_PROVIDER}:bench-c200", 64
-                op = lambda: ops.stream(model)  # noqa: E731
+                op = lambda: ops.stream(model)  # noqa: E731 - one of two ops chosen here
             else:
                 model, concurrency = f"{OPENAI_PROVIDER}:gpt-4o-mini", 16
-                op = lambda: ops.complete(model)  # noqa: E731
+                op = lambda: ops.complete(model)  # noqa: E731 - one of two ops chosen here
             await closed_loop(op, concurrency, count=200, duration_s=5)  # warm up
             targets = {"supervisor": daemon.pid, "worker": daemon.workers[OPENAI_PROVIDER], "client": os.getpid()}
             spies = []
@@ -90,9 +90,8 @@ async def main(seconds: float, load: str, out: Path) -> None:
                             "--output",
                             str(out / f"{load}-{name}.txt"),
                         ],
-                        # The child holds its own copies; ours go with the process.
-                        stdout=open(os.devnull, "wb"),  # noqa: SIM115
-                        stderr=open(out / f"{load}-{name}.spy.log", "wb"),  # noqa: SIM115
+                        stdout=open(os.devnull, "wb"),  # noqa: SIM115 - the child holds its own copy
+                        stderr=open(out / f"{load}-{name}.spy.log", "wb"),  # noqa: SIM115 - the child's copy
                     )
                 )
             result = await closed_loop(op, concurrency, count=10**9, duration_s=seconds + 1)

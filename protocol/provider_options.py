@@ -14,15 +14,25 @@ Each provider's options are of three kinds:
 An unknown key is refused, naming the nearest known one. OpenAI-compatible servers
 are the exception: each server has its own extensions, so an unknown key there is
 forwarded with an `unknown_option` warning (`extra_body` forwards without one).
+
+A request names a provider's options by the provider's instance name, else by its
+type (`entry`); the supervisor checks them (`check`) and the worker decodes them
+once per job (`read`) into these Structs. A body field left out is `UNSET`, so
+one given as null is still passed through as given. The objects sent as given
+whose known fields are checked (Anthropic's `thinking`, Ollama's `options`) are
+plain dicts in the Structs (`_SHAPES` checks them), as are OpenAI-compatible
+servers' options, which are forwarded whole.
 """
 
 from __future__ import annotations
 
 import difflib
 import re
-from typing import Annotated, Any, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, TypeAlias, TypeVar
 
 import msgspec
+from msgspec import UNSET, UnsetType
 
 #: Largest token count anywhere (prompt, output, budget).
 MAX_TOKENS = 10_000_000
@@ -32,6 +42,10 @@ MAX_MOCK_CHUNKS = 1_000_000
 
 Delay = Annotated[float, msgspec.Meta(ge=0.0, le=MAX_MOCK_DELAY_S)]
 Count = Annotated[int, msgspec.Meta(ge=0, le=2**53)]
+
+_T = TypeVar("_T")
+#: A body field passed through as given: `UNSET` when the request leaves it out (null is a value).
+Given: TypeAlias = _T | UnsetType
 
 
 class OptionsError(ValueError):
@@ -119,25 +133,27 @@ HeaderValue = Annotated[str, msgspec.Meta(pattern=r"^[\x20-\x7e]*$")]
 
 
 class AnthropicThinking(_Open):
+    """The checked fields of `AnthropicOptions.thinking` (sent as given, other fields and all)."""
+
     type: Literal["enabled", "disabled", "adaptive"]
     budget_tokens: Annotated[int, msgspec.Meta(ge=1024, le=MAX_TOKENS)] | None = None
 
 
 class AnthropicOptions(_Strict):
-    thinking: AnthropicThinking | None = None
+    thinking: dict[str, Any] | None = None  # sent as given instead of what the effort makes (AnthropicThinking)
     auto_cache: bool = True  # cache breakpoints on the system prompt, tools and the conversation
     beta_headers: list[HeaderValue] | HeaderValue | None = None  # the `anthropic-beta` header
     tools: list[dict[str, Any]] | None = None  # server tools (web search, code execution...), appended
     # Body fields passed through as given.
-    top_k: Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKENS)] | None = None
-    service_tier: str | None = None
-    container: Any = None
-    context_management: Any = None
-    inference_geo: Any = None
-    mcp_servers: Any = None
-    metadata: Any = None
-    output_config: Any = None
-    cache_control: Any = None
+    top_k: Given[Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKENS)] | None] = UNSET
+    service_tier: Given[str | None] = UNSET
+    container: Given[Any] = UNSET
+    context_management: Given[Any] = UNSET
+    inference_geo: Given[Any] = UNSET
+    mcp_servers: Given[Any] = UNSET
+    metadata: Given[Any] = UNSET
+    output_config: Given[Any] = UNSET
+    cache_control: Given[Any] = UNSET
     extra_body: dict[str, Any] | None = None
 
 
@@ -145,29 +161,29 @@ class AnthropicOptions(_Strict):
 
 
 class OpenAIOptions(_Strict):
-    reasoning_summary: Literal["auto", "concise", "detailed"] | None = None
+    reasoning_summary: Literal["auto", "concise", "detailed"] | None = "auto"  # null: no summaries
     include: list[str] | None = None
     background: bool = False  # OpenAI keeps the response: a dropped stream is resumed
     # Body fields passed through as given.
-    service_tier: str | None = None
-    store: bool | None = None
-    metadata: Any = None
-    user: str | None = None
-    safety_identifier: str | None = None
-    prompt_cache_key: str | None = None
-    prompt_cache_retention: str | None = None
-    parallel_tool_calls: bool | None = None
-    max_tool_calls: Annotated[int, msgspec.Meta(ge=1)] | None = None
-    truncation: str | None = None
-    text: Any = None
-    reasoning: Any = None
-    tools: Any = None
-    top_logprobs: Annotated[int, msgspec.Meta(ge=0, le=20)] | None = None
-    conversation: Any = None
-    previous_response_id: str | None = None
-    prompt: Any = None
-    context_management: Any = None
-    stream_options: Any = None
+    service_tier: Given[str | None] = UNSET
+    store: Given[bool | None] = UNSET
+    metadata: Given[Any] = UNSET
+    user: Given[str | None] = UNSET
+    safety_identifier: Given[str | None] = UNSET
+    prompt_cache_key: Given[str | None] = UNSET
+    prompt_cache_retention: Given[str | None] = UNSET
+    parallel_tool_calls: Given[bool | None] = UNSET
+    max_tool_calls: Given[Annotated[int, msgspec.Meta(ge=1)] | None] = UNSET
+    truncation: Given[str | None] = UNSET
+    text: Given[Any] = UNSET
+    reasoning: Given[Any] = UNSET
+    tools: Given[Any] = UNSET
+    top_logprobs: Given[Annotated[int, msgspec.Meta(ge=0, le=20)] | None] = UNSET
+    conversation: Given[Any] = UNSET
+    previous_response_id: Given[str | None] = UNSET
+    prompt: Given[Any] = UNSET
+    context_management: Given[Any] = UNSET
+    stream_options: Given[Any] = UNSET
     extra_body: dict[str, Any] | None = None
 
 
@@ -183,16 +199,16 @@ class GeminiOptions(_Strict):
     thinking_config: dict[str, Any] | None = None
     generation_config: dict[str, Any] | None = None  # merged over what trunkline sets
     # Body fields passed through as given (the snake_case spellings become camelCase).
-    safety_settings: Any = None
-    safetySettings: Any = None
-    cached_content: str | None = None
-    cachedContent: str | None = None
-    labels: dict[str, str] | None = None
-    service_tier: str | None = None
-    serviceTier: str | None = None
-    store: bool | None = None
-    tool_config: Any = None
-    toolConfig: Any = None
+    safety_settings: Given[Any] = UNSET
+    safetySettings: Given[Any] = UNSET
+    cached_content: Given[str | None] = UNSET
+    cachedContent: Given[str | None] = UNSET
+    labels: Given[dict[str, str] | None] = UNSET
+    service_tier: Given[str | None] = UNSET
+    serviceTier: Given[str | None] = UNSET
+    store: Given[bool | None] = UNSET
+    tool_config: Given[Any] = UNSET
+    toolConfig: Given[Any] = UNSET
     extra_body: dict[str, Any] | None = None
 
 
@@ -200,7 +216,8 @@ class GeminiOptions(_Strict):
 
 
 class OllamaModelOptions(_Open):
-    """Ollama's model `options` (Modelfile parameters): the ones with a range are checked."""
+    """The checked fields of `OllamaOptions.options`, Ollama's model options (Modelfile
+    parameters, sent as given): the ones with a range."""
 
     top_k: Annotated[int, msgspec.Meta(ge=0, le=MAX_TOKENS)] | None = None
     num_ctx: Annotated[int, msgspec.Meta(ge=1, le=MAX_TOKENS)] | None = None
@@ -208,15 +225,15 @@ class OllamaModelOptions(_Open):
 
 
 class OllamaOptions(_Strict):
-    options: OllamaModelOptions | None = None
+    options: dict[str, Any] | None = None  # merged over the model options trunkline sets (OllamaModelOptions)
     keep_alive: str | int | float | None = None
     think: bool | Literal["low", "medium", "high"] | None = None
     # Body fields passed through as given.
-    format: Any = None
-    truncate: bool | None = None
-    shift: bool | None = None
-    logprobs: bool | None = None
-    top_logprobs: int | None = None
+    format: Given[Any] = UNSET
+    truncate: Given[bool | None] = UNSET
+    shift: Given[bool | None] = UNSET
+    logprobs: Given[bool | None] = UNSET
+    top_logprobs: Given[int | None] = UNSET
     extra_body: dict[str, Any] | None = None
 
 
@@ -317,14 +334,15 @@ SCHEMAS: dict[str, type[msgspec.Struct]] = {
     "ollama": OllamaOptions,
     "openai_compat": OpenAICompatOptions,
 }
-#: Options each worker reads itself; every other known key is a body field.
-OWN: dict[str, frozenset[str]] = {
-    "anthropic": frozenset({"thinking", "auto_cache", "beta_headers", "tools"}),
-    "openai": frozenset({"reasoning_summary", "include", "background"}),
-    "gemini": frozenset(
-        {"google_search", "code_execution", "url_context", "tools", "thinking_config", "generation_config"}
-    ),
-    "ollama": frozenset({"options", "keep_alive", "think"}),
+#: Objects sent as given whose known fields are checked: provider type -> option -> its checked fields.
+_SHAPES: dict[str, dict[str, type[msgspec.Struct]]] = {
+    "anthropic": {"thinking": AnthropicThinking},
+    "ollama": {"options": OllamaModelOptions},
+}
+#: The body fields of each schema: the ones declared `Given`, passed through as given.
+PASSED: dict[type[msgspec.Struct], frozenset[str]] = {
+    schema: frozenset(f.name for f in msgspec.structs.fields(schema) if f.default is UNSET)
+    for schema in SCHEMAS.values()
 }
 #: What people type for an option of another name.
 ALIASES = {
@@ -343,7 +361,7 @@ def known(provider_type: str) -> frozenset[str]:
     return frozenset(schema.__struct_fields__) if schema is not None else frozenset()
 
 
-def unknown_keys(provider_type: str, options: dict[str, Any]) -> list[str]:
+def unknown_keys(provider_type: str, options: Mapping[str, Any]) -> list[str]:
     names = known(provider_type)
     return [k for k in options if k not in names]
 
@@ -374,9 +392,21 @@ def check(provider_type: str, options: Any, where: str) -> msgspec.Struct | None
             if key not in schema.__struct_fields__:
                 raise OptionsError(explain_unknown(provider_type, where, key))
     try:
-        return msgspec.convert(options, schema)
+        checked = msgspec.convert(options, schema)
     except msgspec.ValidationError as exc:
         raise OptionsError(_explain(str(exc), where, options)) from None
+    for name, shape in _SHAPES.get(provider_type, {}).items():
+        value = options.get(name)
+        if value is None:
+            continue
+        try:
+            msgspec.convert(value, shape)
+        except msgspec.ValidationError as exc:
+            # Named from the options' root, as an error in the whole schema would be.
+            text = str(exc)
+            text = text.replace(" - at `$", f" - at `$.{name}", 1) if " - at `$" in text else f"{text} - at `$.{name}`"
+            raise OptionsError(_explain(text, where, options)) from None
+    return checked
 
 
 _STEP = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[(\d+)\]")
@@ -400,14 +430,65 @@ def _explain(message: str, where: str, options: Any) -> str:
     return f"{path.replace('$', where, 1)} is {shown}: {text[0].lower()}{text[1:]}"
 
 
-def body_fields(provider_type: str, options: dict[str, Any]) -> dict[str, Any]:
+#: What a worker reads: its type's Struct, or for an OpenAI-compatible server the mapping itself
+#: (every key of it is forwarded as given, so there is nothing more to read from it).
+Options: TypeAlias = msgspec.Struct | Mapping[str, Any]
+_S = TypeVar("_S", bound=msgspec.Struct)
+
+
+def entry(provider_options: Mapping[str, dict[str, Any]], name: str, provider_type: str) -> tuple[str, dict[str, Any]]:
+    """Where a request keeps the options of provider instance `name`, and what they are:
+    under its name when that entry is not empty, else under its type (`{}` if neither)."""
+    mine = provider_options.get(name)
+    if mine:
+        return name, mine
+    return provider_type, provider_options.get(provider_type) or {}
+
+
+def decode(schema: type[_S], options: Mapping[str, Any], where: str) -> _S:
+    """`options` as `schema`, without the checks for unknown keys that `check` makes first
+    (a Struct refuses them anyway, save an OpenAI-compatible server's); OptionsError if
+    they do not fit."""
+    try:
+        return msgspec.convert(options, schema)
+    except msgspec.ValidationError as exc:
+        raise OptionsError(_explain(str(exc), where, options)) from None
+
+
+def read(provider_options: Mapping[str, dict[str, Any]], name: str, provider_type: str) -> Options:
+    """The options a request gives provider instance `name` of `provider_type`, decoded
+    (the supervisor has checked them with the same schema)."""
+    key, options = entry(provider_options, name, provider_type)
+    schema = SCHEMAS.get(provider_type)
+    if schema is None or schema is OpenAICompatOptions:
+        return options
+    return decode(schema, options, f"provider_options.{key}")
+
+
+def body_fields(options: Options) -> dict[str, Any]:
     """What of `options` goes into the provider's body: the pass-through fields as given,
-    then `extra_body`'s, which win."""
-    own = OWN.get(provider_type, frozenset())
-    names = known(provider_type)
-    forward_all = provider_type == "openai_compat"  # its unknown keys go too, with a warning
-    out = {k: v for k, v in options.items() if (forward_all or k in names) and k not in own and k != "extra_body"}
-    extra = options.get("extra_body")
+    then `extra_body`'s, which win. For an OpenAI-compatible server, every key."""
+    if isinstance(options, Mapping):
+        out = {k: v for k, v in options.items() if k != "extra_body"}
+        extra = options.get("extra_body")
+    else:
+        # The Structs omit what is left at its default, and an unset body field always.
+        passed = PASSED.get(type(options), frozenset())
+        out = {k: v for k, v in msgspec.to_builtins(options).items() if k in passed}
+        extra = getattr(options, "extra_body", None)
     if isinstance(extra, dict):
         out.update(extra)
     return out
+
+
+def service_tier(options: Options) -> str | None:
+    """The service tier `options` ask for (it multiplies the price), in either spelling."""
+    match options:
+        case AnthropicOptions(service_tier=str() as tier) | OpenAIOptions(service_tier=str() as tier):
+            return tier
+        case GeminiOptions(service_tier=str() as tier) | GeminiOptions(serviceTier=str() as tier):
+            return tier
+        case Mapping():
+            named = options.get("service_tier")
+            return named if isinstance(named, str) else None
+    return None

@@ -2,8 +2,10 @@
 
 A provider folder holds pure parts (request, response, stream, errors,
 capabilities) and one `adapter.py` that wires them to I/O through this
-interface. The runtime owns everything around an attempt: retries, deadlines,
-cancellation, the emitter and the link to the supervisor.
+interface: an HTTP provider through `HttpAdapter` (`_http.py`), the mock through
+its playback; both feed the same `Pipeline` (`_contract.py`). The runtime owns
+everything around an attempt: retries, deadlines, cancellation, the emitter and
+the link to the supervisor.
 """
 
 from __future__ import annotations
@@ -11,15 +13,20 @@ from __future__ import annotations
 import math
 from collections.abc import AsyncIterable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, ClassVar, Protocol, TypeVar
 
 import trio
 
 from ..config.loader import ProviderConfig, RetryPolicy, TimeoutPolicy
+from ..protocol import provider_options
 from ..protocol.accumulate import StreamAccumulator
-from ..protocol.messages import Event, Job, ModelInfo, RateLimit, Request, Response, WarningInfo
+from ..protocol.messages import Event, Job, Message, ModelInfo, RateLimit, Request, Response, WarningInfo
+from ..protocol.provider_options import Options
 from ..protocol.tokens import estimate_request_tokens
 from .errors import ProviderError
+
+if TYPE_CHECKING:
+    from ._contract import BuildRequest, Built
 
 T = TypeVar("T")
 
@@ -77,6 +84,9 @@ class Call:
     gathered: StreamAccumulator | None = None
     gathered_events: int = 0
     reported_events: int = 0
+    #: The request's provider options for this provider, decoded once (the runtime decodes
+    #: them once per job; `Adapter.build` decodes them here when nobody has).
+    options: Options | None = None
 
     @property
     def attempt_id(self) -> str:
@@ -90,19 +100,16 @@ class Call:
     def model(self) -> ModelInfo:
         return self.job.model
 
-    def options(self, provider_type: str) -> dict[str, Any]:
-        """`provider_options` for this provider: by instance name, else by type."""
-        opts = self.job.request.provider_options
-        return dict(opts.get(self.provider) or opts.get(provider_type) or {})
-
 
 Emit = Callable[[Event], None]
 
 
 class Adapter:
-    """Base of every provider adapter. Subclasses set `provider_type`."""
+    """Base of every provider adapter. Subclasses set `provider_type` and
+    `build_request` (their `request.build`)."""
 
     provider_type = ""
+    build_request: ClassVar[BuildRequest]
 
     def __init__(self, name: str, config: ProviderConfig, retry: RetryPolicy, timeouts: TimeoutPolicy) -> None:
         self.name = name
@@ -121,6 +128,35 @@ class Adapter:
         (`tu_` + 26 characters) are valid everywhere we know of."""
         return canonical
 
+    def read_options(self, request: Request) -> Options:
+        """The request's provider options for this instance (by its name, else its type),
+        decoded; `invalid_request` if they do not fit (the supervisor has checked them)."""
+        try:
+            return provider_options.read(request.provider_options, self.name, self.provider_type)
+        except provider_options.OptionsError as exc:
+            raise ProviderError("invalid_request", str(exc)) from None
+
+    def options_of(self, call: Call) -> Options:
+        """The call's provider options, decoded once (the runtime does it once per job)."""
+        if call.options is None:
+            call.options = self.read_options(call.request)
+        return call.options
+
+    def build(self, call: Call, *, stream: bool) -> Built:
+        """The call's native request (`build_request`); what translating it had to warn
+        about joins the call's warnings."""
+        built = self.build_request(
+            call.request,
+            call.model,
+            provider=self.name,
+            options=self.options_of(call),
+            wire_ids=call.wire_ids,
+            stream=stream,
+            instance=self.config.options,
+        )
+        call.warnings.extend(w for w in built.warnings if w not in call.warnings)
+        return built
+
     async def stream(self, call: Call, emit: Emit, whole: bool = False) -> Response:
         """Run one streaming attempt: emit content events, return the finish skeleton
         (finish reason, usage, id, model, raw). Raise ProviderError on failure.
@@ -130,8 +166,26 @@ class Adapter:
         raise NotImplementedError
 
     async def complete(self, call: Call) -> Response:
-        """Run one non-streaming attempt and return the whole response."""
-        raise NotImplementedError
+        """A whole-response attempt, streamed from the provider all the same: a long
+        generation is then bounded by the idle timeout between chunks, not by one read
+        timeout for the whole answer (which failed long answers as a `timeout` and
+        sent them again, billed each time). The events are gathered here, never sent;
+        the client gets the one terminal event it asked for."""
+        acc = StreamAccumulator(self.name)
+        fed = 0
+        call.gathered = acc
+
+        def take(event: Event) -> None:
+            nonlocal fed
+            fed += 1
+            call.gathered_events = fed
+            acc.feed(event)
+
+        result = await self.stream(call, take, whole=True)  # a failure's gathered content: see the runtime
+        if fed:  # streamed (else the server sent one JSON body, already parsed whole)
+            result.message = Message(role="assistant", content=acc.content())
+            result.model = result.model or acc.model
+        return result
 
     async def ready(self, model: ModelInfo) -> None:
         """Raise ProviderError unless the next call to `model` is expected to work."""

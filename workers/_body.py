@@ -10,6 +10,7 @@ Pure: bytes in, bytes out, no I/O.
 from __future__ import annotations
 
 import zlib
+from typing import Protocol
 
 from .errors import ProviderError
 
@@ -36,6 +37,7 @@ class BodyDecoder:
         self.limit = limit
         self.total = 0
         encoding = (content_encoding or "identity").strip().lower()
+        self._inflate: _Inflater | None
         if encoding in ("identity", ""):
             self._inflate = None
         elif encoding in ("gzip", "x-gzip"):
@@ -105,6 +107,17 @@ class BodyDecoder:
                 "invalid_response", f"{self._what} sent a compressed body that could not be decompressed: {exc}"
             ) from None
         return self._keep([rest]) if rest else []
+
+
+class _Inflater(Protocol):
+    """A zlib decompressor, or `_Deflate`."""
+
+    @property
+    def unconsumed_tail(self) -> bytes: ...
+
+    def decompress(self, data: bytes, max_length: int, /) -> bytes: ...
+
+    def flush(self, length: int, /) -> bytes: ...
 
 
 class _Deflate:

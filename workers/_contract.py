@@ -1,24 +1,40 @@
 """The one contract every provider folder keeps, and the pipeline that runs it.
 
-A provider's `request.build` returns a `Built`; its `stream` module holds a
-`StreamTranslator` (bytes of one provider payload in, canonical events out, an
-`Ending` at the end of the body). `Pipeline` does the rest the same way for
-every provider: it cuts the body into payloads (SSE events, NDJSON lines, or
-Gemini's SSE-or-JSON-array), keeps the raw payloads when asked, hands each to
-the translator and its events to the emitter, refuses a body that held no
-payload at all, and estimates the usage a provider did not report.
+A provider's `request.build` (one signature everywhere: `BuildRequest`) returns a
+`Built`; its `stream` module holds a `StreamTranslator` (bytes of one provider
+payload in, canonical events out, an `Ending` at the end of the body). `Pipeline`
+does the rest the same way for every provider, the mock included: it cuts the
+body into payloads (SSE events, NDJSON lines, Gemini's SSE-or-JSON-array, or the
+mock's messages),
+keeps the raw payloads when asked, hands each to the translator and its events
+to the emitter, refuses a body that held no payload at all, and estimates the
+usage a provider did not report.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
-from ..protocol.messages import Event, Response, Usage, WarningInfo
+import msgspec
+
+from ..protocol import provider_options
+from ..protocol.messages import (
+    ContentPart,
+    Event,
+    ModelInfo,
+    Request,
+    Response,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    Usage,
+    WarningInfo,
+)
 from ..protocol.tokens import estimate_request_tokens, estimate_text_tokens
 from ._adapter import Call, Emit
-from ._sse import JsonArrayDecoder, NdjsonDecoder, SseDecoder
+from ._sse import JsonArrayDecoder, NdjsonDecoder, RawEvent, SseDecoder
 from .errors import ProviderError
 
 
@@ -31,8 +47,6 @@ class Built:
     headers: dict[str, str] = field(default_factory=dict)
     warnings: list[WarningInfo] = field(default_factory=list)
     path: str = ""
-    #: False when the request could not ask the server to report usage (it is then estimated).
-    usage_requested: bool = True
 
 
 @dataclass(slots=True)
@@ -47,6 +61,44 @@ class Ending:
     generated: str = ""
 
 
+class BuildRequest(Protocol):
+    """Every provider's `request.build`: the canonical request as the provider's own. Pure.
+
+    `provider` is the instance name (provider parts and ids may be tied to it);
+    `options` the request's provider options as the worker decoded them for this call
+    (`protocol/provider_options.py`; None: decoded here, from the request); `wire_ids`
+    the provider id of each tool call in the history (canonical id -> provider id);
+    `stream` whether the provider is asked for a stream; `instance` the instance's
+    configured `options`."""
+
+    def __call__(
+        self,
+        request: Request,
+        model: ModelInfo,
+        *,
+        provider: str = ...,
+        options: Any = None,
+        wire_ids: Mapping[str, str] | None = None,
+        stream: bool = True,
+        instance: Mapping[str, Any] | None = None,
+    ) -> Built: ...
+
+
+_S = TypeVar("_S", bound=msgspec.Struct)
+
+
+def options_as(schema: type[_S], options: Any, request: Request, provider: str, provider_type: str) -> _S:
+    """The provider options a `build` was given (the worker's, decoded once per call), or
+    when it was called without them (a token count, a test) the request's, decoded here."""
+    if isinstance(options, schema):
+        return options
+    key, raw = provider_options.entry(request.provider_options, provider, provider_type)
+    try:
+        return provider_options.decode(schema, raw, f"provider_options.{key}")
+    except provider_options.OptionsError as exc:
+        raise ProviderError("invalid_request", str(exc)) from None
+
+
 class StreamTranslator(Protocol):
     """One provider's stream: a payload's bytes (and its SSE event type, where the
     format has one) in, canonical events out; pure, no I/O."""
@@ -56,7 +108,9 @@ class StreamTranslator(Protocol):
     def finish(self) -> Ending: ...
 
 
-Framing = Literal["sse", "ndjson", "sse_or_json"]
+#: How a body is cut into payloads: SSE events, NDJSON lines, Gemini's SSE-or-JSON-array,
+#: or `messages`, a transport that hands over one whole payload at a time (the mock's).
+Framing = Literal["sse", "ndjson", "sse_or_json", "messages"]
 
 
 class SseOrJsonDecoder:
@@ -84,10 +138,10 @@ class SseOrJsonDecoder:
 
     @staticmethod
     def _payloads(inner: SseDecoder | JsonArrayDecoder, end: bool, chunk: bytes) -> list[tuple[str, bytes]]:
-        if type(inner) is SseDecoder:
+        if isinstance(inner, SseDecoder):
             events = inner.flush_raw() if end else inner.feed_raw(chunk)
             return [(e, d) for e, d, _, _ in events if d.strip() and d.strip() != b"[DONE]"]
-        objects = inner.flush() if end else inner.feed(chunk)  # type: ignore[union-attr]
+        objects = inner.flush() if end else inner.feed(chunk)
         return [("message", o) for o in objects]
 
 
@@ -95,7 +149,7 @@ class Pipeline:
     """Decode, translate, emit; with raw capture, the empty-body check and the usage
     estimate. One per attempt (`restart` for a body that continues another)."""
 
-    __slots__ = ("_decoder", "_feed", "_flush", "emit", "framing", "payloads", "raw", "received", "translator")
+    __slots__ = ("_feed", "_flush", "emit", "framing", "payloads", "raw", "received", "translator")
 
     def __init__(self, translator: StreamTranslator, framing: Framing, emit: Emit, keep_raw: bool) -> None:
         self.translator = translator
@@ -110,8 +164,11 @@ class Pipeline:
         """A new body (a resumed stream, the next hop of a long decode): new framing state."""
         if self.framing == "sse":
             decoder = SseDecoder()
-            self._feed: Callable[[bytes], list[Any]] = decoder.feed_raw
-            self._flush: Callable[[], list[Any]] = decoder.flush_raw
+            self._feed: Callable[[bytes], list[RawEvent]] = decoder.feed_raw
+            self._flush: Callable[[], list[RawEvent]] = decoder.flush_raw
+        elif self.framing == "messages":
+            self._feed = lambda message: [("message", message, None, None)]
+            self._flush = list
         elif self.framing == "ndjson":
             lines = NdjsonDecoder()
             self._feed = lambda chunk: [("message", line, None, None) for line in lines.feed(chunk)]
@@ -128,7 +185,7 @@ class Pipeline:
     def flush(self) -> None:
         self._take(self._flush())
 
-    def _take(self, payloads: list[tuple[str, bytes, Any, Any]]) -> None:
+    def _take(self, payloads: list[RawEvent]) -> None:
         translate, emit, raw = self.translator.feed, self.emit, self.raw
         for event, data, _, _ in payloads:
             self.payloads += 1
@@ -162,8 +219,21 @@ class Pipeline:
 _FORMS = {
     "sse": ("an event stream", "`data:` line"),
     "ndjson": ("a JSON-lines stream", "JSON line"),
+    "messages": ("a stream of messages", "message"),
     "sse_or_json": ("a stream of JSON objects", "JSON object or `data:` line"),
 }
+
+
+def generated_text(content: list[ContentPart]) -> str:
+    """What a model produced in `content`, for a usage estimate: its text, its reasoning,
+    and its tool calls' names and arguments."""
+    out: list[str] = []
+    for part in content:
+        if isinstance(part, (TextPart, ThinkingPart)):
+            out.append(part.text)
+        elif isinstance(part, ToolCallPart):
+            out.append(part.name + (part.raw_arguments or ""))
+    return "".join(out)
 
 
 def estimated_usage(call: Call, generated: str, who: str) -> Usage:

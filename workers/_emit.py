@@ -22,6 +22,7 @@ from ..protocol.messages import (
     Event,
     Finish,
     FinishReason,
+    FinishReasonName,
     Job,
     Message,
     ProviderPart,
@@ -81,6 +82,9 @@ class Emitter:
         self.started_at = time.monotonic() if started_at is None else started_at
         self.terminal = False
         self._start: StreamStart | None = None
+        #: The service tier the request's provider options ask for (it multiplies the price);
+        #: the runtime sets it from the options it decodes once per job.
+        self.service_tier: str | None = None
 
     @property
     def started(self) -> bool:
@@ -90,29 +94,33 @@ class Emitter:
     # -- events from the adapter -------------------------------------------------
 
     def emit(self, ev: Event) -> None:
+        # `type(ev) is` rather than isinstance, here and in `_send`: events are msgspec
+        # Structs, whose metaclass makes every isinstance that does not match cost four
+        # times a type check, and this runs for every event.
         if self.terminal:
             return
-        t = type(ev)
-        if t is StreamStart:
+        if type(ev) is StreamStart:
             # Held back until content follows: an error between a provider's "message
             # start" and its first content can still be retried, as nothing went out.
             if not self.started:
-                self._start = ev  # type: ignore[assignment]
+                self._start = ev
             return
         if not self.started:
             self._send_start()
-        if t is ToolCallStart:
-            provider_id = ev.provider_id or ev.id or ""  # type: ignore[attr-defined]
+        if type(ev) is ToolCallStart:
+            provider_id = ev.provider_id or ev.id or ""
             canonical = self._canonical_id(provider_id)
-            self._ids[ev.index] = (canonical, provider_id or None)  # type: ignore[attr-defined]
-            ev.id = canonical  # type: ignore[attr-defined]
-            ev.provider_id = provider_id or None  # type: ignore[attr-defined]
-        elif t is ToolCallDelta or t is ToolCallEnd:
-            known = self._ids.get(ev.index)  # type: ignore[attr-defined]
+            self._ids[ev.index] = (canonical, provider_id or None)
+            ev.id = canonical
+            ev.provider_id = provider_id or None
+        elif type(ev) is ToolCallDelta:
+            known = self._ids.get(ev.index)
             if known is not None:
-                ev.id = known[0]  # type: ignore[attr-defined]
-                if t is ToolCallEnd:
-                    ev.provider_id = known[1]  # type: ignore[attr-defined]
+                ev.id = known[0]
+        elif type(ev) is ToolCallEnd:
+            known = self._ids.get(ev.index)
+            if known is not None:
+                ev.id, ev.provider_id = known
         self._send(ev)
 
     def _send_start(self) -> None:
@@ -144,10 +152,10 @@ class Emitter:
         and cost (the provider billed them, and that must not be lost) and the content
         when it fits."""
         limit = self.max_event_bytes
-        if type(ev) is Finish and ev.response.raw is not None:  # type: ignore[attr-defined]
-            ev.response.raw = None  # type: ignore[attr-defined]
+        if isinstance(ev, Finish) and ev.response.raw is not None:
+            ev.response.raw = None
             ev.response.warnings.append(
-                WarningInfo(  # type: ignore[attr-defined]
+                WarningInfo(
                     code="raw_dropped",
                     message=f"the provider's raw body was left out: with it the response was "
                     f"{size} bytes, more than the daemon's largest event ({limit} bytes)",
@@ -160,11 +168,11 @@ class Emitter:
             "from limits.max_response_bytes); it was not sent"
         )
         self.max_event_bytes = 0  # what follows must go out, whatever its size
-        if type(ev) is Finish:
-            billed = ev.response  # type: ignore[attr-defined]
-        elif type(ev) is ErrorEvent and ev.partial is not None:  # type: ignore[attr-defined]
-            billed = ev.partial  # type: ignore[attr-defined]
-            message = f"{ev.error.message}; and {message}"  # type: ignore[attr-defined]
+        if isinstance(ev, Finish):
+            billed = ev.response
+        elif isinstance(ev, ErrorEvent) and ev.partial is not None:
+            billed = ev.partial
+            message = f"{ev.error.message}; and {message}"
         else:
             if self.job.stream and self.started:
                 self._close_open_parts()
@@ -194,36 +202,28 @@ class Emitter:
         usage = response.usage
         if usage.total_tokens != usage.input_tokens + usage.output_tokens:
             usage.total_tokens = usage.input_tokens + usage.output_tokens
-        response.cost_usd = compute_cost(usage, self.job.model.price, service_tier=self._service_tier())
+        response.cost_usd = compute_cost(usage, self.job.model.price, service_tier=self.service_tier)
         response.pricing_version = self.job.model.pricing_version if response.cost_usd is not None else None
         response.latency_ms = round((time.monotonic() - self.started_at) * 1000.0, 3)
         response.warnings = self.warnings + [w for w in response.warnings if w not in self.warnings]
         if response.rate_limit is None:
             response.rate_limit = self.rate_limit
         for part in response.message.content:
-            t = type(part)
-            if t is ToolCallPart:
-                if not part.id:  # type: ignore[union-attr]
-                    part.id = self._canonical_id(part.provider_id or "")  # type: ignore[union-attr]
-                part.provider = self.provider  # type: ignore[union-attr]
-                if part.arguments is None:  # type: ignore[union-attr]
-                    warning = invalid_arguments(part)  # type: ignore[arg-type]
+            if isinstance(part, ToolCallPart):
+                if not part.id:
+                    part.id = self._canonical_id(part.provider_id or "")
+                part.provider = self.provider
+                if part.arguments is None:
+                    warning = invalid_arguments(part)
                     if warning not in response.warnings:
                         response.warnings.append(warning)
-            elif t is ThinkingPart or t is RedactedThinkingPart:
-                part.provider = self.provider  # type: ignore[union-attr]
+            elif isinstance(part, (ThinkingPart, RedactedThinkingPart)):
+                part.provider = self.provider
                 # Some providers accept reasoning back only from the model that wrote it.
-                part.model = part.model or response.model or None  # type: ignore[union-attr]
-            elif t is ProviderPart:
-                part.provider = self.provider  # type: ignore[union-attr]
+                part.model = part.model or response.model or None
+            elif isinstance(part, ProviderPart):
+                part.provider = self.provider
         return response
-
-    def _service_tier(self) -> str | None:
-        """The service tier the request asked for (it multiplies the price)."""
-        options = self.job.request.provider_options
-        mine = options.get(self.provider) or options.get(self.job.model.provider) or {}
-        tier = mine.get("service_tier")
-        return tier if isinstance(tier, str) else None
 
     def finish(self, skeleton: Response) -> None:
         """End a stream normally. `skeleton` carries finish reason, usage, id, model, raw;
@@ -245,7 +245,7 @@ class Emitter:
         self._send(Finish(response=self.finalize(response)))
 
     def partial(
-        self, reason: str = "error", raw: str | None = None, content: list[ContentPart] | None = None
+        self, reason: FinishReasonName = "error", raw: str | None = None, content: list[ContentPart] | None = None
     ) -> Response:
         """The response so far (`content`: what a whole-response request gathered before
         it failed; else what was streamed). A stream cut short reports no usage of its
@@ -258,7 +258,7 @@ class Emitter:
         resp = Response(
             model=self.acc.model,
             message=Message(role="assistant", content=content),
-            finish_reason=FinishReason(reason=reason, raw=raw),  # type: ignore[arg-type]
+            finish_reason=FinishReason(reason=reason, raw=raw),
             usage=Usage(input_tokens=prompt, output_tokens=output, total_tokens=prompt + output).mark_estimated(
                 "input_tokens", "output_tokens", "total_tokens"
             ),

@@ -2,7 +2,9 @@
 ways of calling a provider (a JSON reply, or a stream of chunks).
 
 Every provider that speaks HTTP subclasses `HttpAdapter` and supplies its pure
-parts; this module turns status codes, transport failures, silence and
+parts; every streamed attempt goes through `run_stream`, which sends the built
+request (and the requests that continue it, `Leg`s) and feeds the bodies through
+the pipeline. This module turns status codes, transport failures, silence and
 cancellation into the same `ProviderError`s and guarantees that a cancelled or
 failed stream closes its connection at once.
 """
@@ -15,14 +17,14 @@ import re
 import urllib.request
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 import msgspec
 
 from ..protocol import __version__
-from ..protocol.accumulate import StreamAccumulator
-from ..protocol.messages import Message, RateLimit, Response
+from ..protocol.messages import RateLimit, Response
 from ._adapter import Adapter, Call, Emit, consume
 from ._body import BodyDecoder
 from ._contract import Built, Framing, Pipeline, StreamTranslator
@@ -44,6 +46,21 @@ ACCEPT_ENCODING = "gzip, deflate"
 
 class _Enough(Exception):
     """An excerpt has all the bytes it wants: stop reading."""
+
+
+@dataclass(frozen=True, slots=True)
+class Leg:
+    """One HTTP request of a streamed attempt: its first, or one that continues it (the
+    next hop of Gemini's long decode, OpenAI's resumed background stream)."""
+
+    path: str
+    body: dict[str, Any] | None = None  # None: a GET of something the provider keeps
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+#: What decides, once a leg has ended (cleanly: None; else its error), the leg that
+#: continues the attempt; None: the attempt is over (the error, if any, is raised).
+Follow = Callable[[ProviderError | None], Leg | None]
 
 
 class HttpAdapter(Adapter):
@@ -114,18 +131,24 @@ class HttpAdapter(Adapter):
         return f"{self.base_url}{path}"
 
     @asynccontextmanager
-    async def _send(self, path: str, body: dict[str, Any], headers: dict[str, str]) -> AsyncIterator[httpx.Response]:
-        """POST `body`; the response's body is read by the caller, and closed on the way out."""
-        content = msgspec.json.encode(body)
+    async def _send(
+        self, path: str, body: dict[str, Any] | None, headers: dict[str, str]
+    ) -> AsyncIterator[httpx.Response]:
+        """POST `body` (GET without one); the response's body is read by the caller, and
+        closed on the way out."""
+        method = "GET" if body is None else "POST"
+        content = None if body is None else msgspec.json.encode(body)
         if not self._direct:
-            async with self.client.stream("POST", self.url(path), content=content, headers=headers) as response:
+            async with self.client.stream(method, self.url(path), content=content, headers=headers) as response:
                 yield response
             return
         url = self._urls.get(path)
         if url is None:
-            url = self._urls[path] = httpx.URL(self.url(path))
+            url = httpx.URL(self.url(path))
+            if body is not None:  # a GET's path names one response: not worth keeping
+                self._urls[path] = url
         request = httpx.Request(
-            "POST",
+            method,
             url,
             headers={**self._base_headers, **headers},
             content=content,
@@ -204,10 +227,7 @@ class HttpAdapter(Adapter):
             raise self._transport_error(exc, path) from None
         finally:
             call.upstream_open = False
-        try:
-            return msgspec.json.decode(content), response.headers
-        except msgspec.DecodeError as exc:
-            raise invalid_response(f"{self.name} sent a body that is not JSON ({exc}): {content[:200]!r}") from None
+        return self._json(content), response.headers
 
     async def get_json(self, path: str, headers: dict[str, str] | None = None) -> Any:
         return await self._json_outside_job("GET", path, None, headers)
@@ -236,31 +256,32 @@ class HttpAdapter(Adapter):
         except msgspec.DecodeError:
             raise invalid_response(f"{self.name} sent a body that is not JSON: {content[:200]!r}") from None
 
-    async def post_stream(
+    async def stream_leg(
         self,
         call: Call,
-        path: str,
-        body: dict[str, Any],
+        leg: Leg,
         feed: Callable[[bytes], None],
-        headers: dict[str, str] | None = None,
         *,
         formats: tuple[str, ...] = ("event-stream",),
         whole: Callable[[bytes], None] | None = None,
     ) -> httpx.Headers:
-        """POST and hand each decompressed piece of the streamed reply to `feed` as it
-        arrives, never more than `max_response_bytes` in all.
+        """Send `leg` and hand each decompressed piece of the streamed reply to `feed` as
+        it arrives, never more than `max_response_bytes` in all.
 
         A reply whose content type names none of `formats` is not the stream asked
         for: an `invalid_response` error with an excerpt, unless it is JSON and
-        `whole` takes it (a server that ignored `stream: true` for a whole-response
-        request). Silence longer than the stream idle timeout is a `timeout`; a
-        cancel or an error leaves the `async with` and so closes the connection at
-        once."""
+        `whole` takes it (a server that ignored `stream: true`). Silence longer than
+        the stream idle timeout is a `timeout`; a cancel or an error leaves the
+        `async with` and so closes the connection at once."""
         idle = call.deadlines.stream_idle_s
+        # A GET carries no body, so no content type, and changes nothing: no idempotency key.
+        headers = (
+            self.headers_for(call, leg.headers) if leg.body is not None else {**self.auth_headers(), **leg.headers}
+        )
         try:
-            async with self._send(path, body, self.headers_for(call, headers)) as response:
+            async with self._send(leg.path, leg.body, headers) as response:
                 call.upstream_open = True
-                call.rate_limit = self._rate_limit(response)
+                call.rate_limit = self._rate_limit(response) or call.rate_limit
                 if response.status_code >= 400:
                     raise await self.error_of(response, idle)
                 call.answered = True
@@ -278,7 +299,7 @@ class HttpAdapter(Adapter):
                 await self.read_stream(call, response, feed)
                 return response.headers
         except httpx.TransportError as exc:
-            raise self._transport_error(exc, path) from None
+            raise self._transport_error(exc, leg.path) from None
         finally:
             call.upstream_open = False
 
@@ -288,24 +309,45 @@ class HttpAdapter(Adapter):
         emit: Emit,
         whole: bool,
         *,
-        path: str,
         built: Built,
         translator: StreamTranslator,
+        path: str = "",
         framing: Framing = "sse",
         formats: tuple[str, ...] = ("event-stream",),
-        parse_whole: Callable[[bytes], Response] | None = None,
+        whole_body: Callable[[Any], Response] | None = None,
+        follow: Follow | None = None,
     ) -> Response:
-        """One streamed attempt the way every provider runs it: POST `built`, pass the
-        body through the pipeline (decode, translate, emit), and return the finish
-        skeleton; or, when the server sent one JSON body and `parse_whole` reads it,
-        that response (see `answered_whole`)."""
+        """One streamed attempt the way every provider runs it: send `built` (to `path`,
+        else `built.path`), pass the body through the pipeline (decode, translate,
+        emit), and return the finish skeleton. `follow` may continue the attempt with
+        more legs, whose bodies go through the same pipeline and translator. When the
+        server sends one JSON body instead and `whole_body` reads it (the body decoded:
+        the response, or the provider's error), that response (see `answered_whole`)."""
         pipeline = Pipeline(translator, framing, emit, call.request.include_raw)
         parsed: list[Response] = []
-        take = (lambda body: parsed.append(parse_whole(body))) if parse_whole is not None else None
-        await self.post_stream(call, path, built.body, pipeline.feed, built.headers, formats=formats, whole=take)
-        if parsed:
-            return self.answered_whole(parsed[0], whole, emit)
+        take = None if whole_body is None else (lambda content: parsed.append(whole_body(self._json(content))))
+        leg: Leg | None = Leg(path or built.path, built.body, built.headers)
+        while leg is not None:
+            try:
+                await self.stream_leg(call, leg, pipeline.feed, formats=formats, whole=take)
+                if parsed:
+                    return self.answered_whole(parsed[0], whole, emit)
+                pipeline.flush()
+            except ProviderError as err:
+                leg = follow(err) if follow is not None else None
+                if leg is None:
+                    raise
+            else:
+                leg = follow(None) if follow is not None else None
+            if leg is not None:
+                pipeline.restart()  # a new body: what a cut event held comes again in it
         return pipeline.finish(call, self.name)
+
+    def _json(self, content: bytes) -> Any:
+        try:
+            return msgspec.json.decode(content)
+        except msgspec.DecodeError as exc:
+            raise invalid_response(f"{self.name} sent a body that is not JSON ({exc}): {content[:200]!r}") from None
 
     def answered_whole(self, parsed: Response, whole: bool, emit: Emit) -> Response:
         """What `stream` returns when the server sent one JSON body instead of a stream:
@@ -330,35 +372,15 @@ class HttpAdapter(Adapter):
 
         # The response's own stream, not `aiter_raw()`: the latter's per-chunk
         # bookkeeping (a chunker, a timing context, a byte count) is work nobody reads.
-        await consume(response.stream, call.deadlines.stream_idle_s, self.name, handle, call.backlog)
+        stream = response.stream
+        assert isinstance(stream, httpx.AsyncByteStream), "an async client's response"
+        await consume(stream, call.deadlines.stream_idle_s, self.name, handle, call.backlog)
         for piece in decoder.flush():
             feed(piece)
 
     async def error_of(self, response: httpx.Response, idle_s: float) -> ProviderError:
         """An error response classified from at most `EXCERPT_BYTES` of its body."""
         return self.classify(response.status_code, response.headers, await self._read(response, idle_s, EXCERPT_BYTES))
-
-    async def complete(self, call: Call) -> Response:
-        """A whole-response request, streamed from the provider all the same: a long
-        generation is then bounded by the idle timeout between chunks, not by one read
-        timeout for the whole answer (which failed long answers as a `timeout` and
-        sent them again, billed each time). The events are gathered here, never sent;
-        the client gets the one terminal event it asked for."""
-        acc = StreamAccumulator(self.name)
-        fed = 0
-        call.gathered = acc
-
-        def take(event: Any) -> None:
-            nonlocal fed
-            fed += 1
-            call.gathered_events = fed
-            acc.feed(event)
-
-        result = await self.stream(call, take, whole=True)  # a failure's gathered content: see the runtime
-        if fed:  # streamed (else the server sent one JSON body, already parsed whole)
-            result.message = Message(role="assistant", content=acc.content())
-            result.model = result.model or acc.model
-        return result
 
     def is_local(self) -> bool:
         """A server on this machine or a private network (loopback, RFC 1918, link-local,
@@ -407,4 +429,5 @@ def _proxied(base_url: str) -> bool:
     url = httpx.URL(base_url)
     if not (proxies.get(url.scheme) or proxies.get("all")):
         return False
-    return not urllib.request.proxy_bypass_environment(url.host, proxies)
+    bypass = urllib.request.proxy_bypass_environment  # type: ignore[attr-defined]  # in CPython, not in typeshed
+    return not bypass(url.host, proxies)

@@ -37,38 +37,37 @@ def events_of(response: Response) -> list[Event]:
     """The events of `response`'s content, in order, one part per index."""
     out: list[Event] = [StreamStart(model=response.model)]
     for index, part in enumerate(response.message.content):
-        t = type(part)
-        if t is TextPart:
-            out.append(TextStart(index=index))
-            if part.text:  # type: ignore[union-attr]
-                out.append(TextDelta(index=index, text=part.text))  # type: ignore[union-attr]
-            out.append(TextEnd(index=index, text=part.text))  # type: ignore[union-attr]
-        elif t is ThinkingPart:
-            out.append(ReasoningStart(index=index))
-            if part.text:  # type: ignore[union-attr]
-                out.append(ReasoningDelta(index=index, text=part.text))  # type: ignore[union-attr]
-            out.append(ReasoningEnd(index=index, text=part.text, signature=part.signature))  # type: ignore[union-attr]
-        elif t is RedactedThinkingPart:
-            redacted = part.data  # type: ignore[union-attr]
-            out += [ReasoningStart(index=index), ReasoningEnd(index=index, redacted_data=redacted)]
-        elif t is ToolCallPart:
-            call: ToolCallPart = part  # type: ignore[assignment]
-            raw = call.raw_arguments if call.raw_arguments is not None else json.dumps(call.arguments or {})
-            out.append(ToolCallStart(index=index, name=call.name, provider_id=call.provider_id))
-            if raw:
-                out.append(ToolCallDelta(index=index, partial_json=raw))
-            out.append(
-                ToolCallEnd(
-                    index=index,
-                    name=call.name,
-                    provider_id=call.provider_id,
-                    arguments=call.arguments,
-                    raw_arguments=raw,
+        match part:
+            case TextPart(text=text):
+                out.append(TextStart(index=index))
+                if text:
+                    out.append(TextDelta(index=index, text=text))
+                out.append(TextEnd(index=index, text=text))
+            case ThinkingPart(text=text, signature=signature):
+                out.append(ReasoningStart(index=index))
+                if text:
+                    out.append(ReasoningDelta(index=index, text=text))
+                out.append(ReasoningEnd(index=index, text=text, signature=signature))
+            case RedactedThinkingPart(data=redacted):
+                out += [ReasoningStart(index=index), ReasoningEnd(index=index, redacted_data=redacted)]
+            case ToolCallPart():
+                raw = part.raw_arguments if part.raw_arguments is not None else json.dumps(part.arguments or {})
+                out.append(ToolCallStart(index=index, name=part.name, provider_id=part.provider_id))
+                if raw:
+                    out.append(ToolCallDelta(index=index, partial_json=raw))
+                out.append(
+                    ToolCallEnd(
+                        index=index,
+                        name=part.name,
+                        provider_id=part.provider_id,
+                        arguments=part.arguments,
+                        raw_arguments=raw,
+                    )
                 )
-            )
-        elif t is ProviderPart:
-            kept: ProviderPart = part  # type: ignore[assignment]
-            out.append(ProviderPartEvent(index=index, api=kept.api, kind=kept.kind, data=kept.data, model=kept.model))
+            case ProviderPart():
+                out.append(
+                    ProviderPartEvent(index=index, api=part.api, kind=part.kind, data=part.data, model=part.model)
+                )
     return out
 
 

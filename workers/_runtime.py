@@ -12,6 +12,7 @@ import logging
 import os
 import random
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,7 +21,7 @@ import msgspec
 import trio
 
 from ..config.loader import RetryPolicy, TimeoutPolicy, WorkerSettings, max_event_bytes
-from ..protocol import codec, link, trace
+from ..protocol import codec, link, provider_options, trace
 from ..protocol.codec import BUS_TOPIC, frame_event
 from ..protocol.link import Closed
 from ..protocol.link import LinkConn as Conn
@@ -110,8 +111,8 @@ class Outbox:
         self._urgent.append(codec.encode(msg))
         self._wake.set()
 
-    def bus(self, name: str, **fields: object) -> None:
-        self.push_frames("", [frame_event(BUS_TOPIC, BusEvent(name=name, **fields))], -1, False)  # type: ignore[arg-type]
+    def bus(self, name: str, **fields: Any) -> None:
+        self.push_frames("", [frame_event(BUS_TOPIC, BusEvent(name=name, **fields))], -1, False)
 
     def empty(self) -> bool:
         return not self._queue and not self._urgent
@@ -227,7 +228,7 @@ class JobRunner:
                 )
         return out
 
-    def _canonical(self, job: Job):  # type: ignore[no-untyped-def]
+    def _canonical(self, job: Job) -> Callable[[str], str]:
         session = job.request.session_id
         counter = iter(range(1_000_000))
 
@@ -326,6 +327,12 @@ class JobRunner:
         adapter = self.adapter
         policy: RetryPolicy = reloaded(job.retry, RetryPolicy) or adapter.retry
         deadline = trio.current_time() + deadlines.request_s
+        try:
+            options = adapter.read_options(job.request)  # once per job: every attempt reads these
+        except ProviderError as err:
+            emitter.fail(self._info(err))
+            return
+        emitter.service_tier = provider_options.service_tier(options)
         wire_ids = self._wire_ids(job)
         retries = 0
         common = {
@@ -346,6 +353,7 @@ class JobRunner:
                 wire_ids,
                 warnings=emitter.warnings,
                 backlog=self.outbox if job.stream else None,
+                options=options,
             )
             self.calls[job.request_id] = call
             self.outbox.bus("llm.call_started", attempt_id=call.attempt_id, attempt=call.attempt, **common)
@@ -530,7 +538,7 @@ async def serve(settings: WorkerSettings) -> None:
                     nursery.cancel_scope.cancel()
                     break
                 for data in messages:
-                    msg = codec.decode_to_worker(data)  # type: ignore[arg-type]
+                    msg = codec.decode_to_worker(data)
                     if type(msg) is Job:
                         if msg.generation != settings.generation:
                             continue  # queued for a worker that died before taking it
@@ -569,7 +577,7 @@ async def _answer_ready(adapter: Adapter, outbox: Outbox, msg: CheckReady) -> No
         outbox.push(CallResult(call_id=msg.call_id))
     except ProviderError as err:
         outbox.push(CallResult(call_id=msg.call_id, ok=False, error=err.to_info(adapter.name, adapter.secrets)))
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - answer, never die on one request
         outbox.push(CallResult(call_id=msg.call_id, ok=False, error=ErrorInfo(error_class="other", message=repr(exc))))
 
 

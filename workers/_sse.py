@@ -236,13 +236,25 @@ class NdjsonDecoder:
 
     def feed(self, chunk: bytes) -> list[bytes]:
         buf = self._buf
-        start = len(buf)
-        buf += chunk
-        end = buf.rfind(b"\n", start)
-        if end < 0:
-            return []
-        head = bytes(buf[:end])
-        del buf[: end + 1]
+        if buf:
+            start = len(buf)
+            buf += chunk
+            end = buf.rfind(b"\n", start)
+            if end < 0:
+                return []
+            head = bytes(buf[:end])
+            del buf[: end + 1]
+        else:  # the usual chunk: it starts a line, so no copy through the buffer
+            end = chunk.rfind(b"\n")
+            if end < 0:
+                buf += chunk
+                return []
+            head = chunk[:end]
+            if end + 1 < len(chunk):
+                buf += chunk[end + 1 :]
+        if b"\n" not in head:  # one line, as a server usually writes them
+            line = head.removesuffix(b"\r")
+            return [line] if line and not line.isspace() else []
         return [line.removesuffix(b"\r") for line in head.split(b"\n") if line.strip()]
 
     def flush(self) -> list[bytes]:

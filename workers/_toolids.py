@@ -32,7 +32,7 @@ class ToolIdMap:
         )
         self._db.execute("CREATE INDEX IF NOT EXISTS by_provider ON ids (provider_id, session)")
         self._db.execute("CREATE INDEX IF NOT EXISTS by_use ON ids (used)")
-        self._count = self._db.execute("SELECT count(*) FROM ids").fetchone()[0]
+        self._count = int(self._db.execute("SELECT count(*) FROM ids").fetchone()[0])
 
     def __len__(self) -> int:
         return self._count
@@ -88,7 +88,7 @@ class ToolIdMap:
         self._db.execute(
             "DELETE FROM ids WHERE canonical IN (SELECT canonical FROM ids ORDER BY used LIMIT ?)", (excess,)
         )
-        self._count = self._db.execute("SELECT count(*) FROM ids").fetchone()[0]
+        self._count = int(self._db.execute("SELECT count(*) FROM ids").fetchone()[0])
 
     def close(self) -> None:
         self._db.close()

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 
 import httpx
 
-from ..protocol.messages import RETRYABLE, ErrorClass, ErrorInfo
+from ..protocol.messages import RETRYABLE, ContentPart, ErrorClass, ErrorInfo
 
 
 class ProviderError(Exception):
@@ -47,7 +47,7 @@ class ProviderError(Exception):
         #: (empty: say nothing more than the error itself).
         self.hold: str | None = None
         #: What a whole-response request had gathered when it failed (content parts).
-        self.gathered: list | None = None
+        self.gathered: list[ContentPart] | None = None
         #: The attempt had received output (text, reasoning, a tool call), which the
         #: provider bills: it is never sent again.
         self.output = False
@@ -157,12 +157,14 @@ HTTPX_EXC_MAP: dict[type[httpx.TransportError], ErrorClass] = {
 def from_transport(exc: httpx.TransportError, what: str = "the provider", url: str = "") -> ProviderError:
     """A transport failure as a ProviderError; the most specific mapping wins. `url`:
     where the request went, when the exception does not say."""
-    for cls in type(exc).__mro__:
-        if cls in HTTPX_EXC_MAP:
-            error_class = HTTPX_EXC_MAP[cls]  # type: ignore[index]
-            break
-    else:  # pragma: no cover - TransportError itself is in the map
-        error_class = "network"
+    error_class: ErrorClass = next(
+        (
+            HTTPX_EXC_MAP[cls]
+            for cls in type(exc).__mro__
+            if issubclass(cls, httpx.TransportError) and cls in HTTPX_EXC_MAP
+        ),
+        "network",  # not reached: TransportError itself is in the map
+    )
     with contextlib.suppress(RuntimeError):
         url = str(exc.request.url.copy_with(query=None))
     detail = str(exc) or type(exc).__name__

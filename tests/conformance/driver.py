@@ -30,9 +30,10 @@ import yaml
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from helpers import DaemonProcess  # noqa: E402
-from trunkline.client import Client  # noqa: E402
-from trunkline.protocol.messages import AnyEvent, ControlReply  # noqa: E402
+# Run as a script: the tests' helpers are importable once their folder is on the path.
+from helpers import DaemonProcess  # noqa: E402 - after the path above
+from trunkline.client import Client  # noqa: E402 - after the path above
+from trunkline.protocol.messages import AnyEvent, ControlReply  # noqa: E402 - after the path above
 
 SCENARIOS = HERE / "scenarios"
 TOKEN = "conformance-token"

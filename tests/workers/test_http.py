@@ -13,7 +13,7 @@ from fakes.upstream import FakeUpstream, Reply
 from trunkline.config.loader import ProviderConfig, RetryPolicy, TimeoutPolicy
 from trunkline.protocol.messages import Job, Message, ModelInfo, Request
 from trunkline.workers._adapter import Call, Deadlines
-from trunkline.workers._http import USER_AGENT, HttpAdapter, _proxied, is_local_host
+from trunkline.workers._http import USER_AGENT, HttpAdapter, Leg, _proxied, is_local_host
 from trunkline.workers.errors import HTTPX_EXC_MAP, ProviderError, from_transport, parse_retry_after, status_class
 
 
@@ -132,7 +132,7 @@ async def test_stream_feeds_chunks_as_they_arrive(upstream):
     upstream.route("POST", "/v1/s", Reply.sse("data: 1\n\ndata: 2\n\n", chunk_size=5, delay_s=0.01))
     adapter = make(upstream.base_url)
     got: list[bytes] = []
-    await adapter.post_stream(call(), "/v1/s", {}, got.append)
+    await adapter.stream_leg(call(), Leg("/v1/s", {}), got.append)
     await adapter.aclose()
     assert b"".join(got) == b"data: 1\n\ndata: 2\n\n" and len(got) >= 2
 
@@ -143,7 +143,7 @@ async def test_a_silent_stream_times_out_and_its_connection_closes(upstream):
     c = call()
     with trio.fail_after(10):
         with pytest.raises(ProviderError, match="stream idle timeout") as info:
-            await adapter.post_stream(c, "/v1/s", {}, lambda chunk: None)
+            await adapter.stream_leg(c, Leg("/v1/s", {}), lambda chunk: None)
         await upstream.client_closed.wait()
     await adapter.aclose()
     assert info.value.error_class == "timeout" and not c.upstream_open
@@ -156,7 +156,7 @@ async def test_cancelling_a_stream_closes_the_connection_at_once(upstream):
     first_chunk = trio.Event()
     with trio.fail_after(10):
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(adapter.post_stream, c, "/v1/s", {}, lambda chunk: first_chunk.set())
+            nursery.start_soon(adapter.stream_leg, c, Leg("/v1/s", {}), lambda chunk: first_chunk.set())
             await first_chunk.wait()
             assert c.upstream_open
             nursery.cancel_scope.cancel()
@@ -233,7 +233,7 @@ async def test_a_stream_of_the_wrong_content_type_is_refused_with_an_excerpt(ups
     adapter = make(upstream.base_url)
     got: list[bytes] = []
     with pytest.raises(ProviderError) as caught:
-        await adapter.post_stream(call(), "/v1/s", {}, got.append)
+        await adapter.stream_leg(call(), Leg("/v1/s", {}), got.append)
     await adapter.aclose()
     assert caught.value.error_class == "invalid_response" and "text/html" in caught.value.message
     assert "Bad gateway" in caught.value.message and len(caught.value.message) < 500 and not got

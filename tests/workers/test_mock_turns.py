@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
-from trunkline.protocol.messages import Message, Request
+from trunkline.protocol.messages import Message, ModelInfo, Request
 from trunkline.workers.errors import ProviderError
+from trunkline.workers.mock import playback, wire
 from trunkline.workers.mock.request import build
+
+ECHO = ModelInfo(id="mock:echo", provider="mock", wire_name="echo")
 
 TURNS = {
     "mock": {
@@ -20,8 +24,11 @@ TURNS = {
 
 
 def played(history: list[Message], options: dict = TURNS) -> list[dict]:
+    """The chunks the mock plays for the request, as its stream carries them."""
     request = Request(model="mock:echo", messages=history, provider_options=options)
-    return [c for c in build(request, "mock", "echo") if c["kind"] in ("text", "tool_start", "finish")]
+    messages = [item for item in playback.play(build(request, ECHO).body) if isinstance(item, bytes)]
+    chunks = [msgspec.to_builtins(wire.decoder.decode(message)) for message in messages]
+    return [c for c in chunks if c["kind"] in ("text", "tool_start", "finish")]
 
 
 def test_the_turn_is_chosen_by_the_assistant_turns_already_held():

@@ -5,12 +5,11 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import httpx
-import msgspec
 
 from ...protocol.messages import ModelInfo, RateLimit, Request, Response
+from ...protocol.provider_options import AnthropicOptions
 from ...protocol.tokens import estimate_request_tokens
 from .._adapter import Call, Emit
-from .._contract import Built
 from .._http import HttpAdapter
 from ..errors import ProviderError, parse_retry_after
 from . import errors, request, response
@@ -42,6 +41,7 @@ def _until(value: str | None) -> float | None:
 
 class AnthropicAdapter(HttpAdapter):
     provider_type = "anthropic"
+    build_request = staticmethod(request.build)
     default_base_url = "https://api.anthropic.com"
 
     def auth_headers(self) -> dict[str, str]:
@@ -64,34 +64,16 @@ class AnthropicAdapter(HttpAdapter):
             retry_after_s=parse_retry_after(headers),
         )
 
-    def _build(self, call: Call, stream: bool) -> Built:
-        built = request.build(call.request, call.model, provider=self.name, wire_ids=call.wire_ids, stream=stream)
-        call.warnings.extend(w for w in built.warnings if w not in call.warnings)
-        return built
-
     async def stream(self, call: Call, emit: Emit, whole: bool = False) -> Response:
         return await self.run_stream(
             call,
             emit,
             whole,
             path="/v1/messages",
-            built=self._build(call, stream=True),
+            built=self.build(call, stream=True),
             translator=AnthropicStream(passthrough=call.request.passthrough),
-            parse_whole=lambda body: self._whole(call, body),
+            whole_body=lambda body: response.parse(body, include_raw=call.request.include_raw),
         )
-
-    def _whole(self, call: Call, content: bytes) -> Response:
-        """A whole JSON message (from a server that does not stream)."""
-        try:
-            body = msgspec.json.decode(content)
-        except msgspec.DecodeError as exc:
-            raise ProviderError(
-                "invalid_response", f"{self.name} sent a body that is not JSON ({exc}): {content[:200]!r}"
-            ) from None
-        if isinstance(body, dict) and body.get("type") == "error":
-            error = body.get("error") or {}
-            raise errors.from_error_object(error.get("type"), str(error.get("message") or "error"))
-        return response.parse(body, include_raw=call.request.include_raw)
 
     async def ready(self, model: ModelInfo) -> None:
         if not self.api_key:
@@ -99,9 +81,10 @@ class AnthropicAdapter(HttpAdapter):
         await self.get_json(f"/v1/models/{model.wire_name}", {"anthropic-version": request.API_VERSION})
 
     def count_tokens(self, req: Request, model: ModelInfo) -> int:
-        options = req.provider_options.get(self.name) or req.provider_options.get("anthropic") or {}
+        options = self.read_options(req)
+        asked = options.thinking if isinstance(options, AnthropicOptions) and options.thinking else {}
         thinking = (req.reasoning_effort not in (None, "none") and model.reasoning) or (
-            (options.get("thinking") or {}).get("type") in ("enabled", "adaptive")
+            asked.get("type") in ("enabled", "adaptive")
         )
         return (
             estimate_request_tokens(req)

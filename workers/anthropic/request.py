@@ -29,6 +29,7 @@ Rules worth knowing (the tests hold each one):
 from __future__ import annotations
 
 import base64
+from collections.abc import Mapping
 from typing import Any
 
 from ...protocol import provider_options
@@ -47,8 +48,9 @@ from ...protocol.messages import (
     ToolResultPart,
     WarningInfo,
 )
+from ...protocol.provider_options import AnthropicOptions
 from .. import _rules
-from .._contract import Built
+from .._contract import Built, options_as
 from .._provider_parts import keep_provider_part
 from .._warnings import warn
 from ..errors import ProviderError
@@ -108,7 +110,9 @@ def _result_content(part: ToolResultPart) -> str | list[dict[str, Any]]:
 
 
 class _Translator:
-    def __init__(self, provider: str, wire_ids: dict[str, str], warnings: list[WarningInfo], model: ModelInfo) -> None:
+    def __init__(
+        self, provider: str, wire_ids: Mapping[str, str], warnings: list[WarningInfo], model: ModelInfo
+    ) -> None:
         self.provider = provider
         self.wire_ids = wire_ids
         self.warnings = warnings
@@ -381,10 +385,19 @@ def _history_tools(messages: list[dict[str, Any]]) -> list[str]:
     return list(names)
 
 
-def build(request: Request, model: ModelInfo, *, provider: str, wire_ids: dict[str, str], stream: bool) -> Built:
+def build(
+    request: Request,
+    model: ModelInfo,
+    *,
+    provider: str = API,
+    options: AnthropicOptions | None = None,
+    wire_ids: Mapping[str, str] | None = None,
+    stream: bool = True,
+    instance: Mapping[str, Any] | None = None,
+) -> Built:
     warnings: list[WarningInfo] = []
-    options = dict(request.provider_options.get(provider) or request.provider_options.get("anthropic") or {})
-    translator = _Translator(provider, wire_ids, warnings, model)
+    opts = options_as(AnthropicOptions, options, request, provider, API)
+    translator = _Translator(provider, wire_ids or {}, warnings, model)
     user_max = request.max_tokens
     body: dict[str, Any] = {
         "model": model.wire_name,
@@ -392,7 +405,7 @@ def build(request: Request, model: ModelInfo, *, provider: str, wire_ids: dict[s
         "messages": translator.messages(request.messages),
     }
     system = _system(request.messages)
-    auto_cache = options.get("auto_cache", True) is not False
+    auto_cache = opts.auto_cache
     if system:
         body["system"] = [{"type": "text", "text": system}] if auto_cache else system
     choice = request.tool_choice
@@ -425,10 +438,9 @@ def build(request: Request, model: ModelInfo, *, provider: str, wire_ids: dict[s
                 "the history holds tool calls but the request has no tools: the "
                 f"tools it names ({', '.join(named)}) were declared so Anthropic accepts it, and none may be called",
             )
-    server_tools = options.get("tools")
-    if server_tools:
+    if opts.tools:
         # Anthropic's server tools (web search, code execution...), appended to the request's.
-        body["tools"] = body.get("tools", []) + list(server_tools)
+        body["tools"] = body.get("tools", []) + opts.tools
     if translator.container is not None:
         body["container"] = translator.container  # provider_options.anthropic.container still wins
     if request.stop_sequences:
@@ -442,8 +454,8 @@ def build(request: Request, model: ModelInfo, *, provider: str, wire_ids: dict[s
     output_format = _output_format(request, model)
     if output_format is not None:
         body["output_config"] = {"format": output_format}
-    thinking = options.get("thinking") or _thinking(request, model, body, warnings, user_max)
-    if _thinks(thinking, model) and "thinking" not in options and not model.rules.thinking_always_on:
+    thinking = opts.thinking or _thinking(request, model, body, warnings, user_max)
+    if _thinks(thinking, model) and opts.thinking is None and not model.rules.thinking_always_on:
         forced = body.get("tool_choice", {}).get("type") in ("any", "tool")
         if request.reasoning_effort is None and forced:
             # Thinking was not asked for, a tool was: honour the tool.
@@ -484,15 +496,13 @@ def build(request: Request, model: ModelInfo, *, provider: str, wire_ids: dict[s
             )
     if stream:
         body["stream"] = True
-    body.update(provider_options.body_fields("anthropic", options))
+    body.update(provider_options.body_fields(opts))
     if auto_cache:
         _add_cache_breakpoints(body)
     headers = {"anthropic-version": API_VERSION}
-    betas = options.get("beta_headers") or []
-    if isinstance(betas, str):
-        betas = [betas]
+    betas = [opts.beta_headers] if isinstance(opts.beta_headers, str) else opts.beta_headers
     if betas:
-        headers["anthropic-beta"] = ",".join(str(b) for b in betas)
+        headers["anthropic-beta"] = ",".join(betas)
     if not body["messages"]:
         raise ProviderError("invalid_request", "nothing to send: every message was empty after translation")
     return Built(body, headers=headers, warnings=warnings)

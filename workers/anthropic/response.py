@@ -29,6 +29,7 @@ from ...protocol.messages import (
 )
 from ...protocol.tokens import estimate_text_tokens
 from ..errors import invalid_response
+from .errors import from_error_object
 
 #: `ProviderPart.api` for everything this folder produces: the Messages wire format.
 API = "anthropic"
@@ -149,7 +150,13 @@ def container_part(container: Any) -> ProviderPart | None:
 
 
 def parse(body: Any, include_raw: bool = False) -> Response:
-    if not isinstance(body, dict) or body.get("type") == "error" or not isinstance(body.get("content"), list):
+    """A whole Messages body: the response, or the error it reports."""
+    if isinstance(body, dict) and body.get("type") == "error":
+        error = body.get("error")
+        if not isinstance(error, dict):
+            error = {}
+        raise from_error_object(error.get("type"), str(error.get("message") or "error"))
+    if not isinstance(body, dict) or not isinstance(body.get("content"), list):
         raise invalid_response(f"not an Anthropic message: {str(body)[:200]}")
     parts, thinking = content(body["content"])
     container = container_part(body.get("container"))

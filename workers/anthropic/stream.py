@@ -69,7 +69,7 @@ class AnthropicStream:
         self._stopped = False
         self._container: dict[str, Any] | None = None
 
-    def feed(self, data: bytes | str, event: str = "message") -> list[Event]:
+    def feed(self, data: bytes, event: str = "message") -> list[Event]:
         try:
             payload = msgspec.json.decode(data)
         except msgspec.DecodeError:

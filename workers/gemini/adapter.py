@@ -10,8 +10,7 @@ import httpx
 
 from ...protocol.messages import ModelInfo, Request, Response
 from .._adapter import Call, Emit
-from .._contract import Built, Pipeline
-from .._http import HttpAdapter
+from .._http import HttpAdapter, Leg
 from ..errors import ProviderError, invalid_response
 from . import errors, request
 from .stream import GeminiStream
@@ -23,6 +22,7 @@ MAX_HOPS = 32
 
 class GeminiAdapter(HttpAdapter):
     provider_type = "gemini"
+    build_request = staticmethod(request.build)
     default_base_url = "https://generativelanguage.googleapis.com"
     idempotency_header = None  # Gemini has none; a custom header would only be noise
 
@@ -32,11 +32,6 @@ class GeminiAdapter(HttpAdapter):
     def classify(self, status: int, headers: httpx.Headers, body: bytes) -> ProviderError:
         return errors.classify(status, headers, body)
 
-    def _build(self, call: Call, stream: bool) -> Built:
-        built = request.build(call.request, call.model, provider=self.name, wire_ids=call.wire_ids, stream=stream)
-        call.warnings.extend(w for w in built.warnings if w not in call.warnings)
-        return built
-
     def _check_key(self) -> None:
         if not self.api_key:
             raise ProviderError("not_configured", f"no API key: set {self.config.key_hint() or 'GEMINI_API_KEY'}")
@@ -44,24 +39,31 @@ class GeminiAdapter(HttpAdapter):
     async def stream(self, call: Call, emit: Emit, whole: bool = False) -> Response:
         # `whole` needs nothing here: streamGenerateContent always answers with a stream.
         self._check_key()
-        built = self._build(call, stream=True)
+        built = self.build(call, stream=True)
         translator = GeminiStream(call.model.wire_name, passthrough=call.request.passthrough)
+        hops = 1
+
+        def follow(error: ProviderError | None) -> Leg | None:
+            # Long decode: the same request with the token; maxOutputTokens is a cumulative budget.
+            nonlocal hops
+            token = translator.take_continuation() if error is None and hops < MAX_HOPS else None
+            if token is None:
+                return None
+            hops += 1
+            return Leg(built.path, {**built.body, "continuationToken": token}, built.headers)
+
         # streamGenerateContent without alt=sse answers application/json (one JSON array,
         # or one whole object): the pipeline's framing reads both forms and SSE.
-        pipeline = Pipeline(translator, "sse_or_json", emit, call.request.include_raw)
-        body = built.body
-        for hop in range(1, MAX_HOPS + 1):
-            pipeline.restart()
-            await self.post_stream(call, built.path, body, pipeline.feed, formats=("event-stream", "json"))
-            pipeline.flush()
-            token = translator.take_continuation() if hop < MAX_HOPS else None
-            if token is None:
-                break
-            # Long decode: the same request with the token; maxOutputTokens is a cumulative budget.
-            body = {**built.body, "continuationToken": token}
-        skeleton = pipeline.finish(call, self.name)
-        call.warnings.extend(w for w in skeleton.warnings if w not in call.warnings)
-        return skeleton
+        return await self.run_stream(
+            call,
+            emit,
+            whole,
+            built=built,
+            translator=translator,
+            framing="sse_or_json",
+            formats=("event-stream", "json"),
+            follow=follow,
+        )
 
     async def ready(self, model: ModelInfo) -> None:
         self._check_key()

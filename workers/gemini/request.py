@@ -26,6 +26,7 @@ import contextlib
 import json
 import mimetypes
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from ...protocol import provider_options
@@ -44,7 +45,8 @@ from ...protocol.messages import (
     ToolResultPart,
     WarningInfo,
 )
-from .._contract import Built
+from ...protocol.provider_options import GeminiOptions
+from .._contract import Built, options_as
 from .._provider_parts import keep_provider_part
 from .._warnings import warn
 from ..errors import ProviderError
@@ -70,8 +72,7 @@ THINKING_LEVEL = {
 #: Effort -> thinkingBudget tokens, for models steered by budget (Gemini 2.x).
 THINKING_BUDGET = {"minimal": 512, "low": 2048, "medium": 8192, "high": 24576, "xhigh": 32768, "max": 32768}
 
-#: provider_options.gemini keys read here (protocol/provider_options.py says which go into the body).
-_SHORTHAND_TOOLS = {"google_search": "googleSearch", "code_execution": "codeExecution", "url_context": "urlContext"}
+#: The body fields of provider_options.gemini that Gemini spells in camelCase.
 _SNAKE = {
     "safety_settings": "safetySettings",
     "cached_content": "cachedContent",
@@ -118,7 +119,9 @@ def _media(part: ImagePart | AudioPart | DocumentPart, warnings: list[WarningInf
 
 
 class _Translator:
-    def __init__(self, model: ModelInfo, provider: str, wire_ids: dict[str, str], warnings: list[WarningInfo]) -> None:
+    def __init__(
+        self, model: ModelInfo, provider: str, wire_ids: Mapping[str, str], warnings: list[WarningInfo]
+    ) -> None:
         self.model = model
         self.provider = provider
         self.wire_ids = wire_ids
@@ -271,11 +274,11 @@ def _nearest_effort(effort: str, allowed: list[str]) -> str:
 
 
 def _thinking(request: Request, model: ModelInfo, warnings: list[WarningInfo]) -> dict[str, Any] | None:
-    effort = request.reasoning_effort
-    if effort is None:
+    if request.reasoning_effort is None:
         return None
+    effort: str = request.reasoning_effort
     rules = model.rules
-    allowed = [e for e in (rules.efforts or []) if e in EFFORTS]
+    allowed: list[str] = [e for e in (rules.efforts or []) if e in EFFORTS]
     levels = uses_levels(model)
     if allowed and effort not in allowed and effort != "none":
         chosen = _nearest_effort(effort, allowed)
@@ -330,12 +333,14 @@ def build(
     request: Request,
     model: ModelInfo,
     *,
-    provider: str = "gemini",
-    wire_ids: dict[str, str] | None = None,
+    provider: str = API,
+    options: GeminiOptions | None = None,
+    wire_ids: Mapping[str, str] | None = None,
     stream: bool = True,
+    instance: Mapping[str, Any] | None = None,
 ) -> Built:
     warnings: list[WarningInfo] = []
-    options = dict(request.provider_options.get(provider) or request.provider_options.get(API) or {})
+    opts = options_as(GeminiOptions, options, request, provider, API)
     tr = _Translator(model, provider, wire_ids or {}, warnings)
     tr.remember_calls(request.messages)
     body: dict[str, Any] = {"contents": tr.contents(request.messages)}
@@ -361,12 +366,15 @@ def build(
             if choice.mode == "tool" and choice.name:
                 config["allowedFunctionNames"] = [choice.name]
             body["toolConfig"] = {"functionCallingConfig": config}
-    for key, wire_name in _SHORTHAND_TOOLS.items():
-        if options.get(key):
-            tools.append({wire_name: options[key] if isinstance(options[key], dict) else {}})
-    extra = options.get("tools")
-    if isinstance(extra, list):
-        tools.extend(t for t in extra if isinstance(t, dict))
+    for value, wire_name in (
+        (opts.google_search, "googleSearch"),
+        (opts.code_execution, "codeExecution"),
+        (opts.url_context, "urlContext"),
+    ):
+        if value:
+            tools.append({wire_name: value if isinstance(value, dict) else {}})
+    if opts.tools:
+        tools.extend(opts.tools)
     if tools:
         body["tools"] = tools
 
@@ -374,8 +382,8 @@ def build(
     max_tokens = request.max_tokens or model.rules.default_max_tokens
     if max_tokens:
         gen["maxOutputTokens"] = max_tokens
-    thinking = options.get("thinking_config") or _thinking(request, model, warnings)
-    thinking_on = bool(thinking) and thinking.get("thinkingBudget") != 0
+    thinking = opts.thinking_config or _thinking(request, model, warnings)
+    thinking_on = thinking is not None and thinking.get("thinkingBudget") != 0
     _sampling(request, model, thinking_on, gen, warnings)
     if request.stop_sequences:
         gen["stopSequences"] = list(request.stop_sequences)
@@ -389,12 +397,11 @@ def build(
         gen["responseMimeType"] = "application/json"
     if thinking:
         gen["thinkingConfig"] = thinking
-    raw_gen = options.get("generation_config")
-    if isinstance(raw_gen, dict):
-        gen.update(raw_gen)
+    if opts.generation_config:
+        gen.update(opts.generation_config)
     if gen:
         body["generationConfig"] = gen
-    for key, value in provider_options.body_fields("gemini", options).items():
+    for key, value in provider_options.body_fields(opts).items():
         body[_SNAKE.get(key, key)] = value
     action = "streamGenerateContent?alt=sse" if stream else "generateContent"
     return Built(body, warnings=warnings, path=f"{model_path(model.wire_name)}:{action}")

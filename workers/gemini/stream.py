@@ -9,9 +9,9 @@ canonical type at all (code execution, server tool calls, inline output) come
 as a `ProviderPartEvent` holding the part verbatim. Function calls arrive
 whole, or (Vertex, Gemini 3+) piecewise by JSON path; either way they become
 start, argument deltas, end. `usageMetadata` repeats as running totals: the
-last one wins. A body can be SSE (`alt=sse`, CRLF between events) or one JSON
-array streamed over many lines; `BodyDecoder` tells them apart by the first
-byte.
+last one wins. A body can be SSE (`alt=sse`, CRLF between events), one JSON
+array streamed over many lines, or one whole object; the pipeline's framing
+(`SseOrJsonDecoder`) tells them apart by the first byte.
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import msgspec
 from ...protocol.messages import (
     Event,
     FinishReason,
-    FinishReasonName,
     ProviderEvent,
     ProviderPartEvent,
     ReasoningDelta,
@@ -47,85 +46,12 @@ from .._warnings import warn
 from ..errors import ProviderError, invalid_response
 from .errors import from_error_object
 from .partial_args import PartialArgs
+from .response import BLOCK_NUMBERS, FINISH_NUMBERS, enum_name, finish_reason, usage
 
 API = "gemini"
 SIGNATURE_KIND = "thoughtSignature"
 #: Candidate-level results kept as provider parts for the caller; not parts, so never sent back.
 METADATA_KINDS = ("groundingMetadata", "urlContextMetadata")
-
-#: Candidate.FinishReason by name, and by number for the `enum-encoding=int` form.
-_FINISH: dict[str, FinishReasonName] = {
-    "STOP": "stop",
-    "MAX_TOKENS": "length",
-    "SAFETY": "content_filter",
-    "RECITATION": "content_filter",
-    "BLOCKLIST": "content_filter",
-    "PROHIBITED_CONTENT": "content_filter",
-    "SPII": "content_filter",
-    "IMAGE_SAFETY": "content_filter",
-    "IMAGE_PROHIBITED_CONTENT": "content_filter",
-    "IMAGE_RECITATION": "content_filter",
-    "IMAGE_OTHER": "content_filter",
-    "MALFORMED_FUNCTION_CALL": "error",
-    "UNEXPECTED_TOOL_CALL": "error",
-    "TOO_MANY_TOOL_CALLS": "error",
-    "MISSING_THOUGHT_SIGNATURE": "error",
-    "MALFORMED_RESPONSE": "error",
-    "CONTINUATION": "length",  # only when we stop following continuations
-}
-FINISH_NUMBERS = {
-    0: "FINISH_REASON_UNSPECIFIED",
-    1: "STOP",
-    2: "MAX_TOKENS",
-    3: "SAFETY",
-    4: "RECITATION",
-    5: "OTHER",
-    6: "LANGUAGE",
-    7: "BLOCKLIST",
-    8: "PROHIBITED_CONTENT",
-    9: "SPII",
-    10: "MALFORMED_FUNCTION_CALL",
-    11: "IMAGE_SAFETY",
-    12: "UNEXPECTED_TOOL_CALL",
-    13: "TOO_MANY_TOOL_CALLS",
-}
-BLOCK_NUMBERS = {
-    0: "BLOCK_REASON_UNSPECIFIED",
-    1: "SAFETY",
-    2: "OTHER",
-    3: "BLOCKLIST",
-    4: "PROHIBITED_CONTENT",
-    5: "IMAGE_SAFETY",
-}
-
-
-def enum_name(value: Any, numbers: dict[int, str]) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, int) and not isinstance(value, bool):
-        return numbers.get(value, str(value))
-    return str(value)
-
-
-def finish_reason(raw: str | None, made_calls: bool) -> FinishReason:
-    # A turn that calls functions still says STOP: the parts tell.
-    if raw == "STOP" and made_calls:
-        return FinishReason(reason="tool_calls", raw=raw)
-    return FinishReason(reason=_FINISH.get(raw or "", "other"), raw=raw)
-
-
-def usage(meta: dict[str, Any]) -> Usage:
-    """Canonical usage from one `usageMetadata` (running totals: the caller keeps the last)."""
-    prompt = int(meta.get("promptTokenCount") or 0) + int(meta.get("toolUsePromptTokenCount") or 0)
-    thoughts = int(meta.get("thoughtsTokenCount") or 0)
-    output = int(meta.get("candidatesTokenCount") or 0) + thoughts
-    return Usage(
-        input_tokens=prompt,
-        output_tokens=output,
-        total_tokens=prompt + output,
-        reasoning_tokens=thoughts,
-        cache_read_tokens=int(meta.get("cachedContentTokenCount") or 0),
-    )
 
 
 class _Open:
@@ -167,9 +93,6 @@ class GeminiStream:
             payload = msgspec.json.decode(data)
         except msgspec.DecodeError:
             raise invalid_response(f"Gemini sent a chunk that is not JSON: {excerpt(data)!r}") from None
-        return self.feed_payload(payload)
-
-    def feed_payload(self, payload: Any) -> list[Event]:
         if not isinstance(payload, dict):
             raise invalid_response(f"Gemini sent a chunk that is not an object: {str(payload)[:200]}")
         error = payload.get("error")
@@ -377,7 +300,7 @@ class GeminiStream:
 
     # -- the end ----------------------------------------------------------------------
 
-    def finish(self, streamed: bool = True) -> Ending:
+    def finish(self) -> Ending:
         """The events that close what is still open, and the finish skeleton."""
         events = self._close()
         # Search and URL-context grounding (sources, citations) is the candidate's, not a
@@ -386,10 +309,8 @@ class GeminiStream:
             events.append(ProviderPartEvent(index=self._take_index(), api=API, kind=kind, data=data))
         self._metadata = {}
         raw = self._finish
-        if raw is None and self._prompt_block is None:
-            if streamed:  # cut short: worth another attempt
-                raise ProviderError("network", "the Gemini stream ended before a finish reason")
-            raise invalid_response("Gemini's response has no finish reason and no candidate")
+        if raw is None and self._prompt_block is None:  # cut short: worth another attempt
+            raise ProviderError("network", "the Gemini stream ended before a finish reason")
         if raw is None:
             reason = FinishReason(reason="content_filter", raw=self._prompt_block)
             warn(

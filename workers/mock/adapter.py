@@ -1,4 +1,5 @@
-"""The mock's I/O: it plays its chunks with their delays, stalls and crashes."""
+"""The mock's I/O: it plays a request's body with its delays, stalls and crashes, and
+feeds its messages through the pipeline every provider's stream goes through."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ from typing import Any
 
 import trio
 
-from ...protocol.accumulate import StreamAccumulator
 from ...protocol.messages import ModelInfo, Response
+from ...protocol.provider_options import ErrorStep
 from .._adapter import Adapter, Call, Emit, consume
+from .._contract import Pipeline
 from ..errors import ProviderError
-from . import errors, request, response
+from . import errors, playback, request
 from .stream import MockStream
 
 
@@ -25,6 +27,7 @@ def not_found(model: str) -> ProviderError:
 
 class MockAdapter(Adapter):
     provider_type = "mock"
+    build_request = staticmethod(request.build)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -32,61 +35,37 @@ class MockAdapter(Adapter):
             # A worker that dies as it starts: how tests drive the restart-intensity limit.
             os.kill(os.getpid(), signal.SIGKILL)
 
-    async def _play(self, call: Call) -> AsyncIterator[dict[str, Any]]:
+    async def stream(self, call: Call, emit: Emit, whole: bool = False) -> Response:
         if not call.model.in_catalog:
             # As a real provider answers a model it does not have (and as `ready` says):
             # a misspelt mock model must not echo as if it were fine.
             raise not_found(call.model.wire_name)
-        chunks = request.build(call.request, self.name, call.model.wire_name)
-        call.warnings.extend(
-            w for w in request.history_warnings(call.request, call.model.wire_name) if w not in call.warnings
+        built = self.build(call, stream=True)
+        # The mock's messages are its own, not a provider's body: `raw` stays unset.
+        pipeline = Pipeline(MockStream(passthrough=call.request.passthrough), "messages", emit, keep_raw=False)
+        # Like a provider's reader, the playback waits while the outbox is full.
+        await consume(
+            self._play(call, built.body), call.deadlines.stream_idle_s, "the mock", pipeline.feed, call.backlog
         )
+        return pipeline.finish(call, self.name)
+
+    async def _play(self, call: Call, body: dict[str, Any]) -> AsyncIterator[bytes]:
         call.upstream_open = True
         try:
-            for chunk in chunks:
-                kind = chunk["kind"]
-                if kind == "delay":
-                    await trio.sleep(chunk["seconds"])
-                elif kind == "stall":
-                    await trio.sleep_forever()
-                elif kind == "crash":
-                    os.kill(os.getpid(), signal.SIGKILL)
-                elif kind == "error":
-                    if errors.applies(chunk, call.attempt):
-                        raise errors.classify(chunk)
-                else:
-                    yield chunk
-                    await trio.lowlevel.checkpoint()
+            for item in playback.play(body):
+                match item:
+                    case bytes():
+                        yield item
+                        await trio.lowlevel.checkpoint()
+                    case playback.Pause(seconds=seconds):
+                        await trio.sleep(seconds)
+                    case ErrorStep():
+                        if errors.applies(item, call.attempt):
+                            raise errors.classify(item)
+                    case playback.Crash():
+                        os.kill(os.getpid(), signal.SIGKILL)
         finally:
             call.upstream_open = False
-
-    async def stream(self, call: Call, emit: Emit) -> Response:
-        translator = MockStream(passthrough=call.request.passthrough)
-
-        def handle(chunk: dict[str, Any]) -> None:
-            for event in translator.feed(chunk):
-                emit(event)
-
-        # Like a provider's reader, the playback waits while the outbox is full.
-        await consume(self._play(call), call.deadlines.stream_idle_s, "the mock", handle, call.backlog)
-        ending = translator.finish()
-        for event in ending.events:
-            emit(event)
-        return ending.response
-
-    async def complete(self, call: Call) -> Response:
-        collected: list[dict[str, Any]] = []
-        # What has played so far, as events, for the progress reports (see Call.gathered).
-        translator, call.gathered = MockStream(), StreamAccumulator(self.name)
-
-        def take(chunk: dict[str, Any]) -> None:
-            collected.append(chunk)
-            for event in translator.feed(chunk):
-                call.gathered.feed(event)  # type: ignore[union-attr]
-                call.gathered_events += 1
-
-        await consume(self._play(call), call.deadlines.stream_idle_s, "the mock", take)
-        return response.parse(collected)
 
     async def ready(self, model: ModelInfo) -> None:
         if not model.in_catalog:

@@ -1,29 +1,29 @@
-"""A scripted error chunk -> ProviderError, as a real provider's errors module maps a response."""
+"""A scripted error step -> ProviderError, as a real provider's errors module maps a response."""
 
 from __future__ import annotations
 
-from typing import Any, get_args
+from typing import get_args
 
 from ...protocol.messages import ErrorClass
+from ...protocol.provider_options import ErrorStep
 from ..errors import ProviderError
 
-_CLASSES = set(get_args(ErrorClass))
+_CLASSES: dict[str, ErrorClass] = {name: name for name in get_args(ErrorClass)}
 
 
-def classify(chunk: dict[str, Any]) -> ProviderError:
-    error_class = chunk.get("error_class", "server_error")
-    if error_class not in _CLASSES:
-        return ProviderError("invalid_request", f"provider_options.mock: unknown error_class {error_class!r}")
+def classify(step: ErrorStep) -> ProviderError:
+    error_class = _CLASSES.get(step.error_class)
+    if error_class is None:
+        return ProviderError("invalid_request", f"provider_options.mock: unknown error_class {step.error_class!r}")
     return ProviderError(
         error_class,
-        chunk.get("message", "mock failure"),
-        status=chunk.get("status"),
-        code=chunk.get("code"),
-        retry_after=chunk.get("retry_after"),
+        step.message,
+        status=step.status,
+        code=step.code,
+        retry_after=step.retry_after,
     )
 
 
-def applies(chunk: dict[str, Any], attempt: int) -> bool:
+def applies(step: ErrorStep, attempt: int) -> bool:
     """Whether a scripted error fires on this attempt (`attempts`: only the first N)."""
-    limit = chunk.get("attempts")
-    return limit is None or attempt <= limit
+    return step.attempts is None or attempt <= step.attempts

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+import msgspec
 
 from ...protocol.accumulate import parse_arguments
 from ...protocol.messages import (
@@ -23,6 +23,9 @@ from ...protocol.messages import (
     Usage,
 )
 from .._contract import Ending
+from .._sse import excerpt
+from ..errors import invalid_response
+from . import wire
 from .response import finish_reason, usage
 
 
@@ -67,49 +70,54 @@ class MockStream:
         self._kind = kind
         return out
 
-    def feed(self, chunk: dict[str, Any]) -> list[Event]:
-        kind = chunk["kind"]
+    def feed(self, data: bytes, event: str = "message") -> list[Event]:
+        try:
+            chunk = wire.decoder.decode(data)
+        except msgspec.DecodeError:
+            raise invalid_response(f"the mock sent a chunk it does not know: {excerpt(data)!r}") from None
         out: list[Event] = []
-        if kind == "start":
-            self._model = chunk.get("model", "")
-            out.append(StreamStart(model=self._model))
-        elif kind == "text":
-            if self._kind != "text":
-                out += self._open("text")
-                out.append(TextStart(index=self._index))
-            self._buf.append(chunk["text"])
-            out.append(TextDelta(index=self._index, text=chunk["text"]))
-        elif kind == "reasoning":
-            if self._kind != "reasoning":
-                out += self._open("reasoning")
+        match chunk:
+            case wire.Text(text=text):
+                if self._kind != "text":
+                    out += self._open("text")
+                    out.append(TextStart(index=self._index))
+                self._buf.append(text)
+                out.append(TextDelta(index=self._index, text=text))
+            case wire.Reasoning(text=text):
+                if self._kind != "reasoning":
+                    out += self._open("reasoning")
+                    out.append(ReasoningStart(index=self._index))
+                self._buf.append(text)
+                out.append(ReasoningDelta(index=self._index, text=text))
+            case wire.ToolArgs(json=fragment):
+                self._buf.append(fragment)
+                out.append(ToolCallDelta(index=self._index, partial_json=fragment))
+            case wire.Start(model=model):
+                self._model = model
+                out.append(StreamStart(model=model))
+            case wire.Signature(signature=signature):
+                if self._kind != "reasoning":
+                    out += self._open("reasoning")
+                    out.append(ReasoningStart(index=self._index))
+                self._signature = signature
+            case wire.Redacted(data=redacted):
+                out += self._open("redacted")
                 out.append(ReasoningStart(index=self._index))
-            self._buf.append(chunk["text"])
-            out.append(ReasoningDelta(index=self._index, text=chunk["text"]))
-        elif kind == "signature":
-            if self._kind != "reasoning":
-                out += self._open("reasoning")
-                out.append(ReasoningStart(index=self._index))
-            self._signature = chunk["signature"]
-        elif kind == "redacted":
-            out += self._open("redacted")
-            out.append(ReasoningStart(index=self._index))
-            out.append(ReasoningEnd(index=self._index, redacted_data=chunk["data"]))
-            self._kind = None
-        elif kind == "tool_start":
-            out += self._open("tool")
-            self._tool = (chunk["id"], chunk["name"])
-            out.append(ToolCallStart(index=self._index, provider_id=chunk["id"], name=chunk["name"]))
-        elif kind == "tool_args":
-            self._buf.append(chunk["json"])
-            out.append(ToolCallDelta(index=self._index, partial_json=chunk["json"]))
-        elif kind == "tool_end":
-            out += self._close()
-        elif kind == "usage":
-            self._usage = usage(chunk)
-        elif kind == "finish":
-            self._finish = finish_reason(chunk["reason"])
-        elif kind == "event" and self.passthrough:
-            out.append(ProviderEvent(provider="mock", event_type="event", data=chunk["data"]))
+                out.append(ReasoningEnd(index=self._index, redacted_data=redacted))
+                self._kind = None
+            case wire.ToolStart(id=call_id, name=name):
+                out += self._open("tool")
+                self._tool = (call_id, name)
+                out.append(ToolCallStart(index=self._index, provider_id=call_id, name=name))
+            case wire.ToolEnd():
+                out += self._close()
+            case wire.Usage():
+                self._usage = usage(chunk)
+            case wire.Finish(reason=reason):
+                self._finish = finish_reason(reason)
+            case wire.ProviderEvent(data=payload):
+                if self.passthrough:
+                    out.append(ProviderEvent(provider="mock", event_type="event", data=payload))
         return out
 
     def finish(self) -> Ending:

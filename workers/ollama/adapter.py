@@ -6,7 +6,6 @@ import httpx
 
 from ...protocol.messages import ModelInfo, Response
 from .._adapter import Call, Emit
-from .._contract import Built
 from .._http import HttpAdapter
 from ..errors import ProviderError
 from . import errors, request
@@ -26,6 +25,7 @@ def _same_model(a: str, b: str) -> bool:
 
 class OllamaAdapter(HttpAdapter):
     provider_type = "ollama"
+    build_request = staticmethod(request.build)
     default_base_url = "http://127.0.0.1:11434"
     idempotency_header = None  # a local server with no such notion
 
@@ -38,11 +38,6 @@ class OllamaAdapter(HttpAdapter):
             err.args = (err.message,)
         return err
 
-    def _build(self, call: Call, stream: bool) -> Built:
-        built = request.build(call.request, call.model, provider=self.name, stream=stream)
-        call.warnings.extend(w for w in built.warnings if w not in call.warnings)
-        return built
-
     async def stream(self, call: Call, emit: Emit, whole: bool = False) -> Response:
         try:
             # Ollama streams NDJSON; one whole JSON object (`application/json`) reads the same way.
@@ -51,7 +46,7 @@ class OllamaAdapter(HttpAdapter):
                 emit,
                 whole,
                 path="/api/chat",
-                built=self._build(call, stream=True),
+                built=self.build(call, stream=True),
                 translator=OllamaStream(),
                 framing="ndjson",
                 formats=("json",),

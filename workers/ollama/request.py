@@ -12,6 +12,7 @@ for the rest.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ...protocol import provider_options
@@ -29,7 +30,8 @@ from ...protocol.messages import (
     ToolResultPart,
     WarningInfo,
 )
-from .._contract import Built
+from ...protocol.provider_options import OllamaOptions
+from .._contract import Built, options_as
 from .._provider_parts import keep_provider_part
 from .._warnings import warn
 from ..openai_compat.request import error_text
@@ -93,8 +95,19 @@ def _think(effort: str, model: ModelInfo, warnings: list[WarningInfo]) -> bool |
     return level
 
 
-def build(request: Request, model: ModelInfo, *, provider: str, stream: bool) -> Built:
+def build(
+    request: Request,
+    model: ModelInfo,
+    *,
+    provider: str = API,
+    options: OllamaOptions | None = None,
+    wire_ids: Mapping[str, str] | None = None,
+    stream: bool = True,
+    instance: Mapping[str, Any] | None = None,
+) -> Built:
+    """`wire_ids` go unused: Ollama's tool calls have no ids (results name their tool)."""
     warnings: list[WarningInfo] = []
+    opts = options_as(OllamaOptions, options, request, provider, API)
     names = _names_of_calls(request.messages)
     messages: list[dict[str, Any]] = []
     system = "\n\n".join(m.text for m in request.messages if m.role in ("system", "developer") and m.text)
@@ -157,25 +170,25 @@ def build(request: Request, model: ModelInfo, *, provider: str, stream: bool) ->
         body["format"] = fmt.schema
     elif fmt is not None and fmt.kind == "json_object":
         body["format"] = "json"
-    options: dict[str, Any] = {}
+    model_options: dict[str, Any] = {}
     if request.temperature is not None:
-        options["temperature"] = request.temperature
+        model_options["temperature"] = request.temperature
     if request.top_p is not None:
-        options["top_p"] = request.top_p
+        model_options["top_p"] = request.top_p
     if request.seed is not None:
-        options["seed"] = request.seed
+        model_options["seed"] = request.seed
     if request.max_tokens is not None:
-        options["num_predict"] = request.max_tokens
+        model_options["num_predict"] = request.max_tokens
     if request.stop_sequences:
-        options["stop"] = list(request.stop_sequences)
-    extra = dict(request.provider_options.get(provider) or request.provider_options.get("ollama") or {})
-    if request.reasoning_effort is not None and "think" not in extra:
+        model_options["stop"] = list(request.stop_sequences)
+    if opts.think is not None:
+        body["think"] = opts.think
+    elif request.reasoning_effort is not None:
         body["think"] = _think(request.reasoning_effort, model, warnings)
-    for key in ("keep_alive", "think"):
-        if key in extra:
-            body[key] = extra.pop(key)
-    options.update(extra.pop("options", {}) or {})
-    if options:
-        body["options"] = options
-    body.update(provider_options.body_fields("ollama", extra))
+    if opts.keep_alive is not None:
+        body["keep_alive"] = opts.keep_alive
+    model_options.update(opts.options or {})
+    if model_options:
+        body["options"] = model_options
+    body.update(provider_options.body_fields(opts))
     return Built(body, warnings=warnings)

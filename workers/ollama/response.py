@@ -1,4 +1,8 @@
-"""Ollama /api/chat answer -> canonical Response (one object, or the NDJSON lines joined). Pure."""
+"""Ollama /api/chat answers in canonical form, for the stream translator: finish reasons,
+usage, tool-call arguments and error lines. Pure.
+
+A whole answer (one object, `stream: false` or a server that buffers) is one NDJSON
+line: the worker reads it through the stream translator like any other."""
 
 from __future__ import annotations
 
@@ -6,17 +10,11 @@ import json
 from typing import Any
 
 from ...protocol.messages import (
-    ContentPart,
     FinishReason,
     FinishReasonName,
-    Message,
-    Response,
-    TextPart,
-    ThinkingPart,
-    ToolCallPart,
     Usage,
 )
-from ..errors import ProviderError, invalid_response
+from ..errors import ProviderError
 
 _DONE: dict[str, FinishReasonName] = {"stop": "stop", "length": "length"}
 
@@ -58,45 +56,3 @@ def call_arguments(function: dict[str, Any]) -> tuple[dict[str, Any] | None, str
 def check_error(line: dict[str, Any]) -> None:
     if "error" in line:
         raise ProviderError("server_error", f"Ollama: {line['error']}")
-
-
-def parse(lines: list[dict[str, Any]], include_raw: bool = False) -> tuple[Response, bool]:
-    """From the one object of a non-streamed answer (or every line of a streamed one)."""
-    if not lines:
-        raise invalid_response("Ollama sent an empty body")
-    text: list[str] = []
-    thinking: list[str] = []
-    parts: list[ContentPart] = []
-    last = lines[-1]
-    for line in lines:
-        if not isinstance(line, dict):
-            raise invalid_response(f"not an Ollama chat object: {str(line)[:200]}")
-        check_error(line)
-        message = line.get("message") or {}
-        text.append(message.get("content") or "")
-        thinking.append(message.get("thinking") or "")
-        for call in message.get("tool_calls") or []:
-            function = call.get("function") or {}
-            arguments, raw = call_arguments(function)
-            parts.append(
-                ToolCallPart(
-                    id="",
-                    name=function.get("name", ""),
-                    arguments=arguments,
-                    raw_arguments=raw,
-                    provider_id=call.get("id") or None,
-                )
-            )
-    head: list[ContentPart] = []
-    if "".join(thinking):
-        head.append(ThinkingPart(text="".join(thinking)))
-    if "".join(text):
-        head.append(TextPart(text="".join(text)))
-    reported = usage(last)
-    return Response(
-        model=last.get("model", ""),
-        message=Message(role="assistant", content=head + parts),
-        finish_reason=finish_reason(last.get("done_reason"), bool(parts)),
-        usage=reported or Usage(),
-        raw=lines if include_raw else None,
-    ), reported is not None

@@ -58,13 +58,13 @@ class OllamaStream:
         text, self._text_chunks = "".join(self._text_chunks), []
         return [TextEnd(index=index, text=text)]
 
-    def feed(self, line: bytes, event: str = "message") -> list[Event]:
+    def feed(self, data: bytes, event: str = "message") -> list[Event]:
         try:
-            obj = msgspec.json.decode(line)
+            obj = msgspec.json.decode(data)
         except msgspec.DecodeError:
-            raise invalid_response(f"Ollama sent a line that is not JSON: {line[:200]!r}") from None
+            raise invalid_response(f"Ollama sent a line that is not JSON: {data[:200]!r}") from None
         if not isinstance(obj, dict):
-            raise invalid_response(f"Ollama sent a line that is not an object: {line[:200]!r}")
+            raise invalid_response(f"Ollama sent a line that is not an object: {data[:200]!r}")
         check_error(obj)
         out: list[Event] = []
         if not self._started:

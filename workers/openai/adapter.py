@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -19,12 +18,12 @@ import trio
 
 from ...config.loader import ProviderConfig
 from ...protocol.messages import ModelInfo, RateLimit, Request, Response, WarningInfo
+from ...protocol.provider_options import OpenAIOptions
 from ...protocol.tokens import estimate_request_tokens
 from .._adapter import Call, Emit
-from .._contract import Built, Pipeline
-from .._http import HttpAdapter
+from .._http import HttpAdapter, Leg
 from .._ratelimits import openai_rate_limit
-from ..errors import ProviderError, from_transport
+from ..errors import ProviderError
 from . import errors, request, response
 from .stream import ResponsesStream
 
@@ -68,6 +67,7 @@ def _from_env(config: ProviderConfig) -> ProviderConfig:
 
 class OpenAIAdapter(HttpAdapter):
     provider_type = "openai"
+    build_request = staticmethod(request.build)
     default_base_url = DEFAULT_BASE_URL
 
     def __init__(self, name: str, config: ProviderConfig, *args: Any, **kwargs: Any) -> None:
@@ -82,13 +82,8 @@ class OpenAIAdapter(HttpAdapter):
     def rate_limit(self, headers: httpx.Headers) -> RateLimit | None:
         return openai_rate_limit(headers)
 
-    def _build(self, call: Call, stream: bool) -> Built:
-        built = request.build(call.request, call.model, provider=self.name, wire_ids=call.wire_ids, stream=stream)
-        call.warnings.extend(w for w in built.warnings if w not in call.warnings)
-        return built
-
     async def stream(self, call: Call, emit: Emit, whole: bool = False) -> Response:
-        built = self._build(call, stream=True)
+        built = self.build(call, stream=True)
         translator = ResponsesStream(call.model, passthrough=call.request.passthrough, provider=self.name)
         if not built.body.get("background"):
             return await self.run_stream(
@@ -98,72 +93,22 @@ class OpenAIAdapter(HttpAdapter):
                 path="/responses",
                 built=built,
                 translator=translator,
-                parse_whole=lambda body: self._whole(call, body),
+                whole_body=lambda body: response.parse(body, call.model, include_raw=call.request.include_raw),
             )
-        # Background mode: a dropped stream is picked up again after the last event we have.
-        pipeline = Pipeline(translator, "sse", emit, call.request.include_raw)
-        resumes = 0
         try:
-            while True:
-                try:
-                    if resumes == 0:
-                        await self.post_stream(call, "/responses", built.body, pipeline.feed)
-                    else:
-                        await self._resume_stream(call, translator, pipeline.feed)
-                    return pipeline.finish(call, self.name)
-                except ProviderError as err:
-                    if not (
-                        err.error_class in ("network", "timeout")
-                        and translator.response_id
-                        and not translator.done
-                        and resumes < MAX_RESUMES
-                    ):
-                        raise
-                    # What a half-received event held is sent again after `last_sequence`.
-                    pipeline.restart()
-                    resumes += 1
-                    warning = WarningInfo(
-                        code="stream_resumed",
-                        message=f"the connection to OpenAI dropped "
-                        f"({err.error_class}); the background response was resumed after event "
-                        f"{translator.last_sequence}",
-                    )
-                    if warning not in call.warnings:
-                        call.warnings.append(warning)
+            return await self.run_stream(
+                call,
+                emit,
+                whole,
+                path="/responses",
+                built=built,
+                translator=translator,
+                follow=_Resume(call, translator),
+            )
         except trio.Cancelled:
             if translator.response_id and not translator.done:
                 await self._cancel_at_openai(translator.response_id)
             raise
-
-    def _whole(self, call: Call, content: bytes) -> Response:
-        """A whole JSON response to the streamed request (a compatible server that ignores
-        `stream: true`)."""
-        try:
-            body = msgspec.json.decode(content)
-        except msgspec.DecodeError as exc:
-            raise ProviderError(
-                "invalid_response", f"{self.name} sent a body that is not JSON ({exc}): {content[:200]!r}"
-            ) from None
-        if isinstance(body, dict) and isinstance(body.get("error"), dict) and "output" not in body:
-            raise errors.from_error_object(body["error"])
-        return response.parse(body, call.model, include_raw=call.request.include_raw)
-
-    async def _resume_stream(self, call: Call, translator: ResponsesStream, feed: Callable[[bytes], None]) -> None:
-        """The rest of a background response's stream, after the last event we have."""
-        after = translator.last_sequence if translator.last_sequence is not None else -1
-        path = f"/responses/{translator.response_id}?stream=true&starting_after={after}"
-        # The same bounds as the first request's stream: the response size limit, a bounded
-        # excerpt of an error body, the idle timeout, and the outbox's backpressure.
-        try:
-            async with self.client.stream("GET", self.url(path), headers=self.auth_headers()) as reply:
-                call.upstream_open = True
-                if reply.status_code >= 400:
-                    raise await self.error_of(reply, call.deadlines.stream_idle_s)
-                await self.read_stream(call, reply, feed)
-        except httpx.TransportError as exc:
-            raise from_transport(exc, self.name) from None
-        finally:
-            call.upstream_open = False
 
     async def _cancel_at_openai(self, response_id: str) -> None:
         """Stop a background response we no longer want (it would run, and bill, to the end)."""
@@ -174,13 +119,13 @@ class OpenAIAdapter(HttpAdapter):
                 log.warning("%s: could not cancel background response %s: %s", self.name, response_id, err.error_class)
 
     async def complete(self, call: Call) -> Response:
-        """A whole response is streamed from OpenAI all the same (see the runtime's
-        `complete`), except in background mode, where OpenAI keeps the response and
-        it is polled until it has finished."""
-        built = self._build(call, stream=False)
-        if not built.body.get("background"):
+        """A whole response is streamed from OpenAI all the same (see `Adapter.complete`),
+        except in background mode, where OpenAI keeps the response and it is polled
+        until it has finished."""
+        options = self.options_of(call)
+        if not (isinstance(options, OpenAIOptions) and options.background):
             return await super().complete(call)
-        body, _ = await self.post_json(call, "/responses", built.body)
+        body, _ = await self.post_json(call, "/responses", self.build(call, stream=False).body)
         body = await self._await_background(call, body)
         return response.parse(body, call.model, include_raw=call.request.include_raw)
 
@@ -235,3 +180,35 @@ class OpenAIAdapter(HttpAdapter):
         if not isinstance(count, int):
             raise ProviderError("invalid_response", f"{self.name} answered a token count without input_tokens")
         return count
+
+
+class _Resume:
+    """Background mode: a stream that drops (a network error, the idle timeout, or a body
+    that ends before `response.completed`) is picked up again after the last event we
+    have, at most `MAX_RESUMES` times; the translator skips what it already has."""
+
+    def __init__(self, call: Call, translator: ResponsesStream) -> None:
+        self.call = call
+        self.translator = translator
+        self.resumes = 0
+
+    def __call__(self, error: ProviderError | None) -> Leg | None:
+        translator = self.translator
+        dropped = "network" if error is None else error.error_class
+        if (
+            translator.done
+            or not translator.response_id
+            or dropped not in ("network", "timeout")
+            or self.resumes >= MAX_RESUMES
+        ):
+            return None
+        self.resumes += 1
+        warning = WarningInfo(
+            code="stream_resumed",
+            message=f"the connection to OpenAI dropped ({dropped}); the background response was resumed after "
+            f"event {translator.last_sequence}",
+        )
+        if warning not in self.call.warnings:
+            self.call.warnings.append(warning)
+        after = translator.last_sequence if translator.last_sequence is not None else -1
+        return Leg(f"/responses/{translator.response_id}?stream=true&starting_after={after}")

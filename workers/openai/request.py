@@ -25,6 +25,7 @@ Rules worth knowing (the tests hold each one):
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from ...protocol import provider_options
@@ -43,7 +44,8 @@ from ...protocol.messages import (
     ToolResultPart,
     WarningInfo,
 )
-from .._contract import Built
+from ...protocol.provider_options import OpenAIOptions
+from .._contract import Built, options_as
 from .._provider_parts import keep_provider_part
 from .._warnings import warn
 from ..errors import ProviderError
@@ -120,7 +122,8 @@ def strict_schema(schema: Any) -> tuple[Any, str | None]:
             fixed_map = {name: strict_schema(s) for name, s in out[key].items()}
             out[key] = {name: s for name, (s, _) in fixed_map.items()}
             problem = problem or next((why for _, why in fixed_map.values() if why), None)
-    kinds = out.get("type") if isinstance(out.get("type"), list) else [out.get("type")]
+    declared = out.get("type")
+    kinds: list[Any] = declared if isinstance(declared, list) else [declared]
     if "object" in kinds or "properties" in out:
         if out.get("additionalProperties", False) is not False:
             problem = problem or "an object allows additional properties"
@@ -157,7 +160,7 @@ def nearest_effort(wanted: str, allowed: list[str]) -> str:
 
 
 class _Translator:
-    def __init__(self, model: ModelInfo, wire_ids: dict[str, str], warnings: list[WarningInfo]) -> None:
+    def __init__(self, model: ModelInfo, wire_ids: Mapping[str, str], warnings: list[WarningInfo]) -> None:
         self.model = model
         self.wire_ids = wire_ids
         self.warnings = warnings
@@ -345,12 +348,14 @@ def build(
     request: Request,
     model: ModelInfo,
     *,
-    provider: str = "openai",
-    wire_ids: dict[str, str] | None = None,
+    provider: str = API,
+    options: OpenAIOptions | None = None,
+    wire_ids: Mapping[str, str] | None = None,
     stream: bool = True,
+    instance: Mapping[str, Any] | None = None,
 ) -> Built:
     warnings: list[WarningInfo] = []
-    options = dict(request.provider_options.get(provider) or request.provider_options.get("openai") or {})
+    opts = options_as(OpenAIOptions, options, request, provider, API)
     t = _Translator(model, wire_ids or {}, warnings)
     items: list[dict[str, Any]] = []
     for message in request.messages:
@@ -399,12 +404,11 @@ def build(
     effort = _effort(request, model, warnings)
     if effort is not None:
         reasoning: dict[str, Any] = {"effort": effort}
-        summary = options.get("reasoning_summary", "auto")
-        if summary and effort != "none":
-            reasoning["summary"] = summary
+        if opts.reasoning_summary and effort != "none":
+            reasoning["summary"] = opts.reasoning_summary
         body["reasoning"] = reasoning
     _sampling(request, model, effort, body, warnings)
-    include = [str(i) for i in options.get("include") or []]
+    include = list(opts.include or ())
     reasons = model.reasoning or (not model.in_catalog and effort not in (None, "none"))
     if reasons and "reasoning.encrypted_content" not in include:
         include.insert(0, "reasoning.encrypted_content")
@@ -423,10 +427,10 @@ def build(
         body["safety_identifier"] = request.metadata["user_id"]
     if stream:
         body["stream"] = True
-    if options.get("background"):
+    if opts.background:
         # Background mode keeps the response at OpenAI, so a dropped stream can be resumed
         # (and a cancel reach it); it needs `store`, which is why it is the caller's choice.
         body["background"] = True
         body["store"] = True
-    body.update(provider_options.body_fields("openai", options))
+    body.update(provider_options.body_fields(opts))
     return Built(body, warnings=warnings)

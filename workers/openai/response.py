@@ -135,6 +135,9 @@ def item_parts(item: dict[str, Any], model: ModelInfo) -> tuple[list[ContentPart
 
 
 def parse(body: Any, model: ModelInfo, include_raw: bool = False) -> Response:
+    """A whole Responses body: the response, or the error it reports."""
+    if isinstance(body, dict) and isinstance(body.get("error"), dict) and "output" not in body:
+        raise from_error_object(body["error"])
     if not isinstance(body, dict) or not isinstance(body.get("output"), list):
         raise invalid_response(f"not a Responses API response (no output list): {str(body)[:200]}")
     status = body.get("status")

@@ -106,7 +106,7 @@ class ResponsesStream:
         self._next_index += 1
         return index
 
-    def feed(self, data: bytes | str, event: str = "message") -> list[Event]:
+    def feed(self, data: bytes, event: str = "message") -> list[Event]:
         try:
             payload = msgspec.json.decode(data)
         except msgspec.DecodeError:

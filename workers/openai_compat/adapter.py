@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-import httpx
-import msgspec
+from typing import Any
 
-from ...protocol.messages import (
-    ModelInfo,
-    RateLimit,
-    Request,
-    Response,
-    TextPart,
-    ThinkingPart,
-    ToolCallPart,
-)
+import httpx
+
+from ...protocol.messages import ModelInfo, RateLimit, Request, Response
 from ...protocol.tokens import estimate_request_tokens
 from .._adapter import Call, Emit
-from .._contract import Built, estimated_usage
+from .._contract import estimated_usage, generated_text
 from .._http import HttpAdapter
 from .._ratelimits import openai_rate_limit
 from ..errors import ProviderError
@@ -28,6 +21,7 @@ NOT_LOADED = {"not-loaded", "not_loaded", "unloaded", "loading", "unloading"}
 
 class OpenAICompatAdapter(HttpAdapter):
     provider_type = "openai_compat"
+    build_request = staticmethod(request.build)
 
     def auth_headers(self) -> dict[str, str]:
         return {"authorization": f"Bearer {self.api_key}"} if self.api_key else {}
@@ -38,49 +32,25 @@ class OpenAICompatAdapter(HttpAdapter):
     def rate_limit(self, headers: httpx.Headers) -> RateLimit | None:
         return openai_rate_limit(headers)
 
-    def _build(self, call: Call, stream: bool) -> Built:
+    async def stream(self, call: Call, emit: Emit, whole: bool = False) -> Response:
         if not self.base_url:
             raise ProviderError("not_configured", f"provider {self.name} has no base_url")
-        built = request.build(
-            call.request,
-            call.model,
-            provider=self.name,
-            wire_ids=call.wire_ids,
-            stream=stream,
-            instance=self.config.options,
-        )
-        call.warnings.extend(w for w in built.warnings if w not in call.warnings)
-        return built
-
-    async def stream(self, call: Call, emit: Emit, whole: bool = False) -> Response:
         return await self.run_stream(
             call,
             emit,
             whole,
             path="/chat/completions",
-            built=self._build(call, stream=True),
+            built=self.build(call, stream=True),
             translator=ChatStream(passthrough=call.request.passthrough, provider=self.name),
-            parse_whole=lambda body: self._whole(call, body),
+            whole_body=lambda body: self._completion(call, body),
         )
 
-    def _whole(self, call: Call, content: bytes) -> Response:
-        """A whole JSON response (from a server that does not stream)."""
-        try:
-            body = msgspec.json.decode(content)
-        except msgspec.DecodeError as exc:
-            raise ProviderError(
-                "invalid_response", f"{self.name} sent a body that is not JSON ({exc}): {content[:200]!r}"
-            ) from None
-        if isinstance(body, dict) and "error" in body and "choices" not in body:
-            raise errors.from_body(None, body)
+    def _completion(self, call: Call, body: Any) -> Response:
+        """A whole chat completion (from a server that does not stream), its usage estimated
+        when the server reports none."""
         result, reported = response.parse(body, include_raw=call.request.include_raw)
         if not reported:
-            generated = "".join(
-                p.text if isinstance(p, (TextPart, ThinkingPart)) else p.name + (p.raw_arguments or "")
-                for p in result.message.content
-                if isinstance(p, (TextPart, ThinkingPart, ToolCallPart))
-            )
-            result.usage = estimated_usage(call, generated, self.name)
+            result.usage = estimated_usage(call, generated_text(result.message.content), self.name)
         return result
 
     async def probe(self) -> str | None:

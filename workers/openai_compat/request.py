@@ -16,6 +16,7 @@ Other providers' opaque parts (`provider_part`) are left out with a warning too.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from ...protocol import provider_options
@@ -42,6 +43,7 @@ from ..errors import ProviderError
 
 #: `ProviderPart.api` of this wire format; no provider's opaque part can be sent over it.
 API = "openai_chat"
+PROVIDER_TYPE = "openai_compat"
 
 #: Instance options (the `options:` of a provider in the config) this module reads.
 #:   legacy_max_tokens: send `max_tokens` instead of `max_completion_tokens`
@@ -67,7 +69,7 @@ def error_text(part: ToolResultPart) -> str:
 
 
 class _Translator:
-    def __init__(self, wire_ids: dict[str, str], warnings: list[WarningInfo], wire_model: str = "") -> None:
+    def __init__(self, wire_ids: Mapping[str, str], warnings: list[WarningInfo], wire_model: str = "") -> None:
         self.wire_ids = wire_ids
         self.warnings = warnings
         self.wire_model = wire_model
@@ -165,13 +167,18 @@ def build(
     request: Request,
     model: ModelInfo,
     *,
-    provider: str,
-    wire_ids: dict[str, str],
-    stream: bool,
-    instance: dict[str, Any],
+    provider: str = PROVIDER_TYPE,
+    options: Mapping[str, Any] | None = None,
+    wire_ids: Mapping[str, str] | None = None,
+    stream: bool = True,
+    instance: Mapping[str, Any] | None = None,
 ) -> Built:
+    """`options`: a server's options are forwarded whole, so they stay the mapping they are."""
     warnings: list[WarningInfo] = []
-    t = _Translator(wire_ids, warnings, model.wire_name)
+    if options is None:
+        options = provider_options.entry(request.provider_options, provider, PROVIDER_TYPE)[1]
+    instance = instance or {}
+    t = _Translator(wire_ids or {}, warnings, model.wire_name)
     messages: list[dict[str, Any]] = []
     system = "\n\n".join(m.text for m in request.messages if m.role in ("system", "developer") and m.text)
     if system:
@@ -233,17 +240,13 @@ def build(
             body["reasoning_effort"] = request.reasoning_effort
         else:
             warn(warnings, "reasoning_unsupported", f"{model.id} is not a reasoning model; reasoning_effort ignored")
-    usage_requested = True
     if stream:
         body["stream"] = True
         if instance.get("stream_usage", True):
             body["stream_options"] = {"include_usage": True}
-        else:
-            usage_requested = False
     if request.metadata.get("user_id"):
         body["user"] = request.metadata["user_id"]
-    options = request.provider_options.get(provider) or request.provider_options.get("openai_compat") or {}
-    unknown = provider_options.unknown_keys("openai_compat", options)
+    unknown = provider_options.unknown_keys(PROVIDER_TYPE, options)
     if unknown:
         # Servers have extensions of their own, so these go as asked, but not silently.
         warn(
@@ -253,5 +256,5 @@ def build(
             "forwarded as given (not a Chat Completions field or a known server extension); put a field "
             "in extra_body to send it without this warning",
         )
-    body.update(provider_options.body_fields("openai_compat", options))
-    return Built(body, warnings=warnings, usage_requested=usage_requested)
+    body.update(provider_options.body_fields(options))
+    return Built(body, warnings=warnings)

@@ -25,6 +25,7 @@ from ...protocol.messages import (
     Usage,
 )
 from ..errors import invalid_response
+from .errors import from_body
 
 _FINISH: dict[str, FinishReasonName] = {
     "stop": "stop",
@@ -69,7 +70,10 @@ def reasoning_text(message: dict[str, Any]) -> str:
 
 
 def parse(body: Any, include_raw: bool = False) -> tuple[Response, bool]:
-    """The response, and whether the server reported usage."""
+    """A whole chat completion: the response and whether the server reported usage, or
+    the error the body reports."""
+    if isinstance(body, dict) and "error" in body and "choices" not in body:
+        raise from_body(None, body)
     choices = body.get("choices") if isinstance(body, dict) else None
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise invalid_response(f"not a chat completion (no choices): {str(body)[:200]}")

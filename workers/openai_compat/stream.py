@@ -78,9 +78,9 @@ class ChatStream:
         index, self._reasoning = self._reasoning, None
         return [ReasoningEnd(index=index, text="".join(self._reasoning_chunks))]
 
-    def feed(self, data: bytes | str, event: str = "message") -> list[Event]:
+    def feed(self, data: bytes, event: str = "message") -> list[Event]:
         self.seen = True
-        if data[:1] not in (b"{", "{") and data.strip() in (b"[DONE]", "[DONE]"):
+        if data[:1] != b"{" and data.strip() == b"[DONE]":
             self.done = True
             return []
         try:

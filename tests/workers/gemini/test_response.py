@@ -3,13 +3,52 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
+import httpx
 import pytest
 
-from trunkline.protocol.messages import ProviderPart, TextPart, ToolCallPart
+from trunkline.config.loader import ProviderConfig, RetryPolicy, TimeoutPolicy
+from trunkline.protocol.accumulate import StreamAccumulator
+from trunkline.protocol.messages import (
+    Job,
+    Message,
+    ModelInfo,
+    ProviderPart,
+    Request,
+    Response,
+    TextPart,
+    ToolCallPart,
+)
+from trunkline.workers._adapter import Call, Deadlines
+from trunkline.workers._contract import Pipeline
 from trunkline.workers.errors import ProviderError
-from trunkline.workers.gemini import response
+from trunkline.workers.gemini import adapter as gemini_adapter
+from trunkline.workers.gemini.adapter import GeminiAdapter
 from trunkline.workers.gemini.errors import classify, retry_delay
+from trunkline.workers.gemini.stream import GeminiStream
+
+
+def call_for(model: str, include_raw: bool = False) -> Call:
+    job = Job(
+        request_id="r",
+        client_id="c",
+        operation_id="o",
+        model=ModelInfo(id=f"gemini:{model}", provider="gemini", wire_name=model),
+        request=Request(model=f"gemini:{model}", messages=[Message.user("x")], include_raw=include_raw),
+    )
+    return Call(job, "gemini", 1, "o", Deadlines(connect_s=5, request_s=60, stream_idle_s=30))
+
+
+def whole(body: Any, model: str = "", include_raw: bool = False) -> Response:
+    """A whole generateContent body read as the worker reads one for a whole-response
+    request: through the pipeline and the stream translator, its events gathered."""
+    gathered = StreamAccumulator()
+    pipeline = Pipeline(GeminiStream(model), "sse_or_json", gathered.feed, keep_raw=include_raw)
+    pipeline.feed(json.dumps(body).encode())
+    result = pipeline.finish(call_for(model or "m", include_raw), "gemini")
+    result.message = Message(role="assistant", content=gathered.content())
+    return result
 
 
 def test_a_whole_response_golden():
@@ -39,7 +78,7 @@ def test_a_whole_response_golden():
         "modelVersion": "gemini-3.8-flash-001",
         "responseId": "resp-1",
     }
-    resp = response.parse(body, "gemini-3.8-flash", include_raw=True)
+    resp = whole(body, "gemini-3.8-flash", include_raw=True)
     assert resp.message.content == [
         TextPart(text="I'll look."),
         ProviderPart(api="gemini", kind="thoughtSignature", data="c2ln", model="gemini-3.8-flash"),
@@ -55,13 +94,13 @@ def test_a_whole_response_golden():
         16,
         82,
     )
-    assert (resp.id, resp.model, resp.raw) == ("resp-1", "gemini-3.8-flash-001", body)
+    assert (resp.id, resp.model, resp.raw) == ("resp-1", "gemini-3.8-flash-001", [json.dumps(body)])
 
 
-def test_a_body_with_neither_candidates_nor_a_block_is_invalid():
+def test_a_body_with_neither_candidates_nor_a_block_is_cut_short():
     with pytest.raises(ProviderError) as err:
-        response.parse({})
-    assert err.value.error_class == "invalid_response"
+        whole({})
+    assert err.value.error_class == "network" and "before a finish reason" in err.value.message
 
 
 @pytest.mark.parametrize(
@@ -127,8 +166,9 @@ def test_odd_error_bodies():
     assert classify(429, {"retry-after": "3"}, b"").retry_after == 3.0
 
 
-def test_a_long_generation_in_several_bodies_is_one_response():
-    from trunkline.workers.gemini.response import Collector
+async def test_a_long_generation_in_several_bodies_is_one_response(monkeypatch):
+    """The adapter follows each continuation with the same request and the same translator;
+    past the most hops it follows, the answer is cut and says so."""
 
     def body(text, finish, token=None, out=100):
         candidate = {"content": {"role": "model", "parts": [{"text": text}]}, "finishReason": finish}
@@ -136,17 +176,32 @@ def test_a_long_generation_in_several_bodies_is_one_response():
             candidate["continuationToken"] = token
         return {"candidates": [candidate], "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": out}}
 
-    collector = Collector("gemini-4-argon")
-    assert collector.feed(body("Chapter 1. ", "CONTINUATION", "tok-1")) == "tok-1"
-    assert collector.feed(body("Chapter 2. ", "CONTINUATION", "tok-2")) == "tok-2"
-    assert collector.feed(body("The end.", "STOP", out=7)) is None
-    resp = collector.result()
+    async def answer(*bodies: dict) -> tuple[Response, list[dict]]:
+        sent: list[dict] = []
+
+        def reply(request: httpx.Request) -> httpx.Response:
+            sent.append(json.loads(request.content))
+            return httpx.Response(200, json=bodies[len(sent) - 1])
+
+        config = ProviderConfig(type="gemini", base_url="http://gemini.invalid")
+        adapter = GeminiAdapter("gemini", config, RetryPolicy(), TimeoutPolicy(), transport=httpx.MockTransport(reply))
+        adapter.api_key = "test-key"
+        try:
+            return await adapter.complete(call_for("gemini-4-argon")), sent
+        finally:
+            await adapter.aclose()
+
+    resp, sent = await answer(
+        body("Chapter 1. ", "CONTINUATION", "tok-1"),
+        body("Chapter 2. ", "CONTINUATION", "tok-2"),
+        body("The end.", "STOP", out=7),
+    )
     assert resp.message.content == [TextPart(text="Chapter 1. Chapter 2. The end.")]
     assert resp.finish_reason.reason == "stop"
     assert (resp.usage.input_tokens, resp.usage.output_tokens) == (30, 207)  # each hop billed, summed
+    assert [b.get("continuationToken") for b in sent] == [None, "tok-1", "tok-2"]
     # not followed (the hop limit): the answer is cut, and says so
-    collector = Collector("gemini-4-argon")
-    assert collector.feed(body("Chapter 1. ", "CONTINUATION", "tok-1"), follow=False) is None
-    resp = collector.result()
+    monkeypatch.setattr(gemini_adapter, "MAX_HOPS", 1)
+    resp, sent = await answer(body("Chapter 1. ", "CONTINUATION", "tok-1"))
     assert resp.finish_reason.reason == "length" and resp.finish_reason.raw == "CONTINUATION"
-    assert [w.code for w in resp.warnings] == ["truncated"]
+    assert [w.code for w in resp.warnings] == ["truncated"] and len(sent) == 1

@@ -34,7 +34,6 @@ from trunkline.protocol.messages import (
 from trunkline.workers._contract import SseOrJsonDecoder
 from trunkline.workers._emit import Emitter
 from trunkline.workers._sse import JsonArrayDecoder
-from trunkline.workers.gemini import response
 from trunkline.workers.gemini.stream import GeminiStream
 
 RECORDINGS = REPO.parent / "shared" / "recordings" / "gemini"
@@ -194,7 +193,7 @@ def test_gemini_3_call_ids_are_kept():
 
 
 def test_safety_block_with_no_parts():
-    resp = response.parse(json.loads((recording("safety_settings") / "response.body").read_bytes()))
+    resp = final(run([(recording("safety_settings") / "response.body").read_bytes()]))
     assert resp.finish_reason.reason == "content_filter" and resp.finish_reason.raw == "SAFETY"
     assert resp.message.content == []
     [w] = resp.warnings
@@ -203,13 +202,13 @@ def test_safety_block_with_no_parts():
 
 
 def test_max_tokens_spent_thinking_leaves_no_parts():
-    resp = response.parse(json.loads((recording("empty_response") / "response.body").read_bytes()))
+    resp = final(run([(recording("empty_response") / "response.body").read_bytes()]))
     assert resp.finish_reason.reason == "length" and resp.message.content == []
     assert (resp.usage.output_tokens, resp.usage.reasoning_tokens) == (2, 2)
 
 
 def test_cached_tokens_are_part_of_the_prompt():
-    resp = response.parse(json.loads((recording("cached_content.1") / "response.body").read_bytes()))
+    resp = final(run([(recording("cached_content.1") / "response.body").read_bytes()]))
     u = resp.usage
     assert (u.input_tokens, u.cache_read_tokens, u.output_tokens, u.reasoning_tokens) == (3520, 3512, 44, 42)
 

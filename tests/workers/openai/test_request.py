@@ -157,7 +157,6 @@ def test_named_tool_choice_structured_output_and_options_merge():
                 "service_tier": "flex",
                 "parallel_tool_calls": False,
                 "store": True,
-                "tools_extra": 1,
             }
         },
     )
