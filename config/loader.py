@@ -214,8 +214,8 @@ class MetricsConfig(_Listening):
 
 class HttpConfig(_Listening):
     """The HTTP front door: OpenAI's and Anthropic's wire APIs in front of the daemon.
-    `listen` (`HOST:PORT`; `:8300` is 127.0.0.1:8300) turns it on; every interface
-    needs keys."""
+    `listen` (`HOST:PORT`; `:8300` is 127.0.0.1:8300; port 0: one the system picks,
+    which the daemon logs) turns it on; every interface needs keys."""
 
     #: Processes serving the one listening socket (the kernel spreads connections).
     processes: int = 1
@@ -584,13 +584,15 @@ def endpoint_problem(value: str) -> str | None:
     return None
 
 
-def listen_problem(section: _Listening, example: str) -> str | None:
-    """Why `listen` is no `HOST:PORT` to serve on, or None."""
+def listen_problem(section: _Listening, example: str, *, any_port: bool = False) -> str | None:
+    """Why `listen` is no `HOST:PORT` to serve on, or None (`any_port`: port 0, a free
+    one the system picks, is allowed)."""
     assert section.listen is not None
     if not re.fullmatch(r"(?:\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]*):\d{1,5}", section.listen):
         return f"{section.listen!r} is not HOST:PORT (e.g. {example})"
-    if not 0 < section.address()[1] < 65536:
-        return f"{section.listen!r}: the port must be 1-65535"
+    low = 0 if any_port else 1
+    if not low <= section.address()[1] < 65536:
+        return f"{section.listen!r}: the port must be {low}-65535"
     return None
 
 
@@ -615,7 +617,7 @@ def http_problem(http: HttpConfig) -> tuple[str, str] | None:
     """The key and why the front door cannot be served as configured, or None."""
     if http.listen is None:
         return None
-    problem = listen_problem(http, "127.0.0.1:8300")
+    problem = listen_problem(http, "127.0.0.1:8300", any_port=True)
     if problem:
         return "listen", problem
     if not 1 <= http.processes <= 64:

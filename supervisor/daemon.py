@@ -282,7 +282,7 @@ class Daemon:
                 if self.frontdoor is not None:
                     nursery.start_soon(self.frontdoor.run)
                     log.info(
-                        "HTTP front door on %s%s (OpenAI and Anthropic APIs)",
+                        "HTTP front door on %s (OpenAI and Anthropic APIs%s)",
                         self.frontdoor.url,
                         "; a key is required" if self.http_keys else "",
                     )

@@ -51,6 +51,10 @@ _JSON = [(b"content-type", b"application/json")]
 _SSE = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 
 
+class HungUp(Exception):
+    """The client went away before its request had been read whole."""
+
+
 class Headers:
     """A request's headers by lower-case name (the last value of a repeated one)."""
 
@@ -175,6 +179,8 @@ class FrontDoor:
             await handler(exchange)
         except HttpError as exc:
             await exchange.fail(exc.info, exc.status, exc.param)
+        except HungUp:
+            return  # nobody to answer
         except Exception as exc:
             self.fault_log.note(f"{scope['method']} {scope['path']} failed: {type(exc).__name__}: {str(exc)[:200]}")
             log.debug("request failed", exc_info=exc)
@@ -214,7 +220,7 @@ class Exchange:
         while True:
             message = await self.receive()
             if message["type"] == "http.disconnect":
-                raise anyio.get_cancelled_exc_class()()
+                raise HungUp
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > limit:

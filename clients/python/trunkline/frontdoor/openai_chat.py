@@ -59,6 +59,11 @@ class ChatCompletions:
                 Message(role=m["role"], content=[TextPart(text=_text(m.get("content"), f"messages[{i}].content"))])
             )
         request = Request(model=model, messages=messages)
+        options = body.get("provider_options")  # trunkline's own field (an SDK's extra_body)
+        if options is not None:
+            if not isinstance(options, dict) or not all(isinstance(v, dict) for v in options.values()):
+                raise refuse("`provider_options` maps a provider to its options", param="provider_options")
+            request.provider_options = options
         max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
         if max_tokens is not None:
             request.max_tokens = max_tokens

@@ -1,0 +1,1 @@
+from door import door  # noqa: F401 - the fixture, for every test here
