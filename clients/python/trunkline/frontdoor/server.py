@@ -13,11 +13,13 @@ import os
 import signal
 import socket
 from functools import partial
+from typing import cast
 
 import msgspec
 import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
+from hypercorn.typing import ASGIFramework
 
 from ..client import Client
 from ..config.loader import ConfigError, FrontDoorSettings
@@ -51,7 +53,10 @@ async def serve(settings: FrontDoorSettings) -> None:
     keys = Keys(settings.http.keys())
     stop = trio.Event()
     async with Client(control_endpoint=settings.control, client_name=f"trunkline-http-{settings.index}") as client:
-        app = FrontDoor(client, routes(), keys, Limits(max_body_bytes=settings.http.max_body_bytes))
+        door = FrontDoor(client, routes(), keys, Limits(max_body_bytes=settings.http.max_body_bytes))
+        # ASGI 3 either way: hypercorn types scopes and messages as its TypedDicts, the
+        # application reads them as plain mappings.
+        app = cast(ASGIFramework, door)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_stop_on_signal, stop)
             await nursery.start(partial(hypercorn_serve, app, hypercorn_config(settings), shutdown_trigger=stop.wait))
