@@ -9,7 +9,8 @@ or body, and a client that hangs up cancels the call.
     app.py                the ASGI application: routes, keys, bounds, hang-ups
     errors.py             an `ErrorInfo` in each API's own error shape and status
     sse.py                server-sent events
-    openai_chat.py        POST /v1/chat/completions
+    bodies.py             a JSON body read into an API's own shape, refusals naming the field
+    openai_chat.py        POST /v1/chat/completions (its body: openai_chat_request.py)
     openai_responses.py   POST /v1/responses
     anthropic_messages.py POST /v1/messages, /v1/messages/count_tokens
     models.py             GET /v1/models, in OpenAI's form or Anthropic's
