@@ -23,6 +23,7 @@ from shared_door import SharedDoor
 from fakes import openai_responses as oa
 from fakes.providers import Turn
 from helpers import steps
+from trunkline import Client
 
 pytestmark = pytest.mark.e2e
 
@@ -277,6 +278,26 @@ async def test_an_error_mid_stream_is_streamed_as_openai_streams_it(door: Shared
     assert failed["response"]["error"] == {"code": "server_error", "message": error["message"]}
     (message,) = failed["response"]["output"]
     assert message["content"][0]["text"] == "Partial answer"
+
+
+async def test_a_client_that_hangs_up_cancels_the_call(door: SharedDoor):
+    slow = steps(*[{"text": f"w{i} ", "delay": 0.05} for i in range(400)])
+    body = {"model": "mock:echo", "input": "x", "stream": True, "provider_options": slow}
+    assert door.daemon is not None
+    async with Client(door.daemon.runtime_dir, watch_bus=True) as watcher:
+        with trio.fail_after(30):
+            headers = {"authorization": f"Bearer {door.key}"}
+            async with (
+                httpx.AsyncClient(base_url=door.url, headers=headers) as http,
+                http.stream("POST", "/v1/responses", json=body) as reply,
+            ):
+                async for line in reply.aiter_lines():
+                    if '"w1 "' in line:
+                        break  # and hang up
+            while (await watcher.bus_events.receive()).name != "llm.call_cancelled":
+                pass
+            status = await watcher.status()
+    assert status.in_flight == 0
 
 
 async def stream_all(client: openai.AsyncOpenAI, seen: list[str], **kwargs: Any) -> None:

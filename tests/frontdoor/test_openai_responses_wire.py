@@ -386,7 +386,13 @@ def test_a_whole_response_object():
     ],
 )
 def test_the_finish_reason_is_the_status(reason: str, status: str, details: Any):
-    response = Response(message=Message.assistant("cut"), finish_reason=FinishReason(reason=reason))  # type: ignore[arg-type]  # a literal from the parameters
+    response = msgspec.convert(
+        {
+            "message": {"role": "assistant", "content": [{"type": "text", "text": "cut"}]},
+            "finish_reason": {"reason": reason},
+        },
+        Response,
+    )
     body = whole(response, translate({"model": "m", "input": "x"}).echo, "m")
     SdkResponse.model_validate(body)
     assert (body["status"], body["incomplete_details"]) == (status, details)
@@ -486,6 +492,14 @@ def test_a_stream_with_reasoning_text_and_a_call_matches_the_whole_response():
         TextPart(text="Calling."),
         ToolCallPart(id="tu_1", name="lookup", arguments={"q": "x"}, raw_arguments='{"q": "x"}'),
     ]
+    finish = Finish(
+        response=Response(
+            model="claude-x",
+            message=Message(role="assistant", content=content),
+            finish_reason=FinishReason(reason="tool_calls"),
+            usage=Usage(input_tokens=10, output_tokens=5),
+        )
+    )
     events = [
         StreamStart(model="claude-x", provider="anthropic"),
         ReasoningStart(index=0),
@@ -500,14 +514,7 @@ def test_a_stream_with_reasoning_text_and_a_call_matches_the_whole_response():
         ToolCallDelta(index=2, id="tu_1", partial_json='{"q": '),
         ToolCallDelta(index=2, id="tu_1", partial_json='"x"}'),
         ToolCallEnd(index=2, id="tu_1", name="lookup", arguments={"q": "x"}, raw_arguments='{"q": "x"}'),
-        Finish(
-            response=Response(
-                model="claude-x",
-                message=Message(role="assistant", content=content),
-                finish_reason=FinishReason(reason="tool_calls"),
-                usage=Usage(input_tokens=10, output_tokens=5),
-            )
-        ),
+        finish,
     ]
     payloads = play(events)
     assert [p["type"] for p in payloads] == [
@@ -536,7 +543,7 @@ def test_a_stream_with_reasoning_text_and_a_call_matches_the_whole_response():
     ]
     final = payloads[-1]["response"]
     assert final["usage"]["total_tokens"] == 15 and final["status"] == "completed"
-    whole_body = whole(events[-1].response, {}, "m")  # type: ignore[attr-defined]  # the Finish above
+    whole_body = whole(finish.response, {}, "m")
     assert _normalised(final["output"]) == _normalised(whole_body["output"])
     assert sdk_final(payloads).output_text == "Calling."
 
