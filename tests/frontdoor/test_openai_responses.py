@@ -18,11 +18,11 @@ import openai
 import pydantic
 import pytest
 import trio
-from shared_door import SharedDoor
 
 from fakes import openai_responses as oa
 from fakes.providers import Turn
 from helpers import steps
+from shared_door import SharedDoor
 from trunkline import Client
 
 pytestmark = pytest.mark.e2e

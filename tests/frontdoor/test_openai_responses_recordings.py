@@ -21,9 +21,9 @@ import pytest
 import trio
 from openai.lib.streaming.responses import AsyncResponseStreamManager
 from openai.types.responses import Response, ResponseStreamEvent
-from shared_door import SharedDoor
 
 from fakes.upstream import Reply
+from shared_door import SharedDoor
 
 pytestmark = pytest.mark.e2e
 
