@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from . import models, openai_chat
+from . import anthropic_messages, models, openai_chat
 from .app import Exchange
+from .targets import Targets
 
 Handler = Callable[[Exchange], Awaitable[None]]
 
@@ -20,8 +21,12 @@ def routes() -> dict[tuple[str, str], Handler]:
     async def chat_completions(exchange: Exchange) -> None:
         await exchange.run(chat)
 
+    messages = anthropic_messages.Messages(Targets())
+
     return {
         ("GET", "/health"): _health,
         ("GET", "/v1/models"): models.list_models,
         ("POST", "/v1/chat/completions"): chat_completions,
+        ("POST", "/v1/messages"): messages.serve,
+        ("POST", "/v1/messages/count_tokens"): messages.count_tokens,
     }
