@@ -101,10 +101,20 @@ class Data(msgspec.Struct, kw_only=True, omit_defaults=True):
 # Canonical data model: content parts
 
 
+class CacheControl(Data, kw_only=True):
+    """A prompt-cache breakpoint the caller placed on a part or a tool: the provider may
+    cache the prompt up to and including it (Anthropic's `cache_control`). `ttl` is the
+    cache's lifetime (Anthropic: `5m`, `1h`); null: the provider's default. Providers
+    that cache on their own ignore it."""
+
+    ttl: str | None = None
+
+
 class TextPart(Msg, tag="text", kw_only=True):
     """Plain text."""
 
     text: str
+    cache_control: CacheControl | None = None
 
 
 class ImagePart(Msg, tag="image", kw_only=True):
@@ -116,6 +126,7 @@ class ImagePart(Msg, tag="image", kw_only=True):
     path: str | None = None
     media_type: str | None = None
     detail: Literal["auto", "low", "high"] | None = None
+    cache_control: CacheControl | None = None
 
 
 class AudioPart(Msg, tag="audio", kw_only=True):
@@ -136,6 +147,7 @@ class DocumentPart(Msg, tag="document", kw_only=True):
     path: str | None = None
     media_type: str | None = None
     name: str | None = None
+    cache_control: CacheControl | None = None
 
 
 class ToolCallPart(Msg, tag="tool_call", kw_only=True):
@@ -153,6 +165,7 @@ class ToolCallPart(Msg, tag="tool_call", kw_only=True):
     raw_arguments: str | None = None
     provider_id: str | None = None
     provider: str | None = None
+    cache_control: CacheControl | None = None
 
 
 class ToolResultPart(Msg, tag="tool_result", kw_only=True):
@@ -162,6 +175,7 @@ class ToolResultPart(Msg, tag="tool_result", kw_only=True):
     content: str | Annotated[list[TextPart | ImagePart], msgspec.Meta(max_length=MAX_PARTS)] = ""
     is_error: bool = False
     name: str | None = None
+    cache_control: CacheControl | None = None
 
 
 class ThinkingPart(Msg, tag="thinking", kw_only=True):
@@ -277,6 +291,7 @@ class Tool(Data, kw_only=True):
     description: str = ""
     parameters: dict[str, Any] = msgspec.field(default_factory=lambda: {"type": "object", "properties": {}})
     strict: bool | None = None
+    cache_control: CacheControl | None = None
 
 
 class ToolChoice(Data, kw_only=True):

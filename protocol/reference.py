@@ -33,6 +33,7 @@ SECTIONS: list[tuple[str, str, list[type]]] = [
             m.Message,
             m.Request,
             m.Tool,
+            m.CacheControl,
             m.ToolChoice,
             m.ResponseFormat,
             m.Timeouts,

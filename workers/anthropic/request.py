@@ -22,8 +22,11 @@ Rules worth knowing (the tests hold each one):
 * opaque Anthropic parts (server tool blocks, MCP, compaction) go back verbatim,
   in place; the last code-execution container of the history becomes
   `container`; anyone else's opaque parts are dropped with a warning;
-* cache breakpoints (at most 4) go on the system prompt, the last tool, and the
-  ends of the last two user turns, unless `auto_cache` is false.
+* cache breakpoints: the caller's own (`cache_control` on parts and tools) go
+  where it put them, and then no others are added (the caller chose what to
+  cache; system parts with one are sent as blocks of their own); without any,
+  breakpoints (at most 4) go on the system prompt, the last tool, and the ends
+  of the last two user turns, unless `auto_cache` is false.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from typing import Any
 from ...protocol import provider_options
 from ...protocol.messages import (
     AudioPart,
+    CacheControl,
     DocumentPart,
     ImagePart,
     Message,
@@ -71,6 +75,32 @@ _THINKING_BLOCKS = ("thinking", "redacted_thinking")
 
 CACHE = {"type": "ephemeral"}
 _CACHEABLE = {"text", "image", "document", "tool_use", "tool_result"}
+#: The canonical parts a caller may put a breakpoint on.
+_MARKABLE = (TextPart, ImagePart, DocumentPart, ToolCallPart, ToolResultPart)
+
+
+def _marked(block: dict[str, Any], cache: CacheControl | None) -> dict[str, Any]:
+    """`block` with the caller's breakpoint, if it placed one there."""
+    if cache is not None:
+        block["cache_control"] = {"type": "ephemeral", "ttl": cache.ttl} if cache.ttl else dict(CACHE)
+    return block
+
+
+def _caller_marked(request: Request) -> bool:
+    """Whether the caller placed cache breakpoints of its own (on a part or a tool)."""
+    if any(t.cache_control is not None for t in request.tools):
+        return True
+    for m in request.messages:
+        for p in m.content:
+            if isinstance(p, _MARKABLE) and p.cache_control is not None:
+                return True
+            if (
+                isinstance(p, ToolResultPart)
+                and not isinstance(p.content, str)
+                and any(q.cache_control is not None for q in p.content)
+            ):
+                return True
+    return False
 
 
 def _source(part: ImagePart | DocumentPart) -> dict[str, Any]:
@@ -93,7 +123,7 @@ def _document(part: DocumentPart) -> dict[str, Any]:
         block = {"type": "document", "source": _source(part)}
     if part.name:
         block["title"] = part.name
-    return block
+    return _marked(block, part.cache_control)
 
 
 def _result_content(part: ToolResultPart) -> str | list[dict[str, Any]]:
@@ -103,9 +133,9 @@ def _result_content(part: ToolResultPart) -> str | list[dict[str, Any]]:
     for p in part.content:
         if isinstance(p, TextPart):
             if p.text:
-                out.append({"type": "text", "text": p.text})
+                out.append(_marked({"type": "text", "text": p.text}, p.cache_control))
         else:
-            out.append({"type": "image", "source": _source(p)})
+            out.append(_marked({"type": "image", "source": _source(p)}, p.cache_control))
     return out
 
 
@@ -168,9 +198,9 @@ class _Translator:
         for part in message.content:
             if isinstance(part, TextPart):
                 if part.text:  # Anthropic refuses empty text blocks
-                    out.append({"type": "text", "text": part.text})
+                    out.append(_marked({"type": "text", "text": part.text}, part.cache_control))
             elif isinstance(part, ImagePart):
-                out.append({"type": "image", "source": _source(part)})
+                out.append(_marked({"type": "image", "source": _source(part)}, part.cache_control))
             elif isinstance(part, DocumentPart):
                 out.append(_document(part))
             elif isinstance(part, AudioPart):
@@ -179,12 +209,15 @@ class _Translator:
                 )
             elif isinstance(part, ToolCallPart):
                 out.append(
-                    {
-                        "type": "tool_use",
-                        "id": self.wire_id(part.id),
-                        "name": part.name,
-                        "input": part.arguments if part.arguments is not None else {},
-                    }
+                    _marked(
+                        {
+                            "type": "tool_use",
+                            "id": self.wire_id(part.id),
+                            "name": part.name,
+                            "input": part.arguments if part.arguments is not None else {},
+                        },
+                        part.cache_control,
+                    )
                 )
             elif isinstance(part, ToolResultPart):
                 block: dict[str, Any] = {
@@ -194,7 +227,7 @@ class _Translator:
                 }
                 if part.is_error:
                     block["is_error"] = True
-                out.append(block)
+                out.append(_marked(block, part.cache_control))
             elif isinstance(part, ThinkingPart):
                 if self.keep_thinking(part):
                     out.append({"type": "thinking", "thinking": part.text, "signature": part.signature})
@@ -232,6 +265,21 @@ class _Translator:
 
 def _system(messages: list[Message]) -> str:
     return "\n\n".join(m.text for m in messages if m.role in ("system", "developer") and m.text)
+
+
+def _system_blocks(messages: list[Message]) -> list[dict[str, Any]] | None:
+    """The system prompt as blocks of its own, when the caller put a breakpoint in it
+    (a joined prompt would lose where); None otherwise."""
+    parts = [
+        p
+        for m in messages
+        if m.role in ("system", "developer")
+        for p in m.content
+        if isinstance(p, TextPart) and p.text
+    ]
+    if not any(p.cache_control is not None for p in parts):
+        return None
+    return [_marked({"type": "text", "text": p.text}, p.cache_control) for p in parts]
 
 
 def _mark_last_cacheable(blocks: list[dict[str, Any]]) -> bool:
@@ -370,7 +418,7 @@ def _tool(tool: Any, model: ModelInfo) -> dict[str, Any]:
     out["input_schema"] = tool.parameters
     if tool.strict is not None and model.structured_output:
         out["strict"] = tool.strict
-    return out
+    return _marked(out, tool.cache_control)
 
 
 def _history_tools(messages: list[dict[str, Any]]) -> list[str]:
@@ -405,8 +453,12 @@ def build(
         "messages": translator.messages(request.messages),
     }
     system = _system(request.messages)
-    auto_cache = opts.auto_cache
-    if system:
+    caller_marked = _caller_marked(request)
+    auto_cache = opts.auto_cache and not caller_marked
+    system_blocks = _system_blocks(request.messages) if caller_marked else None
+    if system_blocks is not None:
+        body["system"] = system_blocks
+    elif system:
         body["system"] = [{"type": "text", "text": system}] if auto_cache else system
     choice = request.tool_choice
     if request.tools:

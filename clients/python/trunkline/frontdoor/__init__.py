@@ -13,6 +13,9 @@ or body, and a client that hangs up cancels the call.
     openai_chat.py        POST /v1/chat/completions (its body: openai_chat_request.py)
     openai_responses.py   POST /v1/responses
     anthropic_messages.py POST /v1/messages, /v1/messages/count_tokens
+    anthropic_request.py  a Messages body -> the canonical request
+    anthropic_response.py the canonical response and events -> a message, Anthropic's SSE
+    targets.py            which provider (and type) a model name goes to
     models.py             GET /v1/models, in OpenAI's form or Anthropic's
     server.py             the process: hypercorn on the socket the daemon bound
 """

@@ -142,13 +142,22 @@ class Keys:
         return found
 
 
+@dataclass(frozen=True, slots=True)
+class Route:
+    """What answers a method and path, and the API family its errors speak (None: the
+    one the request's headers suggest)."""
+
+    handler: Callable[[Exchange], Awaitable[None]]
+    family: Family | None = None
+
+
 class FrontDoor:
     """The ASGI application (`hypercorn` serves it)."""
 
     def __init__(
         self,
         client: Client,
-        routes: dict[tuple[str, str], Callable[[Exchange], Awaitable[None]]],
+        routes: dict[tuple[str, str], Route],
         keys: Keys,
         limits: Limits,
     ) -> None:
@@ -165,18 +174,22 @@ class FrontDoor:
         if scope["type"] != "http":
             return
         headers = Headers(scope.get("headers") or [])
-        family: Family = "anthropic" if headers.get("anthropic-version") or headers.get("x-api-key") else "openai"
+        route = self.routes.get((scope["method"], scope["path"].rstrip("/")))
+        # Errors in the words of the API the path belongs to; where a path serves both (the
+        # model list, an unknown path), in those the headers suggest.
+        family: Family | None = route.family if route is not None else None
+        if family is None:
+            family = "anthropic" if headers.get("anthropic-version") or headers.get("x-api-key") else "openai"
         exchange = Exchange(self, scope, receive, send, headers, family)
-        handler = self.routes.get((scope["method"], scope["path"].rstrip("/")))
         try:
-            if handler is None:
+            if route is None:
                 known = {path for _, path in self.routes}
                 if scope["path"].rstrip("/") in known:
                     raise refuse(f"{scope['method']} is not allowed on {scope['path']}", status=405)
                 raise refuse(f"no such endpoint: {scope['method']} {scope['path']}", "not_found")
             if scope["path"] != "/health" and not self.keys.allows(headers):
                 raise refuse("a valid key is needed (Authorization: Bearer <key>, or x-api-key)", "authentication")
-            await handler(exchange)
+            await route.handler(exchange)
         except HttpError as exc:
             await exchange.fail(exc.info, exc.status, exc.param)
         except HungUp:

@@ -90,9 +90,16 @@ def refuse(
     return HttpError(info, status, param)
 
 
+def _overloaded(info: ErrorInfo) -> bool:
+    """Anthropic's overloaded provider: a 529, or the `overloaded_error` a stream sends."""
+    return info.error_class in ("rate_limit", "server_error") and (
+        info.provider_status == 529 or info.provider_code == "overloaded_error"
+    )
+
+
 def status_of(info: ErrorInfo, family: Family) -> int:
     """The status a client of `family` expects: Anthropic's overloaded provider stays 529."""
-    if family == "anthropic" and info.provider_status == 529 and info.error_class in ("rate_limit", "server_error"):
+    if family == "anthropic" and _overloaded(info):
         return 529
     if info.error_class == "rate_limit" and info.provider_status in (503, 529):
         return 503  # overloaded, not over a limit of the caller's
@@ -108,7 +115,8 @@ def headers_of(info: ErrorInfo) -> list[tuple[bytes, bytes]]:
 def body_of(info: ErrorInfo, family: Family, status: int, param: str | None = None) -> dict[str, Any]:
     """The error body each API's SDKs read."""
     if family == "anthropic":
-        return {"type": "error", "error": {"type": _ANTHROPIC_TYPES.get(status, "api_error"), "message": info.message}}
+        kind = "overloaded_error" if _overloaded(info) else _ANTHROPIC_TYPES.get(status, "api_error")
+        return {"type": "error", "error": {"type": kind, "message": info.message}}
     kind = _OPENAI_TYPES.get(status, "server_error")
     return {
         "error": {
