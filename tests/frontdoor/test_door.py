@@ -43,8 +43,20 @@ async def test_a_request_without_the_key_is_refused_in_constant_time(door: Door)
             reply = await http.post("/v1/chat/completions", json=body, headers=headers)
             assert reply.status_code == 401, (headers, reply.text)
             assert reply.json()["error"]["type"] == "authentication_error"
+        # Each path answers in its own API's words, whatever headers come with the request.
+        openai_shape = await http.post("/v1/responses", json={}, headers={"x-api-key": "wrong"})
+        anthropic_shape = await http.post("/v1/messages", json={}, headers={"authorization": "Bearer wrong"})
         ok = await http.post("/v1/chat/completions", json=body, headers={"x-api-key": door.key})
         health = await http.get("/health")
+    assert openai_shape.status_code == anthropic_shape.status_code == 401
+    assert openai_shape.json()["error"]["type"] == "authentication_error"
+    assert anthropic_shape.json() == {
+        "type": "error",
+        "error": {
+            "type": "authentication_error",
+            "message": ("a valid key is needed (Authorization: Bearer <key>, or x-api-key)"),
+        },
+    }
     assert ok.status_code == 200 and health.status_code == 200
     assert door.key not in door.daemon.output()
 
