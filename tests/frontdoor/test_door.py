@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 
 import httpx
 import openai
@@ -141,3 +142,38 @@ async def test_a_slow_client_and_an_idle_connection_are_let_go(start_daemon):
         assert await until_closed(head) == b""
         idle = await trio.open_tcp_stream(host, int(port))
         assert await until_closed(idle) == b""
+
+
+async def test_several_door_processes_share_one_port(start_daemon):
+    door = await start_door(start_daemon, {"http": {"processes": 2}})
+    with trio.fail_after(60):
+        await door.daemon.wait_for_line("http: process 1 serving")
+        async with Client(door.daemon.runtime_dir) as client:
+            doors = [w for w in (await client.status()).workers if w.provider_type == "http"]
+        sdk = openai.AsyncOpenAI(base_url=door.base_url, api_key=door.key, max_retries=0)
+        answers = [
+            await sdk.chat.completions.create(model="mock:echo", messages=[{"role": "user", "content": f"n{i}"}])
+            for i in range(6)
+        ]
+    assert sorted(w.provider for w in doors) == ["http", "http-2"] and {w.state for w in doors} == {"running"}
+    assert len({w.pid for w in doors}) == 2
+    assert [a.choices[0].message.content for a in answers] == [f"n{i}" for i in range(6)]
+
+
+async def test_the_door_shows_in_the_metrics_as_a_worker(start_daemon):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with socket.socket() as probe:  # a free port for the scrape endpoint
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    door = await start_door(start_daemon, {"metrics": {"listen": f"127.0.0.1:{port}"}})
+    async with httpx.AsyncClient() as http:
+        text = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
+    found = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+    assert found[("trunkline_worker_state", (("provider", "http"), ("state", "running")))] == 1
+    assert found[("trunkline_worker_up", (("provider", "http"),))] == 1
+    assert door.key not in text
