@@ -285,3 +285,35 @@ async def test_the_daemon_names_the_key_a_mistyped_one_meant(tmp_path):
     err = result.stderr.decode()
     assert result.returncode == 2, err
     assert f"config error in {path} at `retry.max_retreis`: unknown key; did you mean `max_retries`?" in err
+
+
+@pytest.mark.parametrize(
+    ("http", "words"),
+    [
+        ("{listen: '0.0.0.0:8300'}", "can be reached from other machines: set http.keys_file"),
+        ("{listen: 'nowhere'}", "is not HOST:PORT"),
+        ("{listen: ':8300', processes: 0}", "out of range [1, 64]"),
+        ("{listen: ':8300', max_body_bytes: 10}", "must be at least 1024"),
+        ("{listen: ':8300', idle_timeout_s: -1}", "must be a positive number of seconds"),
+    ],
+)
+def test_a_front_door_that_cannot_serve_safely_is_a_config_error(tmp_path, http, words):
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        load_config(write(tmp_path, f"http: {http}\n"))
+
+
+def test_the_front_door_keys_come_from_a_file_or_the_environment_and_are_never_said(tmp_path, monkeypatch):
+    keys = tmp_path / "keys"
+    keys.write_text("# the door's keys\nkey-one\n\nkey-two  # a comment\n")
+    monkeypatch.setenv("TL_DOOR_KEY", "key-three")
+    config = load_config(
+        write(tmp_path, f"http: {{listen: '0.0.0.0:8300', keys_file: {keys}, keys_env: [TL_DOOR_KEY]}}\n")
+    )
+    assert config.http.keys() == ["key-one", "key-two", "key-three"]
+    keys.write_text("# nothing\n")
+    with pytest.raises(ConfigError, match="holds no key"):
+        config.http.keys()
+    monkeypatch.setenv("TL_DOOR_KEY", "")
+    with pytest.raises(ConfigError, match="TL_DOOR_KEY is not set") as caught:
+        load_config(write(tmp_path, "http: {listen: ':8300', keys_env: [TL_DOOR_KEY]}\n")).http.keys()
+    assert "key-" not in str(caught.value)
