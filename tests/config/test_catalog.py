@@ -229,6 +229,7 @@ def test_user_catalog_entries_take_the_richer_price_form(tmp_path):
 
 
 def test_the_emitter_prices_a_response_with_the_service_tier_the_request_asked_for():
+    from trunkline.protocol import provider_options
     from trunkline.protocol.messages import Job, Message, Request, Response
     from trunkline.workers._emit import Emitter
 
@@ -244,6 +245,8 @@ def test_the_emitter_prices_a_response_with_the_service_tier_the_request_asked_f
             request=Request(model=model.id, messages=[Message.user("x")], provider_options=options),
         )
         emitter = Emitter(job, "openai", lambda *_: None, lambda pid: "tu_1")
+        # As the runtime does: the options read once per job give the emitter its tier.
+        emitter.service_tier = provider_options.service_tier(provider_options.read(options, "openai", "openai"))
         return emitter.finalize(Response(usage=Usage(input_tokens=100_000, output_tokens=10_000)))
 
     # 100,000 * $2.50 + 10,000 * $15 = $0.40 standard; flex halves it.
