@@ -26,11 +26,15 @@ serve: install
 # or with sudo; `apt-get update` only when the install fails without it) and build it.
 # If that fails the rest still runs, and the C client's tests fail saying why: they
 # never skip.
+# Test processes (pytest-xdist): the suite mostly waits on the daemons it starts, so three
+# share two cores well. `make test TEST_PROCESSES=0` runs it in one process.
+TEST_PROCESSES ?= 3
+
 # The lint runs first: CI (`.ci/run`, which is `make test`) fails on a finding before
 # spending twenty minutes on the suite.
 test: install lint
 	@$(MAKE) c-client || echo "make test: could not install or build the C client; its tests will fail"
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_PROCESSES) $(PYTEST_ARGS)
 
 # ruff (rules and formatter as pyproject.toml sets them) over the repository, then mypy
 # over the installed package; CI runs it before the tests.
