@@ -885,9 +885,10 @@ def _http(res: dict, add: Callable[[str], None], goals: list) -> None:
         "stream read and each chunk parsed) calls the fake upstream directly (the floor), trunkline's front door "
         f"(`http.listen`, {door.get('processes', 1)} process, a key asked for; `fake:<model>` reaches the "
         "`openai_compat` worker, which calls the same upstream), the LiteLLM proxy and the Portkey gateway, "
-        "all in this run. The door's daemon is its own, started for this stage (on the daemon of the other "
-        "stages, the door's subscription would carry their events too). CPU counts the client and each system's "
-        "process tree: for the door, the door process, the supervisor and every worker."
+        "all in this run. The door's daemon is its own, started for each repeat of this stage and stopped after "
+        "it (on the daemon of the other stages, the door's subscription would carry their events too). CPU counts "
+        "the client and each system's process tree: for the door, the door process, the supervisor and every "
+        "worker."
     )
     add("")
 
@@ -973,7 +974,8 @@ def _http(res: dict, add: Callable[[str], None], goals: list) -> None:
     if door.get("rss_idle_mb"):
         idle, after = door["rss_idle_mb"], door.get("rss_after_mb", {})
         add(
-            "Resident memory of the door's daemon (MiB, RSS), idle just started and once the stage was over: "
+            "Resident memory of the door's daemon (MiB, RSS), idle just started (first repeat) and once the last "
+            "repeat was over: "
             + "; ".join(
                 f"{name} {idle[name]:.1f}" + (f" → {after[name]:.1f}" if name in after else "")
                 for name in ("front door", "supervisor")

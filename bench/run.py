@@ -455,16 +455,21 @@ class Bench:
             self.results["events"].append(cell)
 
     async def http(self, rep: int) -> None:
-        """The same httpx client against the upstream, the front door and the HTTP peers."""
+        """The same httpx client against the upstream, the front door and the HTTP peers. The
+        door's daemon runs for this stage only, so it never idles beside the others."""
         p = self.plan
-        if self.door is None:
-            await self.start_door()
-        for kind, conc in HTTP_CELLS:
-            model = "bench-c1" if kind == "complete" else f"bench-c{p.stream_chunks}"
-            duration_s, count = (p.cell_s, p.cell_count) if kind == "complete" else (p.stream_s, p.stream_count)
-            for system in self.http_systems():
-                cell = await self.cell(system, kind, model, conc, duration_s=duration_s, count=count, warmup=p.warmup)
-                self.results["http"].setdefault(f"{kind} {conc}", {}).setdefault(system, []).append(cell)
+        await self.start_door()
+        try:
+            for kind, conc in HTTP_CELLS:
+                model = "bench-c1" if kind == "complete" else f"bench-c{p.stream_chunks}"
+                duration_s, count = (p.cell_s, p.cell_count) if kind == "complete" else (p.stream_s, p.stream_count)
+                for system in self.http_systems():
+                    cell = await self.cell(
+                        system, kind, model, conc, duration_s=duration_s, count=count, warmup=p.warmup
+                    )
+                    self.results["http"].setdefault(f"{kind} {conc}", {}).setdefault(system, []).append(cell)
+        finally:
+            await self.stop_door()
 
     def http_systems(self) -> list[str]:
         return [
@@ -477,7 +482,8 @@ class Bench:
         self.door = await Daemon(self.port, self.logs / "daemon-door.log", http=True).start()
         self.door_target = HttpTarget(self.door.http_url + "/v1", {"authorization": f"Bearer {DOOR_KEY}"})
         await trio.sleep(self.plan.settle_s)
-        self.results["door"] = {"rss_idle_mb": self._door_rss(), "processes": len(self.door.doors)}
+        if not self.results["door"]:  # the first repeat's, just started
+            self.results["door"] = {"rss_idle_mb": self._door_rss(), "processes": len(self.door.doors)}
 
     def _door_rss(self) -> dict[str, float]:
         assert self.door is not None
@@ -489,7 +495,7 @@ class Bench:
             self.door_target = None
         if self.door is not None:
             await trio.sleep(self.plan.settle_s)
-            self.results["door"]["rss_after_mb"] = self._door_rss()
+            self.results["door"]["rss_after_mb"] = self._door_rss()  # the last repeat's counts
             await self.door.stop()
             self.door = None
 
@@ -730,8 +736,6 @@ class Bench:
                 if self.wants(key):
                     async with self.stage(f"{name} repeat {rep + 1}"):
                         await run(rep)
-        async with self.stage("HTTP front door stop"):
-            await self.stop_door()  # its daemon idles no longer beside the stages that follow
         if self.wants("memory"):
             async with self.stage("memory after the repeats"):
                 await self.memory_after("after_repeats")
