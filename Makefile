@@ -34,6 +34,7 @@ TEST_PROCESSES ?= 3
 # spending twenty minutes on the suite.
 test: install lint
 	@$(MAKE) c-client || echo "make test: could not install or build the C client; its tests will fail"
+	@$(MAKE) node-sdks || echo "make test: could not install tests/node (npm); the Node SDK tests will fail"
 	$(BIN)/python -m pytest -n $(TEST_PROCESSES) $(PYTEST_ARGS)
 
 # ruff (rules and formatter as pyproject.toml sets them) over the repository, then mypy
@@ -42,6 +43,14 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy -p trunkline
+
+# The official Node SDKs the front door's tests drive (tests/node), from the npm registry
+# at the versions its committed lock file holds; again only when that file changes.
+NODE_SDKS := tests/node/node_modules/.package-lock.json
+.PHONY: node-sdks
+node-sdks: $(NODE_SDKS)
+$(NODE_SDKS): tests/node/package-lock.json tests/node/package.json
+	npm ci --prefix tests/node --no-audit --no-fund --loglevel=error
 
 c-client:
 	$(MAKE) -C clients/c deps

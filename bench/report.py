@@ -21,6 +21,7 @@ NAMES = {
     "proxy": "LiteLLM proxy",
     "sdk_rust": "LiteLLM SDK, Rust path",
     "portkey": "Portkey gateway",
+    "door": "trunkline front door",
 }
 PEERS = ("sdk", "proxy", "portkey")
 WORKERS_GOAL_MB = 150
@@ -118,6 +119,7 @@ def render(res: dict[str, Any]) -> str:
     _subscribers(res, add)
     _memory(res, add, goals)
     _hops(res, add)
+    _http(res, add, goals)
     _goals(goals, add)
     _reference(add)
     return "\n".join(lines) + "\n"
@@ -857,6 +859,233 @@ def _hops(res: dict, add: Callable[[str], None]) -> None:
     for line in _table(["span (all measured)", "trunkline µs", "floor µs", "added µs (p50)"], rows):
         add(line)
     add("")
+
+
+#: The issue's targets for the front door against the HTTP peers: (what, the front door's figure
+#: over the peer's at most (or at least, for throughput), which peer).
+DOOR_TARGETS = (
+    ("added p50, one request at concurrency 1", "complete 1", "p50", "portkey", 1.0),
+    ("added p50, one request at concurrency 1", "complete 1", "p50", "proxy", 0.1),
+    ("added p50 to the last chunk, 50-chunk stream at concurrency 1", "stream 1", "ttlt_p50", "portkey", 1.0),
+    ("added p50 to the last chunk, 50-chunk stream at concurrency 1", "stream 1", "ttlt_p50", "proxy", 0.1),
+)
+DOOR_THROUGHPUT = (("portkey", 1.5), ("proxy", 10.0))
+
+
+def _http(res: dict, add: Callable[[str], None], goals: list) -> None:
+    http = res.get("http")
+    if not http:
+        return
+    chunks = res["plan"]["stream_chunks"]
+    door = res.get("door", {})
+    add("## 7. The HTTP front door: one HTTP client against trunkline's door, the LiteLLM proxy and Portkey")
+    add("")
+    add(
+        "The floor's httpx client (what an OpenAI SDK does: a JSON body over keep-alive connections, the SSE "
+        "stream read and each chunk parsed) calls the fake upstream directly (the floor), trunkline's front door "
+        f"(`http.listen`, {door.get('processes', 1)} process, a key asked for; `fake:<model>` reaches the "
+        "`openai_compat` worker, which calls the same upstream), the LiteLLM proxy and the Portkey gateway, "
+        "all in this run. The door's daemon is its own, started for each repeat of this stage and stopped after "
+        "it (on the daemon of the other stages, the door's subscription would carry their events too). CPU counts "
+        "the client and each system's process tree: for the door, the door process, the supervisor and every "
+        "worker."
+    )
+    add("")
+
+    def cells(key: str) -> dict[str, list[dict]]:
+        return http.get(key, {})
+
+    one = cells("complete 1")
+    if one:
+        add("### One request at concurrency 1")
+        add("")
+        floor = one.get("floor", [])
+        rows = []
+        for system, runs in one.items():
+            base = floor if system != "floor" else []
+            rows.append(
+                [
+                    NAMES[system],
+                    str(sum(r["n"] for r in runs)),
+                    _spread([r["p50"] for r in runs], 1e3),
+                    _spread([r["p99"] for r in runs], 1e3),
+                    _spread(_paired(runs, base, lambda r: r["p50"]), 1e3) if base else "–",
+                    _spread(_paired(runs, base, lambda r: r["p99"]), 1e3) if base else "–",
+                    _spread([_cpu_per(r) for r in runs], 1e3, 3),
+                    _spread(_paired(runs, base, _cpu_per), 1e3, 3) if base else "–",
+                    _errors(runs),
+                ]
+            )
+        header = ["system", "requests", "p50 ms", "p99 ms", "added p50 ms", "added p99 ms", "CPU ms/req"]
+        for line in _table([*header, "added CPU ms/req", "errors"], rows):
+            add(line)
+        add("")
+    stream = cells("stream 1")
+    if stream:
+        add(f"### A {chunks}-chunk stream at concurrency 1")
+        add("")
+        floor = stream.get("floor", [])
+        rows = []
+        for system, runs in stream.items():
+            base = floor if system != "floor" else []
+            rows.append(
+                [
+                    NAMES[system],
+                    str(sum(r["n"] for r in runs)),
+                    _spread([r["ttft_p50"] for r in runs], 1e3),
+                    _spread(_paired(runs, base, lambda r: r["ttft_p50"]), 1e3) if base else "–",
+                    _spread([r["ttlt_p50"] for r in runs], 1e3),
+                    _spread(_paired(runs, base, lambda r: r["ttlt_p50"]), 1e3) if base else "–",
+                    _spread(_paired(runs, base, lambda r: r["ttlt_p99"]), 1e3) if base else "–",
+                    _spread([_cpu_per(r, "chunks") for r in runs], 1e6, 1),
+                    _spread(_paired(runs, base, lambda r: _cpu_per(r, "chunks")), 1e6, 1) if base else "–",
+                    _errors(runs),
+                ]
+            )
+        header = ["system", "streams", "TTFT p50 ms", "added TTFT p50 ms", "TTLT p50 ms", "added TTLT p50 ms"]
+        for line in _table([*header, "added TTLT p99 ms", "CPU µs/chunk", "added CPU µs/chunk", "errors"], rows):
+            add(line)
+        add("")
+    many = cells("complete 64")
+    if many:
+        add("### Concurrency 64")
+        add("")
+        floor = many.get("floor", [])
+        rows = []
+        for system, runs in many.items():
+            base = floor if system != "floor" else []
+            rows.append(
+                [
+                    NAMES[system],
+                    str(sum(r["n"] for r in runs)),
+                    _spread([r["rate"] for r in runs], 1, 0),
+                    _spread(_paired(runs, base, lambda r: r["rate"], lambda a, b: a / b), 1, 2) if base else "1",
+                    _spread([r["p50"] for r in runs], 1e3),
+                    _spread([r["p99"] for r in runs], 1e3),
+                    _spread([_cpu_per(r) for r in runs], 1e3, 3),
+                    _errors(runs),
+                ]
+            )
+        header = ["system", "requests", "req/s", "req/s ÷ floor", "p50 ms", "p99 ms", "CPU ms/req", "errors"]
+        for line in _table(header, rows):
+            add(line)
+        add("")
+    _door_cpu(http, chunks, add)
+    if door.get("rss_idle_mb"):
+        idle, after = door["rss_idle_mb"], door.get("rss_after_mb", {})
+        add(
+            "Resident memory of the door's daemon (MiB, RSS), idle just started (first repeat) and once the last "
+            "repeat was over: "
+            + "; ".join(
+                f"{name} {idle[name]:.1f}" + (f" → {after[name]:.1f}" if name in after else "")
+                for name in ("front door", "supervisor")
+                if name in idle
+            )
+            + "."
+        )
+        add("")
+    _door_targets(http, add, goals)
+
+
+def _door_cpu(http: dict, chunks: int, add: Callable[[str], None]) -> None:
+    """The front door's CPU split by process: where its added cost goes."""
+    rows = []
+    for key, label, per, unit in (
+        ("complete 1", "one request, concurrency 1", "n", 1e3),
+        ("stream 1", f"{chunks}-chunk stream, per chunk", "chunks", 1e6),
+        ("complete 64", "one request, concurrency 64", "n", 1e3),
+    ):
+        runs = http.get(key, {}).get("door", [])
+        if not runs:
+            continue
+
+        def share(run: dict, name: str, per: str = per) -> float:
+            count = run.get(per) or 0
+            if not count:
+                return math.nan
+            cpu = run["cpu"]
+            if name == "other workers":
+                spent = sum(v for k, v in cpu.items() if k.startswith("worker ") and k != "worker fake")
+            else:
+                spent = cpu.get(name, 0.0)
+            return spent / count
+
+        names = ("client", "front door", "supervisor", "worker fake", "other workers")
+        digits = 1 if unit == 1e6 else 3
+        total = _spread([_cpu_per(r, per) for r in runs], unit, digits)
+        rows.append([label, *(_spread([share(r, n) for r in runs], unit, digits) for n in names), total])
+    if not rows:
+        return
+    add(
+        "Where the front door's CPU goes, process by process (ms per request, µs per chunk; *client* is the "
+        "benchmark's httpx client, the floor's own cost; `bench.profile --door` shows the functions):"
+    )
+    add("")
+    header = ["load", "client", "front door", "supervisor", "worker fake", "other workers", "total"]
+    for line in _table(header, rows):
+        add(line)
+    add("")
+
+
+def _door_targets(http: dict, add: Callable[[str], None], goals: list) -> None:
+    """The issue's targets: the door against each peer, as ratios of figures from this run."""
+    rows = []
+
+    def added(key: str, system: str, field: str, per: str | None = None) -> float:
+        by_system = http.get(key, {})
+        runs, floor = by_system.get(system, []), by_system.get("floor", [])
+        if per is not None:
+            return _mid(_paired(runs, floor, lambda r: _cpu_per(r, per)))
+        return _mid(_paired(runs, floor, lambda r: r[field]))
+
+    def present(key: str, system: str) -> bool:
+        return bool(http.get(key, {}).get(system))
+
+    for what, key, field, peer, limit in DOOR_TARGETS:
+        target = f"≤ {limit:g}× the {NAMES[peer]}'s" if limit != 1 else f"below the {NAMES[peer]}'s"
+        if not (present(key, "door") and present(key, peer)):
+            rows.append([f"front door {what}", target, "peer skipped", "not measured"])
+            continue
+        ours, theirs = added(key, "door", field) * 1e3, added(key, peer, field) * 1e3
+        ratio = ours / theirs if theirs > 0 else math.nan
+        ok = ours < theirs if limit == 1 else ours <= limit * theirs
+        verdict = "not measured" if math.isnan(ratio) else ("within goal" if ok else "**misses goal**")
+        rows.append([f"front door {what}", target, f"{ours:.3f} ms vs {theirs:.3f} ms ({ratio:.3f}×)", verdict])
+    for peer, factor in DOOR_THROUGHPUT:
+        target = f"≥ {factor:g}× the {NAMES[peer]}'s"
+        if not (present("complete 64", "door") and present("complete 64", peer)):
+            rows.append(["front door throughput at concurrency 64", target, "peer skipped", "not measured"])
+            continue
+        ours = _mid([r["rate"] for r in http["complete 64"]["door"]])
+        theirs = _mid([r["rate"] for r in http["complete 64"][peer]])
+        ratio = ours / theirs
+        rows.append(
+            [
+                "front door throughput at concurrency 64",
+                target,
+                f"{ours:.0f} vs {theirs:.0f} req/s ({ratio:.2f}×)",
+                _verdict(ratio, factor, higher_is_better=True),
+            ]
+        )
+    target = "≤ the Portkey gateway's"
+    if present("stream 1", "door") and present("stream 1", "portkey"):
+        ours = added("stream 1", "door", "", per="chunks") * 1e6
+        theirs = added("stream 1", "portkey", "", per="chunks") * 1e6
+        verdict = "within goal" if ours <= theirs else "**misses goal**"
+        rows.append(["front door added CPU per streamed chunk", target, f"{ours:.1f} µs vs {theirs:.1f} µs", verdict])
+    else:
+        rows.append(["front door added CPU per streamed chunk", target, "peer skipped", "not measured"])
+    add("### The front door against the issue's targets")
+    add("")
+    add(
+        "Each figure is the door's over a peer's, both measured in this run (added figures: each system minus "
+        "the floor of the same repeat, the median over the repeats). Also in the steering goals below."
+    )
+    add("")
+    for line in _table(["goal", "target", "measured (door vs peer)", ""], rows):
+        add(line)
+    add("")
+    goals.extend(tuple(row) for row in rows)
 
 
 def _goals(goals: list, add: Callable[[str], None]) -> None:

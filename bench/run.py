@@ -33,7 +33,7 @@ from .load import LoadResult, Totals, closed_loop
 from .peers import PeerUnavailable, Portkey, Proxy, start_portkey, start_proxy, start_sdk
 from .procs import CpuMeter, LineProcess, pss_mb, rss_mb, self_cpu
 from .stats import Summary, slope_per_minute
-from .trunkline_runner import ANTHROPIC_PROVIDER, OPENAI_PROVIDER, Daemon, TrunklineOps
+from .trunkline_runner import ANTHROPIC_PROVIDER, DOOR_KEY, OPENAI_PROVIDER, Daemon, TrunklineOps
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -116,6 +116,11 @@ class Plan:
 
 
 SYSTEMS = ("floor", "trunkline", "sdk", "proxy", "portkey")
+#: The HTTP stage: one httpx client (the floor's) against the upstream, trunkline's front door
+#: and the two HTTP peers.
+HTTP_SYSTEMS = ("floor", "door", "proxy", "portkey")
+#: Its cells: (kind, concurrency), each run by every system in turn.
+HTTP_CELLS = (("complete", 1), ("stream", 1), ("complete", 64))
 #: The SDK on its Rust path (LiteLLM's `rust_bridge`), measured on Anthropic's Messages API only: the
 #: only route LiteLLM 1.110 serves from Rust.
 SDK_SYSTEMS = ("sdk", "sdk_rust")
@@ -147,6 +152,8 @@ class Bench:
             "memory": {},
             "soak": {},
             "hops": {},
+            "http": {},
+            "door": {},
         }
         self.upstream: LineProcess | None = None
         self.port = 0
@@ -159,6 +166,9 @@ class Bench:
         self.proxy_target: HttpTarget | None = None
         self.portkey: Portkey | None = None
         self.portkey_targets: dict[str, HttpTarget] = {}
+        #: The HTTP stage's daemon (its front door on) and the floor's client pointed at the door.
+        self.door: Daemon | None = None
+        self.door_target: HttpTarget | None = None
 
     # -- bookkeeping -----------------------------------------------------------------------
 
@@ -203,6 +213,11 @@ class Bench:
             return {"sdk": [self.sdk.pid], **upstream}
         if system == "portkey" and self.portkey:
             return {"portkey": self.portkey.pids(), **upstream}
+        if system == "door" and self.door:
+            groups = {"front door": self.door.doors, "supervisor": [self.door.pid], **upstream}
+            for name, pid in self.door.workers.items():
+                groups[f"worker {name}"] = [pid]
+            return groups
         return upstream
 
     # -- setup -------------------------------------------------------------------------------
@@ -340,8 +355,15 @@ class Bench:
             provider = ANTHROPIC_PROVIDER if api == "anthropic" else OPENAI_PROVIDER
             name = f"{provider}:{model}"
             return (lambda: self.ops.complete(name)) if kind == "complete" else (lambda: self.ops.stream(name))
-        target = {"floor": self.floor, "proxy": self.proxy_target, "portkey": self.portkey_targets.get(api)}[system]
+        target = {
+            "floor": self.floor,
+            "proxy": self.proxy_target,
+            "portkey": self.portkey_targets.get(api),
+            "door": self.door_target,
+        }[system]
         assert target is not None
+        if system == "door":
+            model = f"{OPENAI_PROVIDER}:{model}"  # the door names trunkline's models
         return (lambda: target.complete(model, api)) if kind == "complete" else (lambda: target.stream(model, api))
 
     # -- the stages ---------------------------------------------------------------------------
@@ -431,6 +453,51 @@ class Bench:
             )
             cell["system"] = system
             self.results["events"].append(cell)
+
+    async def http(self, rep: int) -> None:
+        """The same httpx client against the upstream, the front door and the HTTP peers. The
+        door's daemon runs for this stage only, so it never idles beside the others."""
+        p = self.plan
+        await self.start_door()
+        try:
+            for kind, conc in HTTP_CELLS:
+                model = "bench-c1" if kind == "complete" else f"bench-c{p.stream_chunks}"
+                duration_s, count = (p.cell_s, p.cell_count) if kind == "complete" else (p.stream_s, p.stream_count)
+                for system in self.http_systems():
+                    cell = await self.cell(
+                        system, kind, model, conc, duration_s=duration_s, count=count, warmup=p.warmup
+                    )
+                    self.results["http"].setdefault(f"{kind} {conc}", {}).setdefault(system, []).append(cell)
+        finally:
+            await self.stop_door()
+
+    def http_systems(self) -> list[str]:
+        return [
+            s
+            for s in HTTP_SYSTEMS
+            if s in ("floor", "door") or (s == "proxy" and self.proxy) or (s == "portkey" and self.portkey)
+        ]
+
+    async def start_door(self) -> None:
+        self.door = await Daemon(self.port, self.logs / "daemon-door.log", http=True).start()
+        self.door_target = HttpTarget(self.door.http_url + "/v1", {"authorization": f"Bearer {DOOR_KEY}"})
+        await trio.sleep(self.plan.settle_s)
+        if not self.results["door"]:  # the first repeat's, just started
+            self.results["door"] = {"rss_idle_mb": self._door_rss(), "processes": len(self.door.doors)}
+
+    def _door_rss(self) -> dict[str, float]:
+        assert self.door is not None
+        return {"front door": sum(rss_mb(pid) for pid in self.door.doors), **self.door.rss()}
+
+    async def stop_door(self) -> None:
+        if self.door_target is not None:
+            await self.door_target.aclose()
+            self.door_target = None
+        if self.door is not None:
+            await trio.sleep(self.plan.settle_s)
+            self.results["door"]["rss_after_mb"] = self._door_rss()  # the last repeat's counts
+            await self.door.stop()
+            self.door = None
 
     async def subscribers(self) -> None:
         p = self.plan
@@ -655,7 +722,7 @@ class Bench:
     async def measure(self) -> None:
         async with self.stage("memory idle"):
             await self.memory_after("idle")
-        if self.wants("latency") or self.wants("anthropic"):
+        if self.wants("latency") or self.wants("anthropic") or self.wants("http"):
             async with self.stage("peers start"):
                 await self.start_peers()
         for rep in range(self.plan.repeats):
@@ -664,6 +731,7 @@ class Bench:
                 ("streams", "streams", self.streams),
                 ("anthropic", "anthropic", self.anthropic),
                 ("events", "event throughput", self.event_throughput),
+                ("http", "HTTP front door", self.http),
             ):
                 if self.wants(key):
                     async with self.stage(f"{name} repeat {rep + 1}"):
@@ -691,9 +759,11 @@ class Bench:
                 await self.soak()
 
     async def shutdown(self) -> None:
-        for target in (self.floor, self.proxy_target, *self.portkey_targets.values()):
+        for target in (self.floor, self.proxy_target, self.door_target, *self.portkey_targets.values()):
             if target is not None:
                 await target.aclose()
+        if self.door is not None:
+            await self.door.stop()
         if self.portkey is not None:
             await self.portkey.stop()
         if self.sdk is not None:
@@ -747,7 +817,7 @@ def versions() -> dict[str, str]:
 
 
 #: What `--only` may name.
-STAGES = ("latency", "streams", "anthropic", "events", "subscribers", "memory", "hops", "soak")
+STAGES = ("latency", "streams", "anthropic", "events", "http", "subscribers", "memory", "hops", "soak")
 
 
 def main(plan: Plan, out: Path, peers: bool, only: frozenset[str] = frozenset()) -> int:

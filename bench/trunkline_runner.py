@@ -1,18 +1,23 @@
 """trunkline under test: `trunkline serve` as a separate process, configured to call the
 fake upstream, and the operations the benchmark runs through the real Python client.
 
-Every stage but the hop trace runs one daemon, untraced, exactly as a user
-starts it (`python -m trunkline.cli serve --config ... --runtime-dir ...`): all
-they report about it is read from its sockets, /proc and the `bus` events it
-publishes anyway. The hop-trace stage runs a second daemon, started the same way
-but with `TRUNKLINE_TRACE_HOPS=1`, the daemon's opt-in setting under which the
-supervisor and the worker also publish `trace.supervisor` / `trace.worker` bus
-events holding CLOCK_MONOTONIC stamps of each request's path (see `hops.py`).
+Every stage but the hop trace and the HTTP stage runs one daemon, untraced,
+exactly as a user starts it (`python -m trunkline.cli serve --config ...
+--runtime-dir ...`): all they report about it is read from its sockets, /proc and
+the `bus` events it publishes anyway. The hop-trace stage runs a second daemon,
+started the same way but with `TRUNKLINE_TRACE_HOPS=1`, the daemon's opt-in
+setting under which the supervisor and the worker also publish `trace.supervisor`
+/ `trace.worker` bus events holding CLOCK_MONOTONIC stamps of each request's path
+(see `hops.py`). The HTTP stage runs a daemon of its own with its front door on
+(`http.listen`, one process, a key asked for as a user would configure it): the
+door is one more client of its daemon, and on the first daemon its subscription
+would receive, and its process would pay for, every event of the other stages.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -34,6 +39,8 @@ from .procs import pss_mb, rss_mb, terminate
 #: The worker that serves the benchmark's OpenAI-compatible traffic.
 OPENAI_PROVIDER = "fake"
 ANTHROPIC_PROVIDER = "fakeant"
+#: The key the front door asks for in the HTTP stage (`Authorization: Bearer`).
+DOOR_KEY = "tl-bench-door-key"
 
 
 def bench_config(port: int, state_dir: Path) -> dict:
@@ -77,6 +84,11 @@ class Daemon:
     extra: dict = field(default_factory=dict)
     #: Environment variables for the daemon (e.g. OTEL_TRACES_SAMPLER).
     env: dict = field(default_factory=dict)
+    #: Serve the HTTP front door (one process, on a free port of 127.0.0.1, asking for DOOR_KEY).
+    http: bool = False
+    #: Where the front door serves, and its process ids (not among `workers`).
+    http_url: str = ""
+    doors: list[int] = field(default_factory=list)
 
     @property
     def runtime_dir(self) -> Path:
@@ -85,9 +97,13 @@ class Daemon:
 
     async def start(self, timeout_s: float = 30.0) -> Daemon:
         config = self.dir / "config.yaml"
-        config.write_text(yaml.safe_dump({**bench_config(self.upstream_port, self.dir / "state"), **self.extra}))
+        settings = {**bench_config(self.upstream_port, self.dir / "state"), **self.extra}
+        if self.http:
+            settings["http"] = {"listen": "127.0.0.1:0", "keys_env": ["BENCH_DOOR_KEY"]}
+        config.write_text(yaml.safe_dump(settings))
         env = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "OPENROUTER_API_KEY")}
         env["FAKE_ANTHROPIC_KEY"] = "bench-key"
+        env["BENCH_DOOR_KEY"] = DOOR_KEY
         # Set either way, so a TRUNKLINE_TRACE_HOPS=1 left in the caller's environment
         # cannot turn tracing on in a daemon meant to run untraced.
         env["TRUNKLINE_TRACE_HOPS"] = "1" if self.trace_hops else "0"
@@ -116,9 +132,13 @@ class Daemon:
                     raise RuntimeError(f"trunkline serve exited with {self.proc.returncode}; see {self.log_path}")
                 with open(self.log_path, "rb") as log:
                     log.seek(start)
-                    if b"serving" in log.read():
-                        break
+                    said = log.read()
+                door = re.search(rb"HTTP front door on (http://\S+)", said) if self.http else None
+                if b"serving" in said and (door is not None or not self.http):
+                    break
                 await trio.sleep(0.05)
+            if door is not None:
+                self.http_url = door.group(1).decode()
             await self._wait_workers_running()
         return self
 
@@ -128,7 +148,9 @@ class Daemon:
                 status = await client.status()
                 self.version = status.server_version
                 if status.workers and all(w.state == "running" for w in status.workers):
-                    self.workers = {w.provider: w.pid for w in status.workers if w.pid}
+                    # The front door's processes are listed among the workers; they call no provider.
+                    self.workers = {w.provider: w.pid for w in status.workers if w.pid and w.provider_type != "http"}
+                    self.doors = [w.pid for w in status.workers if w.pid and w.provider_type == "http"]
                     return
                 await trio.sleep(0.05)
 

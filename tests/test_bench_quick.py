@@ -31,6 +31,10 @@ SECTIONS = [
     "## 5. Memory",
     "### Soak",
     "## 6. Where the time goes",
+    "## 7. The HTTP front door",
+    "### A 50-chunk stream at concurrency 1",
+    "### Concurrency 64",
+    "### The front door against the issue's targets",
     "## Steering goals beside the measured values",
 ]
 
@@ -70,6 +74,13 @@ def test_quick_bench_writes_every_section(tmp_path: Path) -> None:
     where = [memory.find(row) for row in MEMORY_ROWS]
     assert -1 not in where and where == sorted(where), dict(zip(MEMORY_ROWS, where, strict=True))
     assert "| supervisor + workers, PSS |" in memory
+    # The HTTP stage: the floor and the front door in each of its three tables, without errors,
+    # and the door's CPU split by process; the peers' targets say they were not measured.
+    door = report[report.index("## 7. The HTTP front door") : report.index("## Steering goals")]
+    assert len(re.findall(r"^\| trunkline front door \| \d+ \| .* \| 0 \|$", door, re.MULTILINE)) == 3, door
+    assert len(re.findall(r"^\| floor \(httpx direct\) \| \d+ \| ", door, re.MULTILINE)) == 3, door
+    assert re.search(r"^\| 50-chunk stream, per chunk \| [\d.]+ \| [\d.]+ \| ", door, re.MULTILINE), door
+    assert "| front door throughput at concurrency 64 | ≥ 1.5× the Portkey gateway's | peer skipped |" in door
     assert re.search(r"\| supervisor \+ 5 idle workers, RSS \| < 150 MB \| [\d.]+ MiB \(PSS [\d.]+ MiB\) \|", report)
     assert out.with_suffix(".json").exists()
 
