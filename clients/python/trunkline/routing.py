@@ -89,6 +89,14 @@ class Route:
                 self.wake = None
                 self.waiting_since = 0.0
 
+    def ready(self) -> list[StreamEvent]:
+        """The events that have already arrived, in order, taken without waiting (the
+        front door writes them in one go: one socket write for a burst, not one each)."""
+        queue = self.queue
+        taken = list(queue)
+        queue.clear()
+        return taken
+
     async def events(self) -> AsyncIterator[StreamEvent]:
         """Every event still to come, the terminal one last."""
         while (ev := await self.next_event()) is not None:
