@@ -62,6 +62,22 @@ async def test_a_request_without_the_key_is_refused_in_constant_time(door: Door)
     assert door.key not in door.daemon.output()
 
 
+async def test_a_whole_answer_says_its_length_and_a_stream_is_chunked(door: Door):
+    body = {"model": "mock:echo", "messages": [{"role": "user", "content": "sized"}]}
+    headers = {"authorization": f"Bearer {door.key}"}
+    async with httpx.AsyncClient(base_url=door.url, headers=headers) as http:
+        whole = await http.post("/v1/chat/completions", json=body)
+        refused = await http.post("/v1/chat/completions", json={"model": "mock:echo"})
+        async with http.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as stream:
+            streamed = [line async for line in stream.aiter_lines() if line.startswith("data: ")]
+    for reply in (whole, refused):
+        assert reply.headers["content-length"] == str(len(reply.content))
+        assert "transfer-encoding" not in reply.headers
+    assert whole.json()["choices"][0]["message"]["content"] == "sized" and refused.status_code == 400
+    assert stream.headers["transfer-encoding"] == "chunked" and "content-length" not in stream.headers
+    assert streamed[-1] == "data: [DONE]"
+
+
 async def test_a_body_over_the_limit_is_413_and_an_unknown_path_404(start_daemon):
     door = await start_door(start_daemon, {"http": {"max_body_bytes": 4096}}, keys=False)
     async with httpx.AsyncClient(base_url=door.url) as http:

@@ -259,8 +259,12 @@ class Exchange:
         await self._send({"type": "http.response.body", "body": data, "more_body": more})
 
     async def send_json(self, body: Any, status: int = 200, headers: list[tuple[bytes, bytes]] | None = None) -> None:
-        await self.start(status, [*_JSON, *(headers or [])])
-        await self.write(encode(body), more=False)
+        data = encode(body)
+        # With its length said, the body is not chunked: no terminating chunk written (and
+        # read) on its own after it.
+        length = (b"content-length", str(len(data)).encode())
+        await self.start(status, [*_JSON, length, *(headers or [])])
+        await self.write(data, more=False)
 
     async def fail(self, info: ErrorInfo, status: int | None = None, param: str | None = None) -> None:
         """The error as the API says it, if the response has not begun."""
