@@ -58,24 +58,34 @@ def sse(*events: dict[str, Any]) -> str:
     return "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events)
 
 
+def message_start(id: str, usage: dict[str, Any]) -> dict[str, Any]:
+    """Anthropic's first event of a stream: the message, empty, with its input usage."""
+    message = {
+        "id": id,
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-4-5",
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {**usage, "output_tokens": 1},
+    }
+    return {"type": "message_start", "message": message}
+
+
+def text_begun(text: str) -> list[dict[str, Any]]:
+    """A stream's first events, up to its first words."""
+    return [
+        message_start("msg_x", {"input_tokens": 5}),
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}},
+    ]
+
+
 def anthropic_turn(blocks: list[dict[str, Any]], stop: str, *, usage: dict[str, Any] | None = None) -> Reply:
     """One Anthropic turn, streamed as Anthropic streams it (the worker always asks for a stream)."""
     usage = usage or {"input_tokens": 40, "output_tokens": 12}
-    events: list[dict[str, Any]] = [
-        {
-            "type": "message_start",
-            "message": {
-                "id": "msg_up",
-                "type": "message",
-                "role": "assistant",
-                "model": "claude-sonnet-4-5",
-                "content": [],
-                "stop_reason": None,
-                "stop_sequence": None,
-                "usage": {**usage, "output_tokens": 1},
-            },
-        }
-    ]
+    events: list[dict[str, Any]] = [message_start("msg_up", usage)]
     for index, block in enumerate(blocks):
         if block["type"] == "text":
             events.append(
@@ -456,21 +466,7 @@ async def test_an_overloaded_anthropic_is_529_and_a_bad_key_401(front: SharedDoo
 
 async def test_an_overloaded_error_once_streaming_is_an_error_event(front: SharedDoor):
     started = sse(
-        {
-            "type": "message_start",
-            "message": {
-                "id": "msg_x",
-                "type": "message",
-                "role": "assistant",
-                "model": "claude-sonnet-4-5",
-                "content": [],
-                "stop_reason": None,
-                "stop_sequence": None,
-                "usage": {"input_tokens": 5, "output_tokens": 1},
-            },
-        },
-        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-        {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Partial answer"}},
+        *text_begun("Partial answer"),
         {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
     )
     front.anthropic.route("POST", "/v1/messages", Reply.sse(started))
@@ -527,23 +523,7 @@ async def test_a_client_that_hangs_up_cancels_the_upstream_call(front: SharedDoo
         200,
         {"content-type": "text/event-stream"},
         [
-            sse(
-                {
-                    "type": "message_start",
-                    "message": {
-                        "id": "msg_x",
-                        "type": "message",
-                        "role": "assistant",
-                        "model": "claude-sonnet-4-5",
-                        "content": [],
-                        "stop_reason": None,
-                        "stop_sequence": None,
-                        "usage": {"input_tokens": 5, "output_tokens": 1},
-                    },
-                },
-                {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
-                {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "first words"}},
-            ).encode(),
+            sse(*text_begun("first words")).encode(),
             b"never sent",
         ],
         stall_after=1,  # then silent, the connection open: only a cancel ends it
