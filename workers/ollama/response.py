@@ -14,6 +14,7 @@ from ...protocol.messages import (
     FinishReasonName,
     Usage,
 )
+from ...protocol.tokens import estimate_text_tokens
 from ..errors import ProviderError
 
 _DONE: dict[str, FinishReasonName] = {"stop": "stop", "length": "length"}
@@ -26,12 +27,20 @@ def finish_reason(done_reason: str | None, made_tool_calls: bool) -> FinishReaso
     return FinishReason(reason=_DONE.get(done_reason or "", "other"), raw=done_reason)
 
 
-def usage(line: dict[str, Any]) -> Usage | None:
+def usage(line: dict[str, Any], thinking: str = "") -> Usage | None:
+    """The final line's counts. `prompt_eval_cached_count` (Ollama 0.12 and later) is the
+    part of the prompt found in the KV cache; `eval_count` counts the thinking too, which
+    Ollama does not count apart, so its share is estimated from the text, and says so."""
     if "prompt_eval_count" not in line and "eval_count" not in line:
         return None
     prompt = int(line.get("prompt_eval_count") or 0)
     output = int(line.get("eval_count") or 0)
-    return Usage(input_tokens=prompt, output_tokens=output, total_tokens=prompt + output)
+    cached = min(int(line.get("prompt_eval_cached_count") or 0), prompt)
+    result = Usage(input_tokens=prompt, output_tokens=output, total_tokens=prompt + output, cache_read_tokens=cached)
+    if not thinking:
+        return result
+    result.reasoning_tokens = min(estimate_text_tokens(thinking), output) if output else estimate_text_tokens(thinking)
+    return result.mark_estimated("reasoning_tokens")
 
 
 def call_arguments(function: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:

@@ -38,7 +38,8 @@ class OllamaStream:
         self._text: int | None = None
         self._text_chunks: list[str] = []
         self._reasoning: int | None = None
-        self._reasoning_chunks: list[str] = []
+        self._reasoning_chunks: list[str] = []  # every reasoning part's, for the token estimate
+        self._reasoning_from = 0  # where the open part's chunks begin
         self._calls = 0
         self._model = ""
         self._started = False
@@ -49,7 +50,7 @@ class OllamaStream:
         if self._reasoning is None:
             return []
         index, self._reasoning = self._reasoning, None
-        return [ReasoningEnd(index=index, text="".join(self._reasoning_chunks))]
+        return [ReasoningEnd(index=index, text="".join(self._reasoning_chunks[self._reasoning_from :]))]
 
     def _close_text(self) -> list[Event]:
         if self._text is None:
@@ -77,7 +78,7 @@ class OllamaStream:
             if self._reasoning is None:
                 self._reasoning = self._next
                 self._next += 1
-                self._reasoning_chunks = []
+                self._reasoning_from = len(self._reasoning_chunks)
                 out.append(ReasoningStart(index=self._reasoning))
             self._reasoning_chunks.append(thinking)
             self.generated.append(thinking)
@@ -115,7 +116,7 @@ class OllamaStream:
         if self._done is None:
             raise ProviderError("network", "the Ollama stream ended before its final (done) line")
         out = self._close_reasoning() + self._close_text()
-        reported = usage(self._done)
+        reported = usage(self._done, "".join(self._reasoning_chunks))
         skeleton = Response(
             model=self._done.get("model", self._model),
             finish_reason=finish_reason(self._done.get("done_reason"), self._calls > 0),

@@ -24,6 +24,7 @@ from ...protocol.messages import (
     ToolCallPart,
     Usage,
 )
+from ...protocol.tokens import estimate_text_tokens
 from ..errors import invalid_response
 from .errors import from_body
 
@@ -41,21 +42,29 @@ def finish_reason(raw: str | None) -> FinishReason:
     return FinishReason(reason=_FINISH.get(raw or "", "other"), raw=raw)
 
 
-def usage(raw: dict[str, Any] | None) -> Usage | None:
-    """None when the server reported nothing."""
+def usage(raw: dict[str, Any] | None, reasoning: str = "") -> Usage | None:
+    """None when the server reported nothing. Cached and cache-written tokens are within
+    the prompt's, as OpenAI counts them (OpenRouter adds `cache_write_tokens`). A server
+    that streamed reasoning text but gave no count of its tokens (vLLM, llama.cpp) gets
+    an estimate from that text, flagged as one."""
     if not isinstance(raw, dict):
         return None
     prompt = int(raw.get("prompt_tokens") or 0)
     completion = int(raw.get("completion_tokens") or 0)
     prompt_details = raw.get("prompt_tokens_details") or {}
     completion_details = raw.get("completion_tokens_details") or {}
-    return Usage(
+    counted = completion_details.get("reasoning_tokens") if isinstance(completion_details, dict) else None
+    estimated = counted is None and bool(reasoning)
+    thinking = estimate_text_tokens(reasoning) if estimated else int(counted or 0)
+    result = Usage(
         input_tokens=prompt,
         output_tokens=completion,
         total_tokens=prompt + completion,
-        reasoning_tokens=int(completion_details.get("reasoning_tokens") or 0),
+        reasoning_tokens=min(thinking, completion) if completion else thinking,
         cache_read_tokens=int(prompt_details.get("cached_tokens") or 0),
+        cache_write_tokens=int(prompt_details.get("cache_write_tokens") or 0),
     )
+    return result.mark_estimated("reasoning_tokens") if estimated else result
 
 
 def tool_arguments(raw: str, name: str, degraded: bool) -> dict[str, Any] | None:
@@ -117,7 +126,7 @@ def parse(body: Any, include_raw: bool = False) -> tuple[Response, bool]:
                 provider_id=call.get("id") or None,
             )
         )
-    reported = usage(body.get("usage"))
+    reported = usage(body.get("usage"), thinking)
     return Response(
         id=body.get("id") or "",
         model=body.get("model") or "",

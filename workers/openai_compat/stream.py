@@ -57,12 +57,13 @@ class ChatStream:
         self._text: int | None = None  # index of the open text part
         self._text_chunks: list[str] = []
         self._reasoning: int | None = None
-        self._reasoning_chunks: list[str] = []
+        self._reasoning_chunks: list[str] = []  # every reasoning part's, for the token estimate
+        self._reasoning_from = 0  # where the open part's chunks begin
         self._calls: dict[int, _Call] = {}
         self._id = ""
         self._model = ""
         self._finish: str | None = None
-        self._usage: Usage | None = None
+        self._usage: dict[str, Any] | None = None  # the last usage reported, read at the end
         self._started = False
         self.done = False
         self.seen = False  # any `data:` at all
@@ -76,7 +77,7 @@ class ChatStream:
         if self._reasoning is None:
             return []
         index, self._reasoning = self._reasoning, None
-        return [ReasoningEnd(index=index, text="".join(self._reasoning_chunks))]
+        return [ReasoningEnd(index=index, text="".join(self._reasoning_chunks[self._reasoning_from :]))]
 
     def feed(self, data: bytes, event: str = "message") -> list[Event]:
         self.seen = True
@@ -98,12 +99,12 @@ class ChatStream:
             self._id = chunk.get("id") or ""
             self._model = chunk.get("model") or ""
             out.append(StreamStart(model=self._model))
-        reported = usage(chunk.get("usage"))
-        if reported is not None:
+        reported = chunk.get("usage")
+        if isinstance(reported, dict):
             self._usage = reported
         choices = chunk.get("choices")
         if not choices or not isinstance(choices, list):
-            if self.passthrough and reported is None:
+            if self.passthrough and not isinstance(reported, dict):
                 out.append(ProviderEvent(provider=self.provider, event_type="chunk", data=chunk))
             return out
         choice = choices[0]
@@ -112,7 +113,7 @@ class ChatStream:
         if isinstance(thinking, str) and thinking:
             if self._reasoning is None:
                 self._reasoning = self._open_index()
-                self._reasoning_chunks = []
+                self._reasoning_from = len(self._reasoning_chunks)
                 out.append(ReasoningStart(index=self._reasoning))
             self._reasoning_chunks.append(thinking)
             out.append(ReasoningDelta(index=self._reasoning, text=thinking))
@@ -198,9 +199,10 @@ class ChatStream:
                     raw_arguments=raw,
                 )
             )
+        reported = usage(self._usage, "".join(self._reasoning_chunks))
         return Ending(
             out,
-            Response(id=self._id, model=self._model, finish_reason=reason, usage=self._usage or Usage()),
-            self._usage is not None,
+            Response(id=self._id, model=self._model, finish_reason=reason, usage=reported or Usage()),
+            reported is not None,
             self.generated(),
         )

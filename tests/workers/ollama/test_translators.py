@@ -198,6 +198,20 @@ def test_thinking_text_and_whole_tool_calls(chunking):
     assert [json.loads(d) for d in deltas] == [{"city": "Oslo"}, {}]
     assert response.finish_reason.reason == "tool_calls" and response.finish_reason.raw == "stop"
     assert (response.usage.input_tokens, response.usage.output_tokens) == (31, 18)
+    # eval_count counts the thinking too, and Ollama does not say how much of it: estimated
+    assert 0 < response.usage.reasoning_tokens < 18 and response.usage.estimated_fields == ["reasoning_tokens"]
+
+
+def test_the_prompt_tokens_found_in_the_kv_cache_are_cache_reads():
+    line = {"model": "m", "message": {"role": "assistant", "content": "ok"}, "done": True, "done_reason": "stop"}
+    counts = {"prompt_eval_count": 2050, "prompt_eval_cached_count": 1800, "eval_count": 7}
+    response = run([json.dumps({**line, **counts}).encode() + b"\n"])[-1].response
+    assert (response.usage.input_tokens, response.usage.cache_read_tokens, response.usage.output_tokens) == (
+        2050,
+        1800,
+        7,
+    )
+    assert not response.usage.estimated  # nothing thought, nothing estimated
 
 
 def test_a_server_that_buffers_everything_into_one_object():

@@ -438,6 +438,41 @@ def test_reasoning_deltas_and_missing_ids(chunking):
     call = response.tool_calls[0]
     assert call.provider_id is None and call.id.startswith("tu_") and call.arguments == {}
     assert response.finish_reason.reason == "tool_calls"
+    assert response.usage.reasoning_tokens == 8 and not response.usage.estimated  # counted by the server
+
+
+def usage_chunk(usage: dict) -> bytes:
+    return f"data: {json.dumps({'id': 'c', 'model': 'm', 'choices': [], 'usage': usage})}\n\n".encode()
+
+
+def test_reasoning_without_a_count_is_estimated_from_its_text_and_cache_writes_are_read():
+    """vLLM and llama.cpp stream reasoning text with no count of its tokens; OpenRouter
+    says the tokens it wrote to the cache."""
+    usage = {
+        "prompt_tokens": 900,
+        "completion_tokens": 60,
+        "total_tokens": 960,
+        "prompt_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 850},
+    }
+    stream = (
+        b'data: {"id":"c","model":"m","choices":[{"index":0,"delta":{"reasoning_content":"Two plus two. "}}]}\n\n'
+        b'data: {"id":"c","model":"m","choices":[{"index":0,"delta":{"content":"4"}}]}\n\n'
+        b'data: {"id":"c","model":"m","choices":[{"index":0,"delta":{"reasoning_content":"Checked it."}}]}\n\n'
+        b'data: {"id":"c","model":"m","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\n'
+        + usage_chunk(usage)
+        + b"data: [DONE]\n\n"
+    )
+    response = run([stream])[-1].response
+    u = response.usage
+    assert u.estimated_fields == ["reasoning_tokens"] and 0 < u.reasoning_tokens < 60  # both parts' text
+    assert (u.input_tokens, u.cache_write_tokens, u.cache_read_tokens) == (900, 850, 0)
+    whole, reported = parse(
+        {
+            "choices": [{"finish_reason": "stop", "message": {"content": "4", "reasoning": "Two plus two."}}],
+            "usage": usage,
+        }
+    )
+    assert reported and whole.usage.estimated_fields == ["reasoning_tokens"] and whole.usage.cache_write_tokens == 850
 
 
 def test_degraded_stream_returns_null_arguments():
