@@ -19,7 +19,9 @@ from typing import Any
 
 import trio
 
+from fakes import chat_completions as cc
 from fakes import gemini_stream as gs
+from fakes import ollama_chat as ol
 from fakes import openai_responses as oa
 from fakes.upstream import FakeUpstream, Recorded, Reply
 from helpers import DaemonProcess
@@ -54,6 +56,8 @@ class Harness:
     reasoning_exact = True
     #: Whether the provider reports the tokens written to its cache.
     reports_cache_writes = True
+    #: Whether the model has a price (a local model has none: its cost is unknown, not 0).
+    priced = True
     #: The API key the daemon holds (it must never show in an error).
     key = ""
     daemon: Any = None
@@ -606,12 +610,237 @@ class GeminiHarness(Harness):
         return reply
 
 
+COMPAT_KEY = "sk-or-fake-compat-key-never-to-be-seen-0123456789"
+CHAT = "/api/v1/chat/completions"
+
+
+class OpenAICompatHarness(Harness):
+    """An OpenAI-compatible host (an OpenRouter-like one, whose usage says the tokens it
+    wrote to the cache) over Chat Completions, streamed as `fakes.chat_completions` builds
+    it; a model the user priced in their `models:`."""
+
+    name = "openai_compat"
+    model = "router:vendor/chat-model"
+    key = COMPAT_KEY
+
+    async def start(self, nursery: trio.Nursery, start_daemon: Callable[..., Awaitable[Any]]) -> Harness:
+        self.upstream = await FakeUpstream().start(nursery)
+        self.daemon = await start_daemon(
+            {
+                "providers": {
+                    "router": {
+                        "type": "openai_compat",
+                        "base_url": self.upstream.base_url + "/api/v1",
+                        "api_key_env": "ROUTER_KEY",
+                    }
+                },
+                "models": {
+                    "router:vendor/chat-model": {
+                        "wire_name": "vendor/chat-model",
+                        "reasoning": True,
+                        "vision": True,
+                        "structured_output": True,
+                        "price": {"input": 1.0, "output": 4.0, "cache_read": 0.1, "cache_write": 1.25},
+                    }
+                },
+            },
+            env={"ROUTER_KEY": COMPAT_KEY},
+        )
+        return self
+
+    def script(self, *turns: Turn) -> dict[str, Any]:
+        self.upstream.route("POST", CHAT, *[self._reply(t, n) for n, t in enumerate(turns)])
+        return {}
+
+    def fail(self, failure: Failure) -> dict[str, Any]:
+        kinds = {
+            "authentication": ("invalid_request_error", "invalid_api_key"),
+            "rate_limit": ("requests", "rate_limit_exceeded"),
+        }
+        kind, code = kinds[failure.error_class]
+        headers = {"retry-after": f"{failure.retry_after_s:g}"} if failure.retry_after_s is not None else {}
+        self.upstream.route("POST", CHAT, cc.error(failure.status, failure.message, kind, code, **headers))
+        return {"max_retries": 0}
+
+    def sent(self) -> list[dict[str, Any]]:
+        return [r.json() for r in self.upstream.sent(CHAT)]
+
+    def options(self) -> tuple[dict[str, Any], Callable[[Any, list[dict[str, Any]]], None]]:
+        def check(response: Any, sent: list[dict[str, Any]]) -> None:
+            assert sent[-1]["top_k"] == 5 and sent[-1]["provider"] == {"order": ["vendor-a"]}
+            assert sent[-1]["transforms"] == ["middle-out"]
+
+        options = {"top_k": 5, "provider": {"order": ["vendor-a"]}, "extra_body": {"transforms": ["middle-out"]}}
+        return {"router": options}, check
+
+    def call_id(self, turn: int, index: int) -> str:
+        return f"call_{turn}_{index}"
+
+    def conversation(self, body: dict[str, Any]) -> list[Any]:
+        return [m for m in body["messages"] if m["role"] != "system"]
+
+    def max_tokens(self, body: dict[str, Any]) -> int:
+        return int(body["max_completion_tokens"])
+
+    def images(self, body: dict[str, Any]) -> list[Any]:
+        user = next(m for m in body["messages"] if m["role"] == "user")
+        return [c for c in user["content"] if c["type"] == "image_url"]
+
+    def tool_calls(self, body: dict[str, Any]) -> list[str]:
+        return [c["id"] for m in body["messages"] if m["role"] == "assistant" for c in m.get("tool_calls", [])]
+
+    def tool_results(self, body: dict[str, Any]) -> list[tuple[str, str]]:
+        return [(m["tool_call_id"], m["content"]) for m in body["messages"] if m["role"] == "tool"]
+
+    def last_turn(self, body: dict[str, Any]) -> dict[str, Any]:
+        messages = body["messages"]
+        start = len(messages)
+        while start and messages[start - 1]["role"] == "tool":
+            start -= 1
+        return {**body, "messages": messages[start:]}
+
+    def output_schema(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        fmt = body.get("response_format")
+        return fmt["json_schema"]["schema"] if fmt and fmt["type"] == "json_schema" else None
+
+    def check_cache(self, first: dict[str, Any], second: dict[str, Any]) -> None:
+        # The host caches a repeated prefix: the second turn must begin with the first, unchanged.
+        assert second["messages"][: len(first["messages"])] == first["messages"]
+
+    @staticmethod
+    def _usage(turn: Turn) -> dict[str, Any]:
+        # OpenAI's figures, which OpenRouter follows: cached and written tokens within the
+        # prompt, reasoning within the completion.
+        return {
+            "prompt_tokens": turn.input_tokens,
+            "completion_tokens": turn.output_tokens,
+            "total_tokens": turn.input_tokens + turn.output_tokens,
+            "prompt_tokens_details": {
+                "cached_tokens": turn.cache_read_tokens,
+                "cache_write_tokens": turn.cache_write_tokens,
+                "audio_tokens": 0,
+            },
+            "completion_tokens_details": {"reasoning_tokens": turn.reasoning_tokens},
+        }
+
+    def _reply(self, turn: Turn, n: int) -> Callable[[Recorded], Reply]:
+        payloads = cc.chunks(
+            id=f"gen-{n}",
+            model="vendor/chat-model",
+            text=turn.text,
+            reasoning=turn.reasoning,
+            calls=[(self.call_id(n, i), name, args) for i, (name, args) in enumerate(turn.calls)],
+            usage=self._usage(turn),
+        )
+
+        def reply(request: Recorded) -> Reply:
+            if not request.json().get("stream"):
+                return Reply.json(cc.completion(payloads))
+            return Reply.sse(cc.sse(payloads), chunk_size=89)
+
+        return reply
+
+
+class OllamaHarness(Harness):
+    """Ollama's native `/api/chat`, NDJSON as `fakes.ollama_chat` builds it. Its tool calls
+    have no ids (a result names its tool), it reports no reasoning-token count and no
+    cache writes (its prompt cache is implicit), and a local model has no price."""
+
+    name = "ollama"
+    model = "ollama:qwen3:8b"
+    reasoning_exact = False
+    reports_cache_writes = False
+    priced = False
+
+    async def start(self, nursery: trio.Nursery, start_daemon: Callable[..., Awaitable[Any]]) -> Harness:
+        self.upstream = await FakeUpstream().start(nursery)
+        self.daemon = await start_daemon(
+            {"providers": {"ollama": {"enabled": True, "base_url": self.upstream.base_url}}}
+        )
+        return self
+
+    def script(self, *turns: Turn) -> dict[str, Any]:
+        self.upstream.route("POST", "/api/chat", *[self._reply(t) for t in turns])
+        return {}
+
+    def fail(self, failure: Failure) -> dict[str, Any]:
+        headers = {"retry-after": f"{failure.retry_after_s:g}"} if failure.retry_after_s is not None else {}
+        self.upstream.route("POST", "/api/chat", ol.error(failure.status, failure.message, **headers))
+        return {"max_retries": 0}
+
+    def sent(self) -> list[dict[str, Any]]:
+        return [r.json() for r in self.upstream.sent("/api/chat")]
+
+    def options(self) -> tuple[dict[str, Any], Callable[[Any, list[dict[str, Any]]], None]]:
+        def check(response: Any, sent: list[dict[str, Any]]) -> None:
+            assert sent[-1]["keep_alive"] == "30m" and sent[-1]["options"]["num_ctx"] == 8192
+
+        return {"ollama": {"keep_alive": "30m", "options": {"num_ctx": 8192}}}, check
+
+    def call_id(self, turn: int, index: int) -> str:
+        return "get_weather"  # Ollama pairs a result with its call by the tool's name
+
+    def conversation(self, body: dict[str, Any]) -> list[Any]:
+        return [m for m in body["messages"] if m["role"] != "system"]
+
+    def max_tokens(self, body: dict[str, Any]) -> int:
+        return int(body["options"]["num_predict"])
+
+    def images(self, body: dict[str, Any]) -> list[Any]:
+        user = next(m for m in body["messages"] if m["role"] == "user")
+        return list(user.get("images", []))
+
+    def tool_calls(self, body: dict[str, Any]) -> list[str]:
+        return [
+            c["function"]["name"] for m in body["messages"] if m["role"] == "assistant" for c in m.get("tool_calls", [])
+        ]
+
+    def tool_results(self, body: dict[str, Any]) -> list[tuple[str, str]]:
+        return [(m["tool_name"], m["content"]) for m in body["messages"] if m["role"] == "tool"]
+
+    def last_turn(self, body: dict[str, Any]) -> dict[str, Any]:
+        messages = body["messages"]
+        start = len(messages)
+        while start and messages[start - 1]["role"] == "tool":
+            start -= 1
+        return {**body, "messages": messages[start:]}
+
+    def output_schema(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        fmt = body.get("format")
+        return fmt if isinstance(fmt, dict) else None
+
+    def check_cache(self, first: dict[str, Any], second: dict[str, Any]) -> None:
+        # Ollama reuses the KV cache of a repeated prefix: the second turn must begin with the first.
+        assert second["messages"][: len(first["messages"])] == first["messages"]
+
+    def _reply(self, turn: Turn) -> Callable[[Recorded], Reply]:
+        # Ollama's counts: the prompt's tokens with those it found cached, the output's with the thinking.
+        payloads = ol.lines(
+            model="qwen3:8b",
+            text=turn.text,
+            thinking=turn.reasoning,
+            calls=turn.calls,
+            prompt_eval_count=turn.input_tokens,
+            prompt_eval_cached_count=turn.cache_read_tokens,
+            eval_count=turn.output_tokens,
+        )
+
+        def reply(request: Recorded) -> Reply:
+            if request.json().get("stream") is False:
+                return Reply.json(ol.whole(payloads))
+            return Reply.ndjson(payloads)
+
+        return reply
+
+
 #: The providers the matrix runs on.
 HARNESSES: dict[str, type[Harness]] = {
     "mock": MockHarness,
     "anthropic": AnthropicHarness,
     "openai": OpenAIHarness,
     "gemini": GeminiHarness,
+    "openai_compat": OpenAICompatHarness,
+    "ollama": OllamaHarness,
 }
 
 
