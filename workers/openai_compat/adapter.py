@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import httpx
@@ -9,19 +10,26 @@ import httpx
 from ...protocol.messages import ModelInfo, RateLimit, Request, Response
 from ...protocol.tokens import estimate_request_tokens
 from .._adapter import Call, Emit
-from .._contract import estimated_usage, generated_text
+from .._contract import Built, estimated_usage, generated_text
 from .._http import HttpAdapter
 from .._ratelimits import openai_rate_limit
+from .._warnings import warn
 from ..errors import ProviderError
 from . import errors, request, response
 from .stream import ChatStream
 
 NOT_LOADED = {"not-loaded", "not_loaded", "unloaded", "loading", "unloading"}
 
+log = logging.getLogger("trunkline.worker.openai_compat")
+
 
 class OpenAICompatAdapter(HttpAdapter):
     provider_type = "openai_compat"
     build_request = staticmethod(request.build)
+
+    #: Set once this server refused `max_completion_tokens` (older vLLM, TGI, servers that
+    #: refuse fields they do not know): from then on this instance sends `max_tokens`.
+    legacy_max_tokens = False
 
     def auth_headers(self) -> dict[str, str]:
         return {"authorization": f"Bearer {self.api_key}"} if self.api_key else {}
@@ -32,15 +40,46 @@ class OpenAICompatAdapter(HttpAdapter):
     def rate_limit(self, headers: httpx.Headers) -> RateLimit | None:
         return openai_rate_limit(headers)
 
+    def build(self, call: Call, *, stream: bool) -> Built:
+        built = super().build(call, stream=stream)
+        if self.legacy_max_tokens and "max_completion_tokens" in built.body:
+            built.body["max_tokens"] = built.body.pop("max_completion_tokens")
+        return built
+
     async def stream(self, call: Call, emit: Emit, whole: bool = False) -> Response:
         if not self.base_url:
             raise ProviderError("not_configured", f"provider {self.name} has no base_url")
+        built = self.build(call, stream=True)
+        try:
+            return await self._send_chat(call, emit, whole, built)
+        except ProviderError as err:
+            # A refusal comes before any output, so nothing was billed or emitted: the
+            # same attempt goes again with the field the server takes, once.
+            if call.answered or "max_completion_tokens" not in built.body:
+                raise
+            if not errors.refuses_field(err, "max_completion_tokens"):
+                raise
+        self.legacy_max_tokens = True
+        log.warning(
+            "%s refused max_completion_tokens: max_tokens is sent from now on "
+            "(set `legacy_max_tokens: true` in its options to skip the refused call)",
+            self.name,
+        )
+        warn(
+            call.warnings,
+            "unsupported_setting",
+            f"{self.name} refused max_completion_tokens; the request was sent again with max_tokens "
+            "(and later ones are sent so at once)",
+        )
+        return await self._send_chat(call, emit, whole, self.build(call, stream=True))
+
+    async def _send_chat(self, call: Call, emit: Emit, whole: bool, built: Built) -> Response:
         return await self.run_stream(
             call,
             emit,
             whole,
             path="/chat/completions",
-            built=self.build(call, stream=True),
+            built=built,
             translator=ChatStream(passthrough=call.request.passthrough, provider=self.name),
             whole_body=lambda body: self._completion(call, body),
         )

@@ -83,3 +83,27 @@ def classify(status: int, headers: Mapping[str, str], raw: bytes) -> ProviderErr
     except msgspec.DecodeError:
         body = raw.decode("utf-8", "replace").strip()[:500] or f"HTTP {status}"
     return from_body(status, body, parse_retry_after(headers))
+
+
+#: How servers say a field is not one they take (OpenAI's `unsupported_parameter`, a
+#: pydantic-validated server's "Extra inputs are not permitted", llama.cpp, vLLM...).
+_REFUSED_FIELD = (
+    "unsupported",
+    "not supported",
+    "unknown",
+    "unrecognized",
+    "unrecognised",
+    "extra",
+    "not permitted",
+    "not allowed",
+    "unexpected",
+)
+
+
+def refuses_field(err: ProviderError, name: str) -> bool:
+    """Whether `err` is a refusal of the request because it carried the field `name`
+    (a 400 or 422 naming it as a field the server does not take, not as a bad value)."""
+    if err.status not in (400, 422) or name not in err.message:
+        return False
+    lowered = err.message.lower()
+    return any(words in lowered for words in _REFUSED_FIELD)
