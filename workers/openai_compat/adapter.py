@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
@@ -22,6 +23,20 @@ NOT_LOADED = {"not-loaded", "not_loaded", "unloaded", "loading", "unloading"}
 
 log = logging.getLogger("trunkline.worker.openai_compat")
 
+#: Hosts of OpenAI's own Chat Completions (and Azure OpenAI's), which take at most 4 stop
+#: sequences; other servers (vLLM, llama.cpp, OpenRouter, Groq...) take more or set no limit.
+OPENAI_HOSTS = ("api.openai.com",)
+OPENAI_HOST_SUFFIXES = (".openai.azure.com",)
+OPENAI_MAX_STOP_SEQUENCES = 4
+
+
+def instance_options(base_url: str, options: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The instance's options with the defaults its host implies (the config's win)."""
+    host = httpx.URL(base_url).host if base_url else ""
+    if host in OPENAI_HOSTS or host.endswith(OPENAI_HOST_SUFFIXES):
+        return {"max_stop_sequences": OPENAI_MAX_STOP_SEQUENCES, **options}
+    return options
+
 
 class OpenAICompatAdapter(HttpAdapter):
     provider_type = "openai_compat"
@@ -30,6 +45,11 @@ class OpenAICompatAdapter(HttpAdapter):
     #: Set once this server refused `max_completion_tokens` (older vLLM, TGI, servers that
     #: refuse fields they do not know): from then on this instance sends `max_tokens`.
     legacy_max_tokens = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: The options `request.build` reads: the config's, over what the host implies.
+        self.instance = instance_options(self.base_url, self.config.options)
 
     def auth_headers(self) -> dict[str, str]:
         return {"authorization": f"Bearer {self.api_key}"} if self.api_key else {}
@@ -41,7 +61,16 @@ class OpenAICompatAdapter(HttpAdapter):
         return openai_rate_limit(headers)
 
     def build(self, call: Call, *, stream: bool) -> Built:
-        built = super().build(call, stream=stream)
+        built = self.build_request(
+            call.request,
+            call.model,
+            provider=self.name,
+            options=self.options_of(call),
+            wire_ids=call.wire_ids,
+            stream=stream,
+            instance=self.instance,
+        )
+        call.warnings.extend(w for w in built.warnings if w not in call.warnings)
         if self.legacy_max_tokens and "max_completion_tokens" in built.body:
             built.body["max_tokens"] = built.body.pop("max_completion_tokens")
         return built

@@ -49,6 +49,8 @@ PROVIDER_TYPE = "openai_compat"
 #:   legacy_max_tokens: send `max_tokens` instead of `max_completion_tokens`
 #:   stream_usage: ask for usage on streams (`stream_options.include_usage`; default true)
 #:   reasoning_effort: send `reasoning_effort` for reasoning models (default true)
+#:   max_stop_sequences: the most stop sequences the server takes; the first ones are
+#:     sent, with a warning (default: 4 for OpenAI's own hosts, else no limit)
 
 
 def image_url(part: ImagePart) -> dict[str, Any]:
@@ -146,6 +148,18 @@ class _Translator:
         return out
 
 
+def _stop_sequences(stops: list[str], limit: Any, warnings: list[WarningInfo]) -> list[str]:
+    """At most `limit` of them: a server that takes fewer refuses the whole request."""
+    if not isinstance(limit, int) or isinstance(limit, bool) or len(stops) <= limit:
+        return list(stops)
+    warn(
+        warnings,
+        "unsupported_setting",
+        f"this server takes at most {limit} stop sequences; the first {limit} of {len(stops)} were sent",
+    )
+    return list(stops[:limit])
+
+
 def _check_tools(request: Request, model: ModelInfo) -> None:
     """Refuse function tools a model does not take over Chat Completions, before the call."""
     rule = model.rules.chat_completions_tools
@@ -223,7 +237,7 @@ def build(
             )
         body["max_tokens" if legacy else "max_completion_tokens"] = request.max_tokens
     if request.stop_sequences:
-        body["stop"] = list(request.stop_sequences)
+        body["stop"] = _stop_sequences(request.stop_sequences, instance.get("max_stop_sequences"), warnings)
     body.update(_rules.sampling({"temperature": request.temperature, "top_p": request.top_p}, request, model, warnings))
     if request.seed is not None:
         body["seed"] = request.seed
