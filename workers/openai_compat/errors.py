@@ -106,4 +106,6 @@ def refuses_field(err: ProviderError, name: str) -> bool:
     if err.status not in (400, 422) or name not in err.message:
         return False
     lowered = err.message.lower()
+    if "unsupported value" in lowered or err.code in ("unsupported_value", "invalid_value"):
+        return False  # OpenAI's words for a value the field does not take
     return any(words in lowered for words in _REFUSED_FIELD)

@@ -107,15 +107,21 @@ async def test_streams_are_sent_again_too(start_daemon, nursery):
     assert [("max_completion_tokens" in r.json()) for r in old.sent(CHAT)] == [True, False]
 
 
-async def test_a_bad_value_is_not_a_refused_field(start_daemon, nursery):
+@pytest.mark.parametrize(
+    ("message", "code"),
+    [
+        ("max_completion_tokens is too large: 900000. This model supports at most 32768 completion tokens.", None),
+        ("Unsupported value: 'max_completion_tokens' must be at most 32768 with this model.", "unsupported_value"),
+    ],
+)
+async def test_a_bad_value_is_not_a_refused_field(start_daemon, nursery, message, code):
     """A refusal of the value (too many tokens) is the caller's to fix: not sent again."""
     upstream = await FakeUpstream().start(nursery)
-    too_many = "max_completion_tokens is too large: 900000. This model supports at most 32768 completion tokens."
-    upstream.route("POST", CHAT, cc.error(400, too_many, "invalid_request_error", "invalid_value"))
+    upstream.route("POST", CHAT, cc.error(400, message, "invalid_request_error", code))
     daemon = await start_daemon({"providers": {"srv": provider(upstream)}})
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir) as client:
-            with pytest.raises(InvalidRequestError, match="too large"):
+            with pytest.raises(InvalidRequestError, match="max_completion_tokens"):
                 await client.complete("srv:m", "hi", max_tokens=900000)
     assert len(upstream.sent(CHAT)) == 1
 
