@@ -281,6 +281,8 @@ class Daemon:
                 "OpenTelemetry export on (%s)", shown(endpoint) if endpoint else "the OTEL_EXPORTER_OTLP_* settings"
             )
         log.info("trunkline %s serving %s (events %s)", __version__, self.control_url, self.events_url)
+        if self.exit_when_idle:
+            log.info("exits after %gs without clients (autostart.idle_exit_s)", self.config.autostart.idle_exit_s)
         try:
             async with trio.open_nursery() as nursery:
                 workers = await nursery.start(self._run_workers)

@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,14 @@ def home() -> Iterator[Home]:
 
 
 def _kill_all(home: Home) -> None:
+    """Stop the home's daemons as a service manager would (SIGTERM: they stop their
+    workers), killing what is left after a bounded wait."""
+    pids = home.daemons()
+    for pid in pids:
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 15
+    while home.daemons() and time.monotonic() < deadline:
+        time.sleep(0.05)  # polling for the exit, bounded: a fixture's teardown is not async
     for pid in home.daemons():
         os.kill(pid, signal.SIGKILL)
     shutil.rmtree(home.dir, ignore_errors=True)
