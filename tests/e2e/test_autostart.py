@@ -233,3 +233,34 @@ async def test_without_autostart_the_error_names_the_option(monkeypatch):
         assert not home.runtime_dir.exists() and home.daemons() == []
     finally:
         _kill_all(home)
+
+
+async def test_autostart_with_another_endpoint_says_which_daemon_it_would_start(home):
+    elsewhere = home.dir / "elsewhere" / "control.ipc"
+    with trio.fail_after(20), pytest.raises(DaemonNotRunning) as info:
+        async with home.client(control_endpoint=f"ipc://{elsewhere}"):
+            pass
+    assert f"autostart starts the daemon of {home.config_path}, which answers at ipc://{home.runtime_dir}" in str(
+        info.value
+    )
+    assert home.daemons() == []
+
+
+async def test_a_config_with_a_mistake_stops_an_autostarting_command_with_status_2(home):
+    home.config_path.write_text("autostart:\n  idle_exit_s: -1\n")
+    env = {
+        **os.environ,
+        "TRUNKLINE_AUTOSTART": "1",
+        "TRUNKLINE_CONFIG": str(home.config_path),
+        "TRUNKLINE_RUNTIME_DIR": str(home.runtime_dir),
+    }
+    with trio.fail_after(30):
+        done = await trio.run_process(
+            [sys.executable, "-m", "trunkline.cli", "status"], env=env, capture_stderr=True, check=False
+        )
+    assert done.returncode == 2
+    assert done.stderr.decode().strip() == (
+        f"trunkline: config error in {home.config_path} at `autostart.idle_exit_s`: "
+        "must be a positive number of seconds, got -1.0"
+    )
+    assert home.daemons() == []
