@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
-from . import autostart
+from .autostart import plan as daemon_plan
+from .autostart import start_and_connect
 from .autostart import wanted as autostart_wanted
 from .config.loader import default_runtime_dir
 from .connection import Connection, not_open_error
@@ -137,7 +138,7 @@ class Client:
         if not self.autostart:
             self._connection = await self._connect()
             return self
-        plan = autostart.plan(self.config, self.runtime_dir if self._runtime_dir_given else None)
+        plan = daemon_plan(self.config, self.runtime_dir if self._runtime_dir_given else None)
         if not self._endpoint_given:
             self.control_endpoint = plan.control
         try:
@@ -148,7 +149,7 @@ class Client:
                     f"{exc}; autostart starts the daemon of {plan.shown}, which answers at {plan.control}, "
                     f"not {self.control_endpoint}"
                 ) from None
-            self._connection = await autostart.start_and_connect(plan, self._connect)
+            self._connection = await start_and_connect(plan, self._connect)
         return self
 
     async def _connect(self) -> Connection:
