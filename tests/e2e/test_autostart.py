@@ -117,29 +117,29 @@ async def test_autostart_starts_the_daemon_of_the_config_detached_and_it_answers
     assert home.log.read_text().count("started by process") == 1
 
 
-async def test_trunkline_autostart_env_turns_it_on_for_the_default_client_and_the_cli(home, monkeypatch):
+async def test_trunkline_autostart_env_turns_it_on_for_the_default_client_and_the_cli(home):
     env = {
         **os.environ,
         "TRUNKLINE_AUTOSTART": "1",
         "TRUNKLINE_CONFIG": str(home.config_path),
         "TRUNKLINE_RUNTIME_DIR": str(home.runtime_dir),
     }
-    with trio.fail_after(60):
-        ask = await trio.run_process(
-            [sys.executable, "-m", "trunkline.cli", "ask", "mock:echo", "from the cli"],
-            env=env,
-            capture_stdout=True,
-            capture_stderr=True,
-            check=False,
-        )
-    assert ask.returncode == 0, ask.stderr.decode()
-    assert ask.stdout.decode().strip() == "from the cli"
+
+    async def run(*argv: str) -> str:
+        with trio.fail_after(60):
+            done = await trio.run_process(argv, env=env, capture_stdout=True, capture_stderr=True, check=False)
+        assert done.returncode == 0, done.stderr.decode()
+        return done.stdout.decode().strip()
+
+    # The first, under asyncio, starts it; trio and the CLI find it.
+    on_asyncio = "import asyncio, trunkline; print(asyncio.run(trunkline.generate('mock:echo', 'on asyncio')).text)"
+    assert await run(sys.executable, "-c", on_asyncio) == "on asyncio"
     [pid] = home.daemons()
-    program = "import trio, trunkline; print(trio.run(trunkline.generate, 'mock:echo', 'from generate').text)"
-    with trio.fail_after(30):
-        gen = await trio.run_process([sys.executable, "-c", program], env=env, capture_stdout=True, check=False)
-    assert gen.stdout.decode().strip() == "from generate"
+    on_trio = "import trio, trunkline; print(trio.run(trunkline.generate, 'mock:echo', 'on trio').text)"
+    assert await run(sys.executable, "-c", on_trio) == "on trio"
+    assert await run(sys.executable, "-m", "trunkline.cli", "ask", "mock:echo", "from the cli") == "from the cli"
     assert home.daemons() == [pid]
+    assert home.log.read_text().count("started by process") == 1
 
 
 #: Waits for a go file, then connects with autostart and prints the daemon's pid.
