@@ -264,3 +264,18 @@ async def test_a_config_with_a_mistake_stops_an_autostarting_command_with_status
         "must be a positive number of seconds, got -1.0"
     )
     assert home.daemons() == []
+
+
+async def test_a_daemon_slower_than_start_timeout_fails_the_client_naming_its_log():
+    # No interpreter starts in 10 ms: the wait is bounded, and says where to look.
+    home = Home({"autostart": {"start_timeout_s": 0.01, "idle_exit_s": 0.5}})
+    try:
+        with trio.fail_after(20), pytest.raises(DaemonNotRunning) as info:
+            async with home.client():
+                pass
+        assert str(info.value) == (
+            f"the trunkline daemon for {home.config_path} did not answer at ipc://{home.runtime_dir}/control.ipc "
+            f"within 0.01s (autostart.start_timeout_s); see its log {home.log}"
+        )
+    finally:
+        _kill_all(home)
