@@ -88,6 +88,23 @@ class Supervision(_Section):
     cancel_grace_s: float = 5.0
 
 
+#: In the runtime directory: the lock a client holds while it probes for the daemon,
+#: starts one and connects (so two clients start one daemon), and a daemon exiting
+#: when idle holds to its end (so no client connects to a daemon on its way out).
+AUTOSTART_LOCK = "autostart.lock"
+#: In the runtime directory: the output of a daemon a client started.
+AUTOSTART_LOG = "daemon.log"
+
+
+class Autostart(_Section):
+    """A daemon a client started itself (`autostart`): it exits once no client has been
+    connected and no request has run for this long, as build daemons do."""
+
+    idle_exit_s: float = 600.0
+    #: How long a client waits for the daemon it started to answer.
+    start_timeout_s: float = 30.0
+
+
 class RetryPolicy(_Section):
     max_retries: int = 2
     base_delay_s: float = 1.0
@@ -301,6 +318,7 @@ class Config(_Section):
     metrics: MetricsConfig = msgspec.field(default_factory=MetricsConfig)
     http: HttpConfig = msgspec.field(default_factory=HttpConfig)
     telemetry: TelemetryConfig = msgspec.field(default_factory=TelemetryConfig)
+    autostart: Autostart = msgspec.field(default_factory=Autostart)
     providers: dict[str, ProviderConfig] = msgspec.field(default_factory=dict)
     #: Extra catalog entries (for example models of a local server), by canonical id;
     #: each is written as `ModelInfo` without what its id and the catalog give.
@@ -680,6 +698,7 @@ def _check(config: Config, source: Path) -> None:
         ("timeouts", config.timeouts),
         ("replay", config.replay),
         ("http", config.http),
+        ("autostart", config.autostart),
     ]
     for name, provider in config.providers.items():
         durations += [(f"providers.{name}.{key}", getattr(provider, key)) for key in ("retry", "timeouts")]

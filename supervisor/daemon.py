@@ -9,17 +9,20 @@ workers send, keeps it for `replay` and ends requests (`relay`).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
 import os
 import signal
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import trio
 
 from ..config.catalog import Catalog
-from ..config.loader import Config, ConfigError, ProviderConfig, Supervision
+from ..config.loader import AUTOSTART_LOCK, Config, ConfigError, ProviderConfig, Supervision
 from ..protocol import __version__, nng
 from ..protocol.messages import ErrorInfo, ReloadResult, WorkerStatus
 from .frontdoor import FrontDoor
@@ -60,8 +63,12 @@ class Daemon:
     one `WorkerSlot` per provider, the `Router`, and the metrics and telemetry when
     they are on. Each child is given what it uses; none holds the daemon."""
 
-    def __init__(self, config: Config, runtime_dir: Path | None = None) -> None:
+    def __init__(self, config: Config, runtime_dir: Path | None = None, *, exit_when_idle: bool = False) -> None:
         self.config = config
+        #: Started by a client (autostart): exit after `autostart.idle_exit_s` without clients.
+        self.exit_when_idle = exit_when_idle
+        self.last_client_at = 0.0  # when a client last disconnected (trio's clock)
+        self._exit_lock: int | None = None  # the autostart lock, held from an idle exit to the process's end
         #: What the daemon and its workers started with: a reload reports what differs from it.
         self.started_with = config
         self.runtime_dir = runtime_dir or config.resolved_runtime_dir()
@@ -209,7 +216,7 @@ class Daemon:
                 max_connections=limits.max_connections,
                 fd_reserve=limits.fd_reserve,
                 tls=tls if nng.is_tls(self.control_url) else None,
-                on_gone=self.router.pipe_gone,
+                on_gone=self._connection_gone,
             )
         except nng.AddressInUse:
             raise StartupError(f"another trunkline daemon is already serving {self.control_url}") from None
@@ -274,6 +281,8 @@ class Daemon:
                 "OpenTelemetry export on (%s)", shown(endpoint) if endpoint else "the OTEL_EXPORTER_OTLP_* settings"
             )
         log.info("trunkline %s serving %s (events %s)", __version__, self.control_url, self.events_url)
+        if self.exit_when_idle:
+            log.info("exits after %gs without clients (autostart.idle_exit_s)", self.config.autostart.idle_exit_s)
         try:
             async with trio.open_nursery() as nursery:
                 workers = await nursery.start(self._run_workers)
@@ -289,9 +298,10 @@ class Daemon:
                 nursery.start_soon(self._housekeeping)
                 with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
                     task_status.started()
-                    async for signum in signals:
-                        log.info("received %s: draining", signal.Signals(signum).name)
-                        break
+                    async with trio.open_nursery() as race:
+                        race.start_soon(self._stop_on, race.cancel_scope, self._signalled, signals)
+                        if self.exit_when_idle:
+                            race.start_soon(self._stop_on, race.cancel_scope, self._idle)
 
                     async def hurry_on_second_signal() -> None:
                         async for signum in signals:
@@ -315,6 +325,67 @@ class Daemon:
                 # holds the exit up for at most this long.
                 with trio.move_on_after(TELEMETRY_FLUSH_S):
                     await trio.to_thread.run_sync(self.telemetry.shutdown, abandon_on_cancel=True)
+
+    @staticmethod
+    async def _stop_on(race: trio.CancelScope, reason: Callable[..., Awaitable[None]], *args: Any) -> None:
+        """The first reason to stop that comes ends the race."""
+        await reason(*args)
+        race.cancel()
+
+    @staticmethod
+    async def _signalled(signals: AsyncIterator[int]) -> None:
+        async for signum in signals:
+            log.info("received %s: draining", signal.Signals(signum).name)
+            return
+
+    def _connection_gone(self, pipe_id: int) -> None:
+        self.last_client_at = trio.current_time()  # a client that came and went between two looks is seen
+        self.router.pipe_gone(pipe_id)
+
+    def _busy(self) -> bool:
+        """A client is connected (the front door's processes are clients too) or a
+        request runs."""
+        return bool((self.rep is not None and self.rep.gate.open) or self.requests.active)
+
+    async def _idle(self) -> None:
+        """Returns once no client has been connected and no request has run for
+        `autostart.idle_exit_s` (read at each look, so a reload changes it), holding the
+        autostart lock: a client connecting through it waits for this daemon's end and
+        starts the next one, rather than reach a daemon on its way out."""
+        idle_since = trio.current_time()
+        while True:
+            idle_s = self.config.autostart.idle_exit_s
+            await trio.sleep(min(1.0, idle_s / 4))
+            now = trio.current_time()
+            idle_since = max(idle_since, self.last_client_at)
+            if self._busy():
+                idle_since = now
+            elif now - idle_since >= idle_s and self._take_exit_lock():
+                if not self._busy():
+                    log.info("no client for %gs: exiting (started to exit when idle)", idle_s)
+                    return
+                self._release_exit_lock()
+                idle_since = now
+
+    def _take_exit_lock(self) -> bool:
+        """The autostart lock, if no client holds it now (one that does is connecting)."""
+        try:
+            fd = os.open(self.runtime_dir / AUTOSTART_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError:
+            return True  # no runtime directory to share a lock in: nobody else uses one
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            return False
+        self._exit_lock = fd
+        return True
+
+    def _release_exit_lock(self) -> None:
+        if self._exit_lock is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._exit_lock)
+            self._exit_lock = None
 
     def _serve_metrics(self, metrics: DaemonMetrics) -> None:
         cfg = self.config.metrics
@@ -386,16 +457,23 @@ class Daemon:
             self.events.finish_cancelled(state, "shutdown")
 
 
-def main_serve(config_path: str | None, runtime_dir: Path | None, overrides: dict[str, Any] | None = None) -> int:
-    """`trunkline serve`: run until SIGTERM or Ctrl-C. Returns the exit status.
-    `overrides` (the command line's settings) are laid over the config file's."""
+def main_serve(
+    config_path: str | None,
+    runtime_dir: Path | None,
+    overrides: dict[str, Any] | None = None,
+    *,
+    exit_when_idle: bool = False,
+) -> int:
+    """`trunkline serve`: run until SIGTERM or Ctrl-C (or, `exit_when_idle`, until no
+    client has come for `autostart.idle_exit_s`). Returns the exit status. `overrides`
+    (the command line's settings) are laid over the config file's."""
     import sys
 
     from ..config.loader import load_config
 
     try:
         config = load_config(config_path, overrides=overrides)
-        daemon = Daemon(config, runtime_dir)
+        daemon = Daemon(config, runtime_dir, exit_when_idle=exit_when_idle)
     except ConfigError as exc:
         print(f"trunkline: {exc}", file=sys.stderr)
         return 2

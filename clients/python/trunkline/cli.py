@@ -23,8 +23,9 @@ from typing import Any
 import msgspec
 import trio
 
+from .autostart import CONFIG_ENV
 from .client import Client
-from .config.loader import endpoint_problem
+from .config.loader import ConfigError, endpoint_problem
 from .config.names import did_you_mean
 from .errors import DaemonNotRunning, DaemonUnavailable, TLSError, TrunklineError, error_from_info
 from .protocol import __version__
@@ -40,6 +41,8 @@ from .protocol.messages import (
     TextDelta,
     ToolCallEnd,
 )
+from .service import Kind, ServiceFile, default_kind, environment_file, service_file, shown, unit_path, write
+from .service import run as run_service_commands
 
 EXIT_FAILED, EXIT_USAGE, EXIT_NO_DAEMON, EXIT_TLS, EXIT_INTERRUPTED = 1, 2, 3, 4, 130
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE  # what a shell reports for a tool SIGPIPE ended
@@ -364,7 +367,48 @@ def _serve(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     from .supervisor.daemon import main_serve  # the daemon's code loads only for `serve`
 
-    return main_serve(args.config, _runtime_dir(args), overrides)
+    config = args.config or os.environ.get(CONFIG_ENV) or None
+    return main_serve(config, _runtime_dir(args), overrides, exit_when_idle=args.exit_when_idle)
+
+
+def _service(args: argparse.Namespace) -> int:
+    """`service install` writes the unit (or agent), `--print` only shows it, `service
+    uninstall` removes it; the service manager is run only with `--now`."""
+    kind: Kind = args.kind or default_kind()
+    if args.action == "uninstall":
+        path = unit_path(kind)
+        unload = ServiceFile(kind, path, b"").unload_commands()
+        if args.now:
+            status = run_service_commands(unload)
+            if status:
+                return status
+        elif path.exists():
+            print(f"stop it first if it runs: {shown(unload)}", file=sys.stderr)
+        if not path.exists():
+            print(f"trunkline service: nothing to remove ({path} does not exist)", file=sys.stderr)
+            return 0
+        path.unlink()
+        print(f"removed {path}")
+        return 0
+    service = service_file(kind, args.config, _service_runtime_dir(args))
+    if args.print:
+        sys.stdout.write(service.content.decode())
+        return 0
+    write(service)
+    print(f"wrote {service.path}")
+    if kind == "systemd":
+        print(f"the providers' keys go in {environment_file()} (NAME=value lines, chmod 600)", file=sys.stderr)
+    else:
+        print("the providers' keys: `launchctl setenv NAME value` (an agent sees no shell variables)", file=sys.stderr)
+    load = service.load_commands()
+    if args.now:
+        return run_service_commands(load)
+    print(f"start it now and at each login: {shown(load)}", file=sys.stderr)
+    return 0
+
+
+def _service_runtime_dir(args: argparse.Namespace) -> str | None:
+    return str(args.runtime_dir) if args.runtime_dir else None
 
 
 def _serve_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -434,7 +478,10 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     sp = sub.add_parser("serve", help="run the daemon in the foreground")
-    sp.add_argument("--config", help="YAML file merged over the defaults (default: ~/.config/trunkline/config.yaml)")
+    sp.add_argument(
+        "--config",
+        help="YAML file merged over the defaults (default: $TRUNKLINE_CONFIG, else ~/.config/trunkline/config.yaml)",
+    )
     # The daemon's own side of the settings clients name: where it listens, the token it
     # asks for, its certificate. Each wins over the config file, a reload included.
     sp.add_argument(
@@ -455,10 +502,27 @@ def parser() -> argparse.ArgumentParser:
         "which other users cannot read in `ps` as they can a command line)",
         default=argparse.SUPPRESS,
     )
+    sp.add_argument(
+        "--exit-when-idle",
+        action="store_true",
+        help="exit once no client has been connected for autostart.idle_exit_s (how clients start it)",
+    )
     sp.add_argument("--tls-cert-file", help="the daemon's certificate chain, PEM (endpoints.tls_cert_file)")
     sp.add_argument("--tls-key-file", help="the certificate's private key, PEM (endpoints.tls_key_file)")
     for client_only in ("--tls-ca-file", "--tls-server-name"):  # read only to say why they do not apply
         sp.add_argument(client_only, help=argparse.SUPPRESS, default=argparse.SUPPRESS)
+
+    sp = sub.add_parser("service", help="run the daemon as a systemd user service (a launchd agent on macOS)")
+    sp.add_argument("action", choices=("install", "uninstall"))
+    sp.add_argument("--kind", choices=("systemd", "launchd"), help="default: launchd on macOS, else systemd")
+    sp.add_argument("--config", help="the config file the service runs (default: serve's)")
+    sp.add_argument("--runtime-dir", help="where its sockets live (default: serve's)", default=argparse.SUPPRESS)
+    sp.add_argument("--print", action="store_true", help="show the file instead of writing it")
+    sp.add_argument(
+        "--now",
+        action="store_true",
+        help="also run systemctl --user (launchctl) to start it now and at each login, or stop it",
+    )
 
     sp = sub.add_parser("ask", help="ask a model; the answer streams to stdout")
     sp.add_argument("model", help="a catalog id such as mock:echo, an alias, or provider:name")
@@ -508,6 +572,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     if args.command == "serve":
         return _serve(args)
+    if args.command == "service":
+        return _service(args)
     try:
         status: int = trio.run(COMMANDS[args.command], args)
         sys.stdout.flush()  # here, not at exit, so a closed pipe is handled below
@@ -562,6 +628,8 @@ def _failure(exc: BaseException, command: str) -> tuple[int, str, ErrorInfo] | N
         )
     if isinstance(exc, TrunklineError):
         return EXIT_FAILED, f"trunkline: {exc.info.error_class}: {exc.message}", exc.info
+    if isinstance(exc, ConfigError):  # the config an autostarting client reads
+        return EXIT_USAGE, f"trunkline: {exc}", ErrorInfo(error_class="invalid_request", message=str(exc))
     if isinstance(exc, (UsageError, SystemExit)):
         message = str(exc if isinstance(exc, UsageError) else exc.code)
         return EXIT_USAGE, f"trunkline {command}: {message}", ErrorInfo(error_class="invalid_request", message=message)

@@ -25,9 +25,12 @@ from typing import TYPE_CHECKING, Any
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream
 
+from .autostart import plan as daemon_plan
+from .autostart import start_and_connect
+from .autostart import wanted as autostart_wanted
 from .config.loader import default_runtime_dir
 from .connection import Connection, not_open_error
-from .errors import DaemonUnavailable, error_from_info
+from .errors import DaemonNotRunning, DaemonUnavailable, error_from_info
 from .files import inline_local_files, max_file_bytes
 from .middleware import chain_complete
 from .model_lookup import find_model, newest
@@ -90,11 +93,20 @@ class Client:
         tls_key_file: str | None = None,
         tls_server_name: str | None = None,
         middleware: Sequence[Any] = (),
+        autostart: bool | None = None,
+        config: str | Path | None = None,
     ) -> None:
         self.runtime_dir = Path(runtime_dir).expanduser() if runtime_dir else default_runtime_dir()
-        self.control_endpoint = (
-            control_endpoint or os.environ.get("TRUNKLINE_CONTROL") or f"ipc://{self.runtime_dir / 'control.ipc'}"
-        )
+        explicit = control_endpoint or os.environ.get("TRUNKLINE_CONTROL")
+        self.control_endpoint = explicit or f"ipc://{self.runtime_dir / 'control.ipc'}"
+        #: Start the daemon of `config` when none answers (default: TRUNKLINE_AUTOSTART=1);
+        #: the client then finds it where that config puts it (see `trunkline.autostart`).
+        self.autostart = autostart_wanted(autostart)
+        #: The config file an autostarted daemon runs (default: TRUNKLINE_CONFIG, else
+        #: ~/.config/trunkline/config.yaml when it exists).
+        self.config = config
+        self._endpoint_given = bool(explicit)
+        self._runtime_dir_given = bool(runtime_dir)
         self.client_name = client_name
         self.token = token or os.environ.get("TRUNKLINE_TOKEN")
         self.timeout_s = timeout_s
@@ -123,6 +135,24 @@ class Client:
             raise not_open_error(closed=True)
         if self._connection is not None:
             raise RuntimeError("this Client is connected already: enter its `async with` block once")
+        if not self.autostart:
+            self._connection = await self._connect()
+            return self
+        plan = daemon_plan(self.config, self.runtime_dir if self._runtime_dir_given else None)
+        if not self._endpoint_given:
+            self.control_endpoint = plan.control
+        try:
+            self._connection = await self._connect()
+        except (DaemonNotRunning, DaemonUnavailable) as exc:
+            if self.control_endpoint != plan.control:
+                raise DaemonNotRunning(
+                    f"{exc}; autostart starts the daemon of {plan.shown}, which answers at {plan.control}, "
+                    f"not {self.control_endpoint}"
+                ) from None
+            self._connection = await start_and_connect(plan, self._connect)
+        return self
+
+    async def _connect(self) -> Connection:
         connection = Connection(
             self.control_endpoint,
             client_name=self.client_name,
@@ -133,8 +163,7 @@ class Client:
             bus=self._bus_send if self.watch_bus else None,
         )
         await connection.connect()
-        self._connection = connection
-        return self
+        return connection
 
     async def __aexit__(
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None

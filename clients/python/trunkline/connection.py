@@ -40,6 +40,8 @@ from .routing import Route
 from .tls import ClientTLS, closed_early, refused_handshake
 
 PROBE_INTERVAL_S = 0.05
+#: What a client that found no local daemon adds: the daemon can be started by clients.
+AUTOSTART_HINT = ", or let the client start it: Client(autostart=True) or TRUNKLINE_AUTOSTART=1"
 
 Reply = TypeVar("Reply")
 
@@ -106,6 +108,7 @@ class Connection:
             raise DaemonNotRunning(
                 f"no trunkline daemon is running (no socket at {path}); start one with "
                 "`trunkline serve`, or point TRUNKLINE_RUNTIME_DIR at its runtime directory"
+                f"{AUTOSTART_HINT}"
             )
         tls = self._tls.config(endpoint)
         try:
@@ -120,8 +123,9 @@ class Connection:
                 raise DaemonNotRunning(
                     f"{endpoint} closed the connection before a daemon answered ({exc}){plain_tcp_hint(endpoint)}"
                 ) from None
+            hint = AUTOSTART_HINT if path is not None else ""
             raise DaemonNotRunning(
-                f"no trunkline daemon answers at {endpoint} ({exc}); start one with `trunkline serve`"
+                f"no trunkline daemon answers at {endpoint} ({exc}); start one with `trunkline serve`{hint}"
             ) from None
         try:
             self._hello_at = self.control.connects

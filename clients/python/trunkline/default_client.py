@@ -3,7 +3,8 @@
 `set_default_client(client)` names one. Without it, the first call connects a
 `Client()` to the local daemon (the CLI's runtime-directory rules:
 `TRUNKLINE_RUNTIME_DIR`, then `$XDG_RUNTIME_DIR/trunkline`, then
-`/tmp/trunkline-<uid>`), one per event loop. It lives in a task of its own (a
+`/tmp/trunkline-<uid>`), one per event loop; with TRUNKLINE_AUTOSTART=1 it starts
+the daemon of the user's config when none answers. It lives in a task of its own (a
 trio system task, an asyncio task), because a client's reader must outlive the
 call that happened to connect it; that task ends, closing the client, when the
 event loop finishes (`trio.run` or `asyncio.run` returns).
