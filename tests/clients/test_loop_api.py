@@ -12,11 +12,10 @@ import pytest
 import trio
 
 import trunkline
-from trunkline import Client, Tool, tool
+from trunkline import Client, Tool, has_tool_call, step_count_is, tool
 from trunkline.errors import RateLimitError, ServerError, TrunklineError
 from trunkline.middleware import CompleteNext, StreamNext
 from trunkline.protocol.messages import Message, Request, Response, StreamEvent, TextDelta, ToolCallPart
-from trunkline.stop_conditions import has_tool_call, step_count_is
 
 pytestmark = pytest.mark.e2e
 
