@@ -232,11 +232,12 @@ class Emitter:
                 if part.arguments is None:
                     warning = invalid_arguments(part)
                 else:
-                    # Checked once per call, when the response is whole (never per delta).
+                    # Checked once per call, when the response is whole (never per delta),
+                    # guarded: the schema is the caller's, the event loop every client's.
                     if schemas is None:
                         schemas = {t.name: t.parameters for t in self.job.request.tools}
                     schema = schemas.get(part.name)
-                    problems = argument_errors(schema, part.arguments) if schema is not None else None
+                    problems = argument_errors(schema, part.arguments, guarded=True) if schema is not None else None
                     if problems is not None:
                         warning = arguments_off_schema(part, problems)
                 if warning is not None and warning not in response.warnings:

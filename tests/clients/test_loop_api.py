@@ -93,6 +93,49 @@ async def test_a_schema_the_validator_cannot_use_judges_nothing_and_breaks_nothi
     assert again.text == "still there?"  # the worker lives on
 
 
+async def test_a_hostile_schema_cannot_stall_the_worker(daemon):
+    """The worker serves every client on one loop: a regular expression that backtracks
+    for ages, or anyOfs behind a $ref that grow with the arguments' depth, are not a way
+    to stall it (they are not judged there); the caller's own loop still checks patterns."""
+    backtracks = Tool(
+        name="grep", parameters={"type": "object", "properties": {"s": {"type": "string", "pattern": "^(a+)+$"}}}
+    )
+    keyed = Tool(name="keyed", parameters={"type": "object", "patternProperties": {"^(a+)+$": {"type": "string"}}})
+    branching = Tool(
+        name="deep",
+        parameters={
+            "type": "object",
+            "properties": {"a": {"anyOf": [{"$ref": "#"}, {"$ref": "#"}, {"$ref": "#"}]}},
+            "required": ["a"],
+        },
+    )
+    nested: dict[str, Any] = {}
+    for _ in range(40):
+        nested = {"a": nested}  # fails only at the bottom: 3**40 paths for a naive check
+    script = steps(
+        call("grep", s="a" * 40 + "b"),
+        {"tool_call": {"name": "keyed", "arguments": {"a" * 40 + "b": 1}}},
+        {"tool_call": {"name": "deep", "arguments": nested}},
+        {"finish": "tool_calls"},
+    )
+    with trio.fail_after(20):
+        async with Client(daemon.runtime_dir) as client:
+            response = await client.complete("mock:echo", "x", tools=[backtracks, keyed, branching], **script)
+            assert (await client.complete("mock:echo", "still here")).text == "still here"
+    assert len(response.tool_calls) == 3 and off_schema(response) == []
+
+    @tool(parameters={"type": "object", "properties": {"code": {"type": "string", "pattern": "^[A-Z]{3}$"}}})
+    def airport(code: str) -> str:
+        return code
+
+    loop_script = turns([call("airport", code="paris")], [{"text": "ok"}])
+    with trio.fail_after(20):
+        async with Client(daemon.runtime_dir) as client:
+            result = await trunkline.generate("mock:echo", "x", tools=[airport], client=client, **loop_script)
+    (refused,) = result.steps[0].tool_results
+    assert refused.is_error and "'paris' does not match '^[A-Z]{3}$'" in refused.content
+
+
 async def test_the_loop_answers_an_off_schema_call_with_an_error_result_naming_the_violation(daemon):
     ran: list[tuple[int, int]] = []
 
