@@ -5,6 +5,7 @@ an error result from the loop), `stop_when`, `repair_tool_call`, `on_retry`,
 
 from __future__ import annotations
 
+import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -433,3 +434,49 @@ async def test_partial_response_is_the_response_so_far(daemon):
                         assert loop.partial_response is not None
                         texts.append(loop.partial_response.text)
             assert texts == ["one ", "one two"]
+
+
+SYNC_HOOKS_PROGRAM = """
+import sys, threading
+import trunkline
+from trunkline import SyncClient
+from trunkline.protocol.messages import TextDelta
+
+flaky = {"mock": {"steps": [
+    {"error": {"error_class": "rate_limit", "status": 429, "retry_after": 0.05, "attempts": 1}},
+    {"text": "one "}, {"text": "two"}]}}
+heard = []
+told = threading.Event()
+
+def on_retry(error, attempt, delay):
+    heard.append((type(error).__name__, attempt, delay))
+    told.set()
+
+with SyncClient(sys.argv[1]) as client:
+    print("complete:", client.complete("mock:echo", "x", on_retry=on_retry, provider_options=flaky).text)
+    print("told:", told.wait(10), heard)
+    texts = []
+    with client.stream("mock:echo", "x", provider_options=flaky, on_retry=on_retry) as s:
+        for event in s:
+            if isinstance(event, TextDelta):
+                texts.append(s.partial_response.text)
+    print("partials:", texts)
+    result = client.generate("mock:echo", "x", stop_when=trunkline.step_count_is(1), provider_options=flaky)
+    print("generate:", result.text, result.stopped)
+"""
+
+
+async def test_the_blocking_client_takes_the_same_hooks(daemon):
+    with trio.fail_after(60):
+        done = await trio.run_process(
+            [sys.executable, "-c", SYNC_HOOKS_PROGRAM, str(daemon.runtime_dir)],
+            capture_stdout=True,
+            capture_stderr=True,
+            check=False,
+        )
+    assert done.returncode == 0, done.stderr.decode()
+    lines = dict(line.split(": ", 1) for line in done.stdout.decode().splitlines())
+    assert lines["complete"] == "one two"
+    assert lines["told"] == "True [('RateLimitError', 1, 0.05)]"
+    assert lines["partials"] == "['one ', 'one two']"
+    assert lines["generate"] == "one two False"  # no tool was called: the loop ended on its own
