@@ -448,6 +448,15 @@ class Response(Data, kw_only=True):
     def tool_calls(self) -> list[ToolCallPart]:
         return self.message.tool_calls
 
+    @property
+    def reasoning(self) -> str | None:
+        """The reasoning (thinking) text, its parts joined; None when the model gave no
+        reasoning part (a redacted part counts, with no text, so it gives "")."""
+        parts = [p for p in self.message.content if isinstance(p, (ThinkingPart, RedactedThinkingPart))]
+        if not parts:
+            return None
+        return "".join(p.text for p in parts if isinstance(p, ThinkingPart))
+
 
 class ErrorInfo(Data, kw_only=True):
     """A failure, classified. The provider's message is kept; credentials never are."""

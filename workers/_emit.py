@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from ..config.catalog import compute_cost
 from ..protocol.accumulate import StreamAccumulator
@@ -39,6 +40,7 @@ from ..protocol.messages import (
     WarningInfo,
 )
 from ..protocol.tokens import estimate_content_tokens, estimate_request_tokens
+from ..protocol.tool_arguments import argument_errors
 
 #: Receives (request_id, frames, last_seq, terminal) for the link to the supervisor.
 Sink = Callable[[str, list[bytes], int, bool], None]
@@ -53,6 +55,18 @@ def invalid_arguments(call: ToolCallPart) -> WarningInfo:
             f"the arguments of tool call {call.name!r} ({call.id}) are not a JSON object, so `arguments` is null and "
             f"`raw_arguments` keeps the text: {raw[:200]!r}; answer the call with an error result (is_error) and "
             "the model can try again"
+        ),
+    )
+
+
+def arguments_off_schema(call: ToolCallPart, problems: str) -> WarningInfo:
+    """The warning on a response with a tool call whose arguments break its tool's schema."""
+    return WarningInfo(
+        code="tool_arguments_invalid",
+        message=(
+            f"the arguments of tool call {call.name!r} ({call.id}) do not fit the tool's parameters schema: "
+            f"{problems[:500]}; answer the call with an error result (is_error) naming this and the model can "
+            "try again"
         ),
     )
 
@@ -208,15 +222,26 @@ class Emitter:
         response.warnings = self.warnings + [w for w in response.warnings if w not in self.warnings]
         if response.rate_limit is None:
             response.rate_limit = self.rate_limit
+        schemas: dict[str, dict[str, Any]] | None = None
         for part in response.message.content:
             if isinstance(part, ToolCallPart):
                 if not part.id:
                     part.id = self._canonical_id(part.provider_id or "")
                 part.provider = self.provider
+                warning: WarningInfo | None = None
                 if part.arguments is None:
                     warning = invalid_arguments(part)
-                    if warning not in response.warnings:
-                        response.warnings.append(warning)
+                else:
+                    # Checked once per call, when the response is whole (never per delta),
+                    # guarded: the schema is the caller's, the event loop every client's.
+                    if schemas is None:
+                        schemas = {t.name: t.parameters for t in self.job.request.tools}
+                    schema = schemas.get(part.name)
+                    problems = argument_errors(schema, part.arguments, guarded=True) if schema is not None else None
+                    if problems is not None:
+                        warning = arguments_off_schema(part, problems)
+                if warning is not None and warning not in response.warnings:
+                    response.warnings.append(warning)
             elif isinstance(part, (ThinkingPart, RedactedThinkingPart)):
                 part.provider = self.provider
                 # Some providers accept reasoning back only from the model that wrote it.

@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator
 import msgspec
 
 import trunkline
-from trunkline import Client, Middleware, SyncClient, Tool, tool
+from trunkline import Client, Middleware, SyncClient, Tool, TrunklineError, tool
 from trunkline.middleware import CompleteNext, StreamNext
-from trunkline.protocol.messages import Message, Request, Response, StreamEvent, TextDelta
+from trunkline.protocol.messages import Message, Request, Response, StreamEvent, TextDelta, ToolCallPart
 
 
 @trunkline.tool
@@ -83,6 +83,37 @@ async def with_the_loop() -> None:
             print(text)
     person = await trunkline.generate_object("mock:echo", "Alice is 30.", schema=Person)
     print(person.object)
+
+
+def fix_call(call: ToolCallPart, error: str) -> ToolCallPart | None:
+    return ToolCallPart(id=call.id, name="lookup", arguments=call.arguments) if call.name == "look_up" else None
+
+
+def log_retry(error: TrunklineError, attempt: int, delay: float) -> None:
+    print(f"retry {attempt} in {delay:.1f}s after {error}")
+
+
+async def with_the_seed_hooks() -> None:
+    result = await trunkline.generate(
+        "mock:echo",
+        "Look up 'trunk'.",
+        tools=[lookup_tool, ask_user],
+        max_tool_rounds=8,
+        stop_when=[trunkline.step_count_is(4), trunkline.has_tool_call("ask_user")],
+        repair_tool_call=fix_call,
+        on_retry=log_retry,
+    )
+    print(result.stopped, result.reasoning, result.response.reasoning)
+    async with Client() as client:
+        response = await client.complete("mock:echo", "hi", on_retry=log_retry)
+        print(response.reasoning)
+        async with client.stream("mock:echo", "hi", on_retry=log_retry) as stream:
+            async for _ in stream:
+                so_far = stream.partial_response
+                print(so_far.text if so_far is not None else "")
+    async with trunkline.stream("mock:echo", "hi", stop_when=lambda steps: len(steps) > 2) as events:
+        async for _ in events:
+            print(events.partial_response)
 
 
 def blocking() -> str:

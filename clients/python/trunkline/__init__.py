@@ -63,6 +63,7 @@ if TYPE_CHECKING:
         Usage,
     )
     from .results import GenerateResult, ObjectResult, StepFinish, StepResult
+    from .stop_conditions import has_tool_call, step_count_is
     from .structured import ObjectStream, generate_object, stream_object
     from .sync import SyncClient
     from .tools import Tool, tool
@@ -93,6 +94,8 @@ _WHERE = {
     "StepResult": ".results",
     "StepFinish": ".results",
     "ObjectResult": ".results",
+    "step_count_is": ".stop_conditions",
+    "has_tool_call": ".stop_conditions",
 }
 
 
@@ -167,9 +170,11 @@ __all__ = [
     "generate_object",
     "get_latest_model",
     "get_model_info",
+    "has_tool_call",
     "latest_model",
     "list_models",
     "set_default_client",
+    "step_count_is",
     "stream",
     "stream_object",
     "tool",

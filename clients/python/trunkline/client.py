@@ -65,6 +65,7 @@ from .protocol.messages import (
 )
 from .request_builder import build_request
 from .response_stream import ResponseStream
+from .retries import OnRetry, RetryWatcher
 from .routing import Route
 from .tls import ClientTLS
 from .tracing import current_trace_context
@@ -197,15 +198,25 @@ class Client:
     # -- requests -------------------------------------------------------------------------
 
     async def submit(
-        self, request: Request, *, stream: bool = True, request_id: str | None = None, operation_id: str | None = None
+        self,
+        request: Request,
+        *,
+        stream: bool = True,
+        request_id: str | None = None,
+        operation_id: str | None = None,
+        on_retry: OnRetry | None = None,
     ) -> tuple[Accepted, Route]:
-        """Start a request; its events arrive on the returned route."""
+        """Start a request; its events arrive on the returned route. `on_retry` is told
+        of each retry the worker makes (see `trunkline.retries`)."""
         connection = self._open()
         if connection.reconnected:
             await connection.hello_again()
         rid = request_id or new_request_id()
         request = await self._read_local_files(request)
         route = connection.route(rid)
+        if on_retry is not None:
+            route.on_bus = RetryWatcher(on_retry, rid, connection.start_soon)
+            connection.listen_bus()
         submit = Submit(
             request_id=rid,
             client_id=connection.client_id,
@@ -244,22 +255,24 @@ class Client:
         messages: str | Message | Sequence[Message] | None = None,
         *,
         request_id: str | None = None,
+        on_retry: OnRetry | None = None,
         **fields: Unpack[RequestFields],
     ) -> Response:
-        """Run a request to the end and return its response (or raise its error)."""
+        """Run a request to the end and return its response (or raise its error).
+        `on_retry(error, attempt, delay)` is called for each retry the worker makes."""
         request = build_request(model, messages, **fields)
         if not self.middleware:
-            return await self._complete(request, request_id)
+            return await self._complete(request, request_id, on_retry)
         first = [request_id]
 
         async def innermost(request: Request) -> Response:
             rid = first.pop() if first else None  # a middleware calling twice sends twice
-            return await self._complete(request, rid)
+            return await self._complete(request, rid, on_retry)
 
         return await chain_complete(self.middleware, innermost)(request)
 
-    async def _complete(self, request: Request, request_id: str | None) -> Response:
-        _, route = await self.submit(request, stream=False, request_id=request_id)
+    async def _complete(self, request: Request, request_id: str | None, on_retry: OnRetry | None = None) -> Response:
+        _, route = await self.submit(request, stream=False, request_id=request_id, on_retry=on_retry)
         try:
             while (ev := await route.next_event()) is not None:
                 if isinstance(ev, Finish):
@@ -281,10 +294,12 @@ class Client:
         messages: str | Message | Sequence[Message] | None = None,
         *,
         request_id: str | None = None,
+        on_retry: OnRetry | None = None,
         **fields: Unpack[RequestFields],
     ) -> ResponseStream:
-        """A streaming request: iterate it for events, `.text_stream` for text, `.response()` at the end."""
-        return ResponseStream(self, build_request(model, messages, **fields), request_id)
+        """A streaming request: iterate it for events, `.text_stream` for text, `.response()` at the end.
+        `on_retry(error, attempt, delay)` is called for each retry the worker makes before it streams."""
+        return ResponseStream(self, build_request(model, messages, **fields), request_id, on_retry)
 
     async def cancel(self, request_id: str) -> bool:
         result = await self._open().ask(Cancel(request_id=request_id), CancelResult)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 import anyio
@@ -94,6 +95,8 @@ class Connection:
         self._rehello_lock = anyio.Lock()
         self._tg: anyio.abc.TaskGroup | None = None
         self._probe_seen: anyio.Event | None = None
+        #: True once a request asked for its bus events (a route with `on_bus`).
+        self._bus_for_routes = False
 
     # -- the session --------------------------------------------------------------------
 
@@ -289,10 +292,8 @@ class Connection:
                     if data.startswith(mine):
                         events = decode(memoryview(data)[cut:])
                     elif data.startswith(bus):
-                        if self._bus is not None:
-                            for ev in decode(memoryview(data)[len(bus) :]):
-                                if isinstance(ev, BusEvent):
-                                    self._bus.send_nowait(ev)
+                        if self._bus is not None or self._bus_for_routes:
+                            self._deliver_bus(decode(memoryview(data)[len(bus) :]))
                         continue
                     else:
                         continue
@@ -309,6 +310,29 @@ class Connection:
                             route = routes.get(ev.request_id)
                             if route is not None:
                                 route.deliver(ev)
+
+    def _deliver_bus(self, events: list[Any]) -> None:
+        for ev in events:
+            if isinstance(ev, BusEvent):
+                if self._bus is not None:
+                    self._bus.send_nowait(ev)
+                route = self.routes.get(ev.request_id)
+                if route is not None and route.on_bus is not None:
+                    route.on_bus(ev)
+
+    def listen_bus(self) -> None:
+        """Subscribe to the bus for routes that watch their request's bus events (the
+        retries a worker makes are announced there, and only there). nng filters on the
+        subscriber's side, so this takes effect for the next message that arrives."""
+        if not self._bus_for_routes:
+            self._bus_for_routes = True
+            if self._bus is None and self.sub is not None:
+                self.sub.subscribe(codec.topic_prefix(codec.BUS_TOPIC))
+
+    def start_soon(self, fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> None:
+        """Run `fn` in the connection's task group (a hook of the caller's, off the reader)."""
+        if self._tg is not None:
+            self._tg.start_soon(fn, *args)
 
     async def _watch_silence(self) -> None:
         """A request whose consumer has waited `silence_check_s` with nothing arriving may

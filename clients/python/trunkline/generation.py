@@ -22,9 +22,21 @@ import msgspec
 from .client import Client
 from .default_client import get_client
 from .errors import ProviderTimeoutError, error_from_info
-from .protocol.messages import ErrorInfo, Message, Response, StreamEvent, TextDelta, Timeouts, WarningInfo
+from .protocol.messages import (
+    ErrorInfo,
+    Message,
+    Response,
+    StreamEvent,
+    TextDelta,
+    Timeouts,
+    ToolCallPart,
+    WarningInfo,
+)
+from .response_stream import ResponseStream
 from .results import GenerateResult, StepFinish, StepResult
-from .tools import as_tool, is_active, result_messages, run_calls
+from .retries import OnRetry
+from .stop_conditions import StopCondition, as_conditions
+from .tools import RepairToolCall, as_tool, is_active, result_messages, run_turn
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack
@@ -56,6 +68,9 @@ class ToolLoop:
         max_tool_rounds: int,
         step_timeout_s: float | None,
         fields: Mapping[str, Any],
+        stop_when: StopCondition | Sequence[StopCondition] | None = None,
+        repair_tool_call: RepairToolCall | None = None,
+        on_retry: OnRetry | None = None,
     ) -> None:
         if max_tool_rounds < 0:
             raise ValueError("max_tool_rounds must be 0 or more")
@@ -65,6 +80,11 @@ class ToolLoop:
         self.active = {t.name: t for t in self.tools if is_active(t)}
         self.passive = {t.name for t in self.tools if not is_active(t)}
         self.max_tool_rounds = max_tool_rounds
+        self.stop_when = as_conditions(stop_when)
+        self.repair_tool_call = repair_tool_call
+        self.on_retry = on_retry
+        #: True when a `stop_when` condition ended the loop.
+        self.stopped = False
         self.steps: list[StepResult] = []
         self.fields = dict(fields)
         if self.tools:
@@ -102,13 +122,23 @@ class ToolLoop:
                 )
             self.steps.append(StepResult(response=response, tool_calls=calls))
             return False
-        results = await run_calls(calls, self.active, self.messages)
-        self.steps.append(StepResult(response=response, tool_calls=calls, tool_results=results))
+        ran, results = await run_turn(calls, self.active, self.messages, self.repair_tool_call)
+        if ran != calls:
+            # A repaired call stands in the history in place of the model's, so the
+            # conversation sent back holds the call that actually ran.
+            fixed = {c.id: c for c in ran}
+            message = response.message
+            message.content = [fixed.get(p.id, p) if isinstance(p, ToolCallPart) else p for p in message.content]
+        self.steps.append(StepResult(response=response, tool_calls=ran, tool_results=results))
         self.messages.extend(result_messages(results))
+        if any(condition(self.steps) for condition in self.stop_when):
+            # Stopped after the tools ran: their results are in `messages`, ready to go on from.
+            self.stopped = True
+            return False
         return True
 
     def result(self) -> GenerateResult:
-        return GenerateResult(steps=list(self.steps), messages=list(self.messages))
+        return GenerateResult(steps=list(self.steps), messages=list(self.messages), stopped=self.stopped)
 
 
 def _timeout(timeout_s: float) -> ProviderTimeoutError:
@@ -130,20 +160,34 @@ async def generate(
     max_tool_rounds: int = 1,
     timeout_s: float | None = None,
     step_timeout_s: float | None = None,
+    stop_when: StopCondition | Sequence[StopCondition] | None = None,
+    repair_tool_call: RepairToolCall | None = None,
+    on_retry: OnRetry | None = None,
     client: Client | None = None,
     **request_fields: Unpack[LoopFields],
 ) -> GenerateResult:
     """Call `model`, run the active tools it calls (up to `max_tool_rounds` rounds; 0: none),
     and return every step. `timeout_s` bounds the whole loop, `step_timeout_s` each model call;
-    other keywords are `Request` fields (`max_tokens`, `response_format`, `provider_options`...)."""
+    `stop_when` (a condition on the steps, or a list) ends the loop after a step whose tools
+    ran; `repair_tool_call` may fix a call that cannot run before the model is told;
+    `on_retry(error, attempt, delay)` hears of each retry of a step. Other keywords are
+    `Request` fields (`max_tokens`, `response_format`, `provider_options`...)."""
     loop = ToolLoop(
-        model, conversation(prompt, messages, system), tools, max_tool_rounds, step_timeout_s, request_fields
+        model,
+        conversation(prompt, messages, system),
+        tools,
+        max_tool_rounds,
+        step_timeout_s,
+        request_fields,
+        stop_when,
+        repair_tool_call,
+        on_retry,
     )
     the_client = await get_client(client)
     try:
         with anyio.fail_after(timeout_s) if timeout_s is not None else anyio.CancelScope():
             while True:
-                response = await the_client.complete(model, loop.messages, **loop.fields)
+                response = await the_client.complete(model, loop.messages, on_retry=loop.on_retry, **loop.fields)
                 if not await loop.after(response):
                     return loop.result()
     except TimeoutError:
@@ -161,6 +205,9 @@ def stream(
     max_tool_rounds: int = 1,
     timeout_s: float | None = None,
     step_timeout_s: float | None = None,
+    stop_when: StopCondition | Sequence[StopCondition] | None = None,
+    repair_tool_call: RepairToolCall | None = None,
+    on_retry: OnRetry | None = None,
     client: Client | None = None,
     **request_fields: Unpack[LoopFields],
 ) -> GenerateStream:
@@ -168,7 +215,15 @@ def stream(
     Every step's events come in order, a `StepFinish` between two steps (after the
     tools ran); `await s.result()` gives the `GenerateResult`."""
     loop = ToolLoop(
-        model, conversation(prompt, messages, system), tools, max_tool_rounds, step_timeout_s, request_fields
+        model,
+        conversation(prompt, messages, system),
+        tools,
+        max_tool_rounds,
+        step_timeout_s,
+        request_fields,
+        stop_when,
+        repair_tool_call,
+        on_retry,
     )
     return GenerateStream(loop, client, timeout_s)
 
@@ -184,6 +239,7 @@ class GenerateStream:
         self._deadline: float | None = None
         self._events = self._run()
         self._error: BaseException | None = None
+        self._current: ResponseStream | None = None
         self.step = 0  # the index of the step whose events are coming
 
     async def __aenter__(self) -> GenerateStream:
@@ -216,7 +272,8 @@ class GenerateStream:
         client = await get_client(self._client)
         loop = self.loop
         while True:
-            async with client.stream(loop.model, loop.messages, **loop.fields) as step:
+            async with client.stream(loop.model, loop.messages, on_retry=loop.on_retry, **loop.fields) as step:
+                self._current = step
                 async for event in step:
                     yield event
             acc = step.accumulator
@@ -227,6 +284,14 @@ class GenerateStream:
                 return
             yield StepFinish(index=self.step, step=loop.steps[-1])
             self.step += 1
+
+    @property
+    def partial_response(self) -> Response | None:
+        """The response of the step under way, so far (the last step's whole response once
+        the loop has ended); None before the first step was sent."""
+        if self._current is None:
+            return None
+        return self._current.partial_response
 
     @property
     def text_stream(self) -> AsyncIterator[str]:

@@ -17,6 +17,7 @@ from .protocol.messages import Accepted, Request, Response, StreamEvent, TextDel
 
 if TYPE_CHECKING:
     from .client import Client
+    from .retries import OnRetry
     from .routing import Route
 
 
@@ -24,8 +25,11 @@ class ResponseStream:
     """One streaming request. Submitted when entered (or first iterated); leaving the
     `async with` block before the end cancels the request."""
 
-    def __init__(self, client: Client, request: Request, request_id: str | None) -> None:
+    def __init__(
+        self, client: Client, request: Request, request_id: str | None, on_retry: OnRetry | None = None
+    ) -> None:
         self.client = client
+        self.on_retry = on_retry
         self.request = request
         self.request_id = request_id or new_request_id()
         self.accepted: Accepted | None = None
@@ -47,7 +51,9 @@ class ResponseStream:
 
     async def _submit(self, request: Request) -> Route:
         self.request = request
-        self.accepted, self._route = await self.client.submit(request, stream=True, request_id=self.request_id)
+        self.accepted, self._route = await self.client.submit(
+            request, stream=True, request_id=self.request_id, on_retry=self.on_retry
+        )
         self.accumulator = StreamAccumulator(self.accepted.provider)
         return self._route
 
@@ -101,6 +107,15 @@ class ResponseStream:
     @property
     def done(self) -> bool:
         return self.accumulator.done
+
+    @property
+    def partial_response(self) -> Response | None:
+        """The response so far (the whole one once the stream has ended); None before the
+        request was submitted. Its text, reasoning and tool calls are those of the events
+        already taken from the stream."""
+        if not self._started:
+            return None
+        return self.accumulator.response()
 
     @property
     def lost_events(self) -> int:

@@ -8,21 +8,12 @@ from typing import Any
 from .protocol.messages import (
     FinishReason,
     Message,
-    RedactedThinkingPart,
     Response,
-    ThinkingPart,
     ToolCallPart,
     ToolResultPart,
     Usage,
     WarningInfo,
 )
-
-
-def reasoning_of(response: Response) -> str | None:
-    parts = [p for p in response.message.content if type(p) in (ThinkingPart, RedactedThinkingPart)]
-    if not parts:
-        return None
-    return "".join(p.text for p in parts if type(p) is ThinkingPart)
 
 
 @dataclass
@@ -39,7 +30,7 @@ class StepResult:
 
     @property
     def reasoning(self) -> str | None:
-        return reasoning_of(self.response)
+        return self.response.reasoning
 
     @property
     def finish_reason(self) -> FinishReason:
@@ -65,6 +56,8 @@ class GenerateResult:
 
     steps: list[StepResult]
     messages: list[Message]
+    #: True when a `stop_when` condition ended the loop (after that step's tools ran).
+    stopped: bool = False
 
     @property
     def response(self) -> Response:
@@ -76,7 +69,7 @@ class GenerateResult:
 
     @property
     def reasoning(self) -> str | None:
-        return reasoning_of(self.response)
+        return self.response.reasoning
 
     @property
     def finish_reason(self) -> FinishReason:

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable
 
 import anyio
 
-from .protocol.messages import ErrorEvent, ErrorInfo, Finish, StreamEvent
+from .protocol.messages import BusEvent, ErrorEvent, ErrorInfo, Finish, StreamEvent
 
 
 class Route:
@@ -36,6 +36,9 @@ class Route:
         self.recovering = False
         self.lost = 0  # events that could not be recovered (deltas only; the terminal is complete)
         self.recovered = 0  # events that came by replay because the subscription missed them
+        #: Called (in the reader, so it must not block) with each bus event about this
+        #: request while the route is open, when the connection listens to the bus.
+        self.on_bus: Callable[[BusEvent], None] | None = None
 
     def deliver(self, ev: StreamEvent) -> None:
         seq = ev.seq

@@ -103,6 +103,12 @@ class SyncStream:
             self._owner._call(self._closer.aclose)
 
     @property
+    def partial_response(self) -> Response | None:
+        """The response of the step under way, so far (see `GenerateStream.partial_response`).
+        Read between items: the stream's state only changes while an item is being taken."""
+        return getattr(self._closer, "partial_response", None)
+
+    @property
     def text_stream(self) -> Iterator[str]:
         for item in self:
             if type(item) is TextDelta:

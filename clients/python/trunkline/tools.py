@@ -28,6 +28,7 @@ import msgspec
 
 from .protocol.messages import ImagePart, Message, TextPart, ToolCallPart, ToolResultPart
 from .protocol.messages import Tool as ToolDefinition
+from .protocol.tool_arguments import argument_errors
 
 #: Handler parameters filled in by the loop rather than by the model.
 INJECTED = ("messages", "tool_call_id")
@@ -212,38 +213,87 @@ def _result_content(value: Any) -> str | list[TextPart | ImagePart]:
         return str(value)
 
 
-def _validator(schema: dict[str, Any]) -> Any:
-    import jsonschema  # loaded on first use: a client that runs no tools never pays for it
-
-    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-    return cls(schema, format_checker=cls.FORMAT_CHECKER)
-
-
-def argument_errors(schema: dict[str, Any], arguments: Any) -> str | None:
-    """Why `arguments` do not fit `schema` (one sentence per problem), or None."""
-    errors = sorted(_validator(schema).iter_errors(arguments), key=lambda e: list(e.absolute_path))
-    if not errors:
-        return None
-    return "; ".join(f"{'/'.join(str(p) for p in e.absolute_path) or '(arguments)'}: {e.message}" for e in errors)
+#: `repair_tool_call(call, error)`: given a call that names no tool of the loop, whose
+#: arguments are not a JSON object or break its tool's schema, and the sentence saying
+#: so, return the call as it should have been (or None to answer the model with the
+#: error). Sync or async; it may also take `messages` and `tools` (injected by name).
+RepairToolCall = Callable[..., Any]
 
 
-async def run_call(call: ToolCallPart, tools: dict[str, Any], messages: Sequence[Message]) -> ToolResultPart:
-    """One call's result: the handler's return value, or an error result saying what
-    went wrong (unknown tool, bad arguments, an exception, a timeout) for the model."""
-
-    def error(text: str) -> ToolResultPart:
-        return ToolResultPart(tool_call_id=call.id, content=text, is_error=True, name=call.name)
-
+def call_problem(call: ToolCallPart, tools: dict[str, Any]) -> str | None:
+    """Why `call` cannot run (unknown tool, arguments that are not an object or break the
+    tool's schema), as a sentence for the model; None when it can."""
     t = tools.get(call.name)
     if t is None:
         known = ", ".join(sorted(tools)) or "none"
-        return error(f"unknown tool {call.name!r}; the tools available are: {known}")
+        return f"unknown tool {call.name!r}; the tools available are: {known}"
     if call.arguments is None:
-        return error(f"the arguments of {call.name} are not a JSON object: {call.raw_arguments!r}")
+        return f"the arguments of {call.name} are not a JSON object: {call.raw_arguments!r}"
     problems = argument_errors(t.parameters, call.arguments)
     if problems is not None:
-        return error(f"invalid arguments for {call.name}: {problems}")
+        return f"invalid arguments for {call.name}: {problems}"
+    return None
+
+
+async def _repair(
+    call: ToolCallPart, problem: str, repair: RepairToolCall, tools: dict[str, Any], messages: Sequence[Message]
+) -> tuple[ToolCallPart | None, str]:
+    """The repaired call (its id kept: the result must answer the call the model made),
+    or None and the sentence for the model."""
+    accepted = _parameters(repair)
+    kwargs: dict[str, Any] = {}
+    if "messages" in accepted:
+        kwargs["messages"] = list(messages)
+    if "tools" in accepted:
+        kwargs["tools"] = list(tools.values())
+    try:
+        fixed = repair(call, problem, **kwargs)
+        if inspect.isawaitable(fixed):
+            fixed = await fixed
+    except Exception as exc:  # noqa: BLE001 - the caller's function failing leaves the model's error as it was
+        return None, f"{problem} (repair_tool_call failed: {type(exc).__name__}: {exc})"
+    if fixed is None:
+        return None, problem
+    if not isinstance(fixed, ToolCallPart):
+        return None, f"{problem} (repair_tool_call returned {type(fixed).__name__}, not a ToolCallPart or None)"
+    if fixed.id != call.id:
+        fixed = msgspec.structs.replace(fixed, id=call.id)
+    return fixed, problem
+
+
+async def run_call(
+    call: ToolCallPart,
+    tools: dict[str, Any],
+    messages: Sequence[Message],
+    repair: RepairToolCall | None = None,
+) -> ToolResultPart:
+    """One call's result: the handler's return value, or an error result saying what
+    went wrong (unknown tool, bad arguments, an exception, a timeout) for the model."""
+    return (await _run_call(call, tools, messages, repair))[1]
+
+
+async def _run_call(
+    call: ToolCallPart, tools: dict[str, Any], messages: Sequence[Message], repair: RepairToolCall | None
+) -> tuple[ToolCallPart, ToolResultPart]:
+    """The call as it ran (repaired, when `repair` fixed it) and its result."""
+
+    def error(text: str) -> tuple[ToolCallPart, ToolResultPart]:
+        return call, ToolResultPart(tool_call_id=call.id, content=text, is_error=True, name=call.name)
+
+    problem = call_problem(call, tools)
+    if problem is not None:
+        if repair is None:
+            return error(problem)
+        fixed, problem = await _repair(call, problem, repair, tools, messages)
+        if fixed is None:
+            return error(problem)
+        again = call_problem(fixed, tools)
+        call = fixed
+        if again is not None:  # one repair per call: a second guess is the model's to make
+            return error(f"{again} (after repair_tool_call)")
+    t = tools[call.name]
     fn = t.execute
+    assert call.arguments is not None  # call_problem found it an object
     kwargs = dict(call.arguments)
     accepted = _parameters(fn)
     if "messages" in accepted:
@@ -263,7 +313,7 @@ async def run_call(call: ToolCallPart, tools: dict[str, Any], messages: Sequence
         return error(f"{call.name} did not finish within {timeout:g}s")
     except Exception as exc:  # noqa: BLE001 - any failure of the caller's function goes to the model
         return error(f"{call.name} failed: {type(exc).__name__}: {exc}")
-    return ToolResultPart(tool_call_id=call.id, content=_result_content(value), name=call.name)
+    return call, ToolResultPart(tool_call_id=call.id, content=_result_content(value), name=call.name)
 
 
 def _parameters(fn: Callable[..., Any]) -> set[str]:
@@ -274,22 +324,47 @@ def _parameters(fn: Callable[..., Any]) -> set[str]:
 
 
 async def run_calls(
-    calls: Sequence[ToolCallPart], tools: dict[str, Any], messages: Sequence[Message]
+    calls: Sequence[ToolCallPart],
+    tools: dict[str, Any],
+    messages: Sequence[Message],
+    repair: RepairToolCall | None = None,
 ) -> list[ToolResultPart]:
     """Every call of one turn, concurrently; the results in the calls' order."""
-    results: list[ToolResultPart | None] = [None] * len(calls)
+    return (await run_turn(calls, tools, messages, repair))[1]
+
+
+async def run_turn(
+    calls: Sequence[ToolCallPart],
+    tools: dict[str, Any],
+    messages: Sequence[Message],
+    repair: RepairToolCall | None = None,
+) -> tuple[list[ToolCallPart], list[ToolResultPart]]:
+    """Every call of one turn, concurrently: the calls as they ran (a repaired one in
+    place of the model's) and their results, both in the calls' order."""
+    ran: list[tuple[ToolCallPart, ToolResultPart] | None] = [None] * len(calls)
 
     async def one(i: int, call: ToolCallPart) -> None:
-        results[i] = await run_call(call, tools, messages)
+        ran[i] = await _run_call(call, tools, messages, repair)
 
     async with anyio.create_task_group() as tg:
         for i, call in enumerate(calls):
             tg.start_soon(one, i, call)
-    return [r for r in results if r is not None]
+    done = [r for r in ran if r is not None]
+    return [c for c, _ in done], [r for _, r in done]
 
 
 def result_messages(results: Sequence[ToolResultPart]) -> list[Message]:
     return [Message(role="tool", content=[r]) for r in results]
 
 
-__all__ = ["Tool", "argument_errors", "run_call", "run_calls", "schema_from_signature", "tool"]
+__all__ = [
+    "RepairToolCall",
+    "Tool",
+    "argument_errors",
+    "call_problem",
+    "run_call",
+    "run_calls",
+    "run_turn",
+    "schema_from_signature",
+    "tool",
+]
