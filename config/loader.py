@@ -7,7 +7,6 @@ wire), because a misspelt key in a config file is a silent bug otherwise.
 
 from __future__ import annotations
 
-import ipaddress
 import math
 import os
 import re
@@ -21,6 +20,7 @@ import msgspec
 import yaml
 
 from ..protocol.messages import ModelInfo
+from .hosts import is_loopback
 from .model_entries import SET_BY_THE_CATALOG, model_entry
 from .names import did_you_mean
 
@@ -168,14 +168,9 @@ class _Listening(_Section):
 
     @property
     def on_loopback(self) -> bool:
-        """Whether only this machine can reach the endpoint (a loopback address, or localhost)."""
-        host = self.address()[0]
-        if host == "localhost":
-            return True
-        try:
-            return ipaddress.ip_address(host).is_loopback
-        except ValueError:
-            return False  # a host name: whatever it resolves to, others may reach it
+        """Whether only this machine can reach the endpoint (a loopback address, or
+        localhost; a host name that is not localhost may resolve to anything)."""
+        return is_loopback(self.address()[0])
 
 
 class MetricsConfig(_Listening):
