@@ -27,6 +27,9 @@ from .names import did_you_mean
 DEFAULTS_PATH = Path(__file__).resolve().with_name("defaults.yaml")
 USER_CONFIG_PATH = Path("~/.config/trunkline/config.yaml")
 
+#: `anthropic-version` values an Anthropic provider may speak (`options.anthropic_version`).
+ANTHROPIC_VERSIONS = ("2023-06-01", "2026-10-21")
+
 #: Provider implementations this version ships (one worker package each).
 ProviderType = Literal["mock", "anthropic", "openai", "openai_compat", "ollama", "gemini"]
 
@@ -713,6 +716,12 @@ def _check(config: Config, source: Path) -> None:
             problem = base_url_problem(provider.base_url)
             if problem:
                 raise ConfigError(f"config error in {source} at `providers.{name}.base_url`: {problem}")
+        version = provider.options.get("anthropic_version")
+        if provider.type == "anthropic" and version is not None and version not in ANTHROPIC_VERSIONS:
+            raise ConfigError(
+                f"config error in {source} at `providers.{name}.options.anthropic_version`: {version!r} is not "
+                f"an Anthropic API version this worker speaks (one of: {', '.join(ANTHROPIC_VERSIONS)})"
+            )
     for key in ("max_restarts",):
         if getattr(config.supervision, key) < 0:
             raise ConfigError(f"config error in {source} at `supervision.{key}`: must be >= 0")

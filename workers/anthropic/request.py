@@ -60,7 +60,11 @@ from .._warnings import warn
 from ..errors import ProviderError
 from .response import API, CONTAINER
 
+#: The `anthropic-version` sent unless the provider's options name another (`anthropic_version`).
 API_VERSION = "2023-06-01"
+#: From this version Anthropic refuses sampling parameters, document blocks in assistant
+#: turns and citations on user text.
+VERSION_2026_10_21 = "2026-10-21"
 DEFAULT_MAX_TOKENS = 4096
 #: The smallest extended-thinking budget Anthropic takes.
 MIN_BUDGET = 1024
@@ -460,6 +464,42 @@ def _history_tools(messages: list[dict[str, Any]]) -> list[str]:
     return list(names)
 
 
+def api_version(instance: Mapping[str, Any] | None) -> str:
+    """The `anthropic-version` a provider instance speaks (its options' `anthropic_version`)."""
+    version = (instance or {}).get("anthropic_version")
+    return version if isinstance(version, str) else API_VERSION
+
+
+def _rules_of_2026_10_21(body: dict[str, Any], warnings: list[WarningInfo]) -> None:
+    """What anthropic-version 2026-10-21 refuses: sampling parameters are left out (with a
+    warning); a document in an assistant turn or citations on a user's text cannot be
+    sent, and nothing is (the call would only be refused, after the upload)."""
+    for name in ("temperature", "top_p", "top_k"):
+        if body.pop(name, None) is not None:
+            warn(
+                warnings,
+                "sampling_unsupported",
+                f"anthropic-version {VERSION_2026_10_21} takes no {name}; it was left out",
+            )
+    for i, message in enumerate(body["messages"]):
+        for j, block in enumerate(message["content"]):
+            where = f"messages[{i}].content[{j}]"
+            if message["role"] == "assistant" and block.get("type") == "document":
+                raise ProviderError(
+                    "invalid_request",
+                    f"{where}: anthropic-version {VERSION_2026_10_21} takes no document in an assistant turn",
+                )
+            if message["role"] != "user":
+                continue
+            inner = block.get("content") if block.get("type") == "tool_result" else None
+            for text in [block, *(inner if isinstance(inner, list) else [])]:
+                if text.get("type") == "text" and text.get("citations"):
+                    raise ProviderError(
+                        "invalid_request",
+                        f"{where}: anthropic-version {VERSION_2026_10_21} takes no citations on a user's text",
+                    )
+
+
 def build(
     request: Request,
     model: ModelInfo,
@@ -580,9 +620,12 @@ def build(
     if stream:
         body["stream"] = True
     body.update(provider_options.body_fields(opts))
+    version = api_version(instance)
+    if version == VERSION_2026_10_21:
+        _rules_of_2026_10_21(body, warnings)
     if auto_cache:
         _add_cache_breakpoints(body)
-    headers = {"anthropic-version": API_VERSION}
+    headers = {"anthropic-version": version}
     betas = [opts.beta_headers] if isinstance(opts.beta_headers, str) else opts.beta_headers
     if betas:
         headers["anthropic-beta"] = ",".join(betas)
