@@ -445,7 +445,9 @@ def test_max_output_tokens_below_sixteen_is_raised_to_sixteen(asked, sent):
 
 def test_reasoning_in_provider_options_wins_over_reasoning_effort_with_a_warning():
     options = {"openai": {"reasoning": {"effort": "high", "summary": "detailed"}}}
-    both = build(Request(model="m", messages=[Message.user("x")], reasoning_effort="low", provider_options=options), GPT5)
+    both = build(
+        Request(model="m", messages=[Message.user("x")], reasoning_effort="low", provider_options=options), GPT5
+    )
     assert both.body["reasoning"] == {"effort": "high", "summary": "detailed"}
     (warning,) = [w for w in both.warnings if w.code == "reasoning_effort_overridden"]
     assert "provider_options.openai.reasoning" in warning.message and "reasoning_effort low" in warning.message
