@@ -7,7 +7,6 @@ wire), because a misspelt key in a config file is a silent bug otherwise.
 
 from __future__ import annotations
 
-import ipaddress
 import math
 import os
 import re
@@ -21,11 +20,16 @@ import msgspec
 import yaml
 
 from ..protocol.messages import ModelInfo
+from .base_urls import ollama_host_url
+from .hosts import is_loopback, is_this_machine
 from .model_entries import SET_BY_THE_CATALOG, model_entry
 from .names import did_you_mean
 
 DEFAULTS_PATH = Path(__file__).resolve().with_name("defaults.yaml")
 USER_CONFIG_PATH = Path("~/.config/trunkline/config.yaml")
+
+#: `anthropic-version` values an Anthropic provider may speak (`options.anthropic_version`).
+ANTHROPIC_VERSIONS = ("2023-06-01", "2026-10-21")
 
 #: Provider implementations this version ships (one worker package each).
 ProviderType = Literal["mock", "anthropic", "openai", "openai_compat", "ollama", "gemini"]
@@ -140,7 +144,9 @@ class ProviderConfig(_Section):
     #: The environment variable holding the API key, or several names: the first one set wins.
     api_key_env: str | list[str] | None = None
     base_url: str | None = None
-    #: An environment variable that, when set, replaces `base_url` (e.g. GEMINI_BASE_URL).
+    #: An environment variable that, when set, replaces `base_url`. The shipped providers
+    #: name the one their official SDK reads (ANTHROPIC_BASE_URL, OPENAI_BASE_URL,
+    #: GEMINI_BASE_URL, OLLAMA_HOST); `""` reads none.
     base_url_env: str | None = None
     headers: dict[str, str] = msgspec.field(default_factory=dict)
     max_connections: int = 100
@@ -164,8 +170,22 @@ class ProviderConfig(_Section):
     def needs_key(self) -> bool:
         return bool(self.key_env_names())
 
+    def base_url_variable(self) -> str | None:
+        """The variable that replaces `base_url` when set: `base_url_env`, or its older
+        spelling `options.base_url_env` (which, only ever set by a user, wins)."""
+        old = self.options.get("base_url_env")
+        return (old if isinstance(old, str) else None) or self.base_url_env or None
+
+    def env_base_url(self) -> str | None:
+        """The base URL the environment gives, as a URL (OLLAMA_HOST may be a bare host:port)."""
+        name = self.base_url_variable()
+        value = os.environ.get(name, "").strip() if name else ""
+        if not value:
+            return None
+        return ollama_host_url(value) if self.type == "ollama" else value
+
     def resolved_base_url(self) -> str | None:
-        return (os.environ.get(self.base_url_env) if self.base_url_env else None) or self.base_url
+        return self.env_base_url() or self.base_url
 
     def key_hint(self) -> str:
         """The variable names, for messages: `A` or `A or B`."""
@@ -185,14 +205,9 @@ class _Listening(_Section):
 
     @property
     def on_loopback(self) -> bool:
-        """Whether only this machine can reach the endpoint (a loopback address, or localhost)."""
-        host = self.address()[0]
-        if host == "localhost":
-            return True
-        try:
-            return ipaddress.ip_address(host).is_loopback
-        except ValueError:
-            return False  # a host name: whatever it resolves to, others may reach it
+        """Whether only this machine can reach the endpoint (a loopback address, or
+        localhost; a host name that is not localhost may resolve to anything)."""
+        return is_loopback(self.address()[0])
 
 
 class MetricsConfig(_Listening):
@@ -737,6 +752,13 @@ def _check(config: Config, source: Path) -> None:
             problem = base_url_problem(provider.base_url)
             if problem:
                 raise ConfigError(f"config error in {source} at `providers.{name}.base_url`: {problem}")
+        _check_env_base_url(name, provider, config.http, source)
+        version = provider.options.get("anthropic_version")
+        if provider.type == "anthropic" and version is not None and version not in ANTHROPIC_VERSIONS:
+            raise ConfigError(
+                f"config error in {source} at `providers.{name}.options.anthropic_version`: {version!r} is not "
+                f"an Anthropic API version this worker speaks (one of: {', '.join(ANTHROPIC_VERSIONS)})"
+            )
     for key in ("max_restarts",):
         if getattr(config.supervision, key) < 0:
             raise ConfigError(f"config error in {source} at `supervision.{key}`: must be >= 0")
@@ -752,6 +774,28 @@ def _check(config: Config, source: Path) -> None:
             raise ConfigError(
                 f"config error in {source} at `{scope}.multiplier`: must be a positive number, got {policy.multiplier}"
             )
+
+
+def _check_env_base_url(name: str, provider: ProviderConfig, http: HttpConfig, source: Path) -> None:
+    """The base URL a provider's variable gives must be one to call (its value is never
+    said: a URL may hold credentials). One that names this daemon's own front door, as a
+    shell set up for an SDK pointed at trunkline has it, is not followed: the provider
+    would call itself."""
+    url = provider.env_base_url()
+    if url is None:
+        return
+    variable = provider.base_url_variable()
+    if base_url_problem(url) is not None:
+        raise ConfigError(
+            f"config error in {source} at `providers.{name}.base_url_env`: ${variable} is set but holds "
+            "no http(s) URL; set it to one (e.g. https://api.example.com) or unset it"
+        )
+    if http.listen is not None:
+        parsed = urllib.parse.urlsplit(url)
+        default_port = 443 if parsed.scheme == "https" else 80
+        if is_this_machine(parsed.hostname or "") and (parsed.port or default_port) == http.address()[1]:
+            provider.base_url_env = ""
+            provider.options.pop("base_url_env", None)
 
 
 #: Durations for which zero means "no wait" (no pause, no delay, never wait a

@@ -59,6 +59,10 @@ def short_tmpdir() -> Path:
     return Path(tempfile.mkdtemp(prefix="tl-", dir="/tmp"))
 
 
+#: Variables that replace a shipped provider's base_url (config/defaults.yaml).
+BASE_URL_VARIABLES = ("ANTHROPIC_BASE_URL", "OPENAI_BASE_URL", "GEMINI_BASE_URL", "OLLAMA_HOST")
+
+
 class DaemonProcess:
     """`trunkline serve` in a subprocess, with its own runtime dir and config."""
 
@@ -69,7 +73,9 @@ class DaemonProcess:
         cfg.setdefault("state_dir", str(self.dir / "state"))
         self.config_path = self.dir / "config.yaml"
         self.config_path.write_text(yaml.safe_dump(cfg))
-        self.env = {**os.environ, **(env or {})}
+        # A developer's own base-URL variables must not send a test daemon's calls elsewhere.
+        inherited = {k: v for k, v in os.environ.items() if k not in BASE_URL_VARIABLES}
+        self.env = {**inherited, **(env or {})}
         self.proc: trio.Process | None = None
         self.lines: list[str] = []
         self.ready = trio.Event()

@@ -12,7 +12,6 @@ failed stream closes its connection at once.
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import re
 import urllib.request
 from collections.abc import AsyncIterator, Callable
@@ -23,6 +22,7 @@ from typing import Any
 import httpx
 import msgspec
 
+from ..config import hosts
 from ..protocol import __version__
 from ..protocol.messages import RateLimit, Response
 from ._adapter import Adapter, Call, Emit, consume
@@ -171,8 +171,8 @@ class HttpAdapter(Adapter):
         return error
 
     def is_loopback(self) -> bool:
-        host = httpx.URL(self.base_url).host if self.base_url else ""
-        return host in ("localhost", "::1") or host.startswith("127.")
+        """Whether the provider is reached on this machine (its connections go nowhere else)."""
+        return hosts.is_this_machine(httpx.URL(self.base_url).host if self.base_url else "")
 
     def _rate_limit(self, response: httpx.Response) -> RateLimit | None:
         """The rate-limit headers; a `retry-after` means something only on a refusal."""
@@ -385,7 +385,7 @@ class HttpAdapter(Adapter):
     def is_local(self) -> bool:
         """A server on this machine or a private network (loopback, RFC 1918, link-local,
         unique-local IPv6), where a probe is cheap and a down server is worth reporting."""
-        return is_local_host(httpx.URL(self.base_url).host if self.base_url else "")
+        return hosts.is_local(httpx.URL(self.base_url).host if self.base_url else "")
 
     async def probe_path(self, path: str) -> str | None:
         try:
@@ -408,16 +408,6 @@ def idempotency_key(operation_id: str) -> str:
     if _HEADER_SAFE.fullmatch(operation_id):
         return operation_id
     return "tl-" + hashlib.sha256(operation_id.encode()).hexdigest()[:40]
-
-
-def is_local_host(host: str) -> bool:
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        address = ipaddress.ip_address(host.strip("[]"))
-    except ValueError:
-        return False  # a name: only DNS knows where it points
-    return address.is_loopback or address.is_private or address.is_link_local
 
 
 def _proxied(base_url: str) -> bool:

@@ -67,3 +67,29 @@ def sampling(
                 f"{first} was sent and {name} left out",
             )
     return kept
+
+
+def stop_sequences(request: Request, limit: int, api: str, warnings: list[WarningInfo]) -> list[str]:
+    """The request's stop sequences an API that takes at most `limit` of them is sent: the
+    first `limit`, in the caller's order (more are refused by the API)."""
+    stops = list(request.stop_sequences)
+    if len(stops) <= limit:
+        return stops
+    warn(
+        warnings,
+        "stop_sequences_truncated",
+        f"{api} takes at most {limit} stop sequences; the first {limit} were sent and "
+        f"{len(stops) - limit} left out ({', '.join(repr(s) for s in stops[limit:])})",
+    )
+    return stops[:limit]
+
+
+def option_overrides_effort(request: Request, option: str, warnings: list[WarningInfo]) -> None:
+    """Say so when a caller's provider option that sets reasoning (`option`, its full name)
+    is sent as given and replaces what `reasoning_effort` would have made."""
+    if request.reasoning_effort is not None:
+        warn(
+            warnings,
+            "reasoning_effort_overridden",
+            f"{option} was sent as given and wins over reasoning_effort {request.reasoning_effort}, which was not used",
+        )

@@ -238,7 +238,11 @@ async def test_a_bad_config_is_exit_2_with_the_key_not_a_traceback(tmp_path):
         ("localhost:9464", "localhost", True),
         ("[::1]:9464", "::1", True),
         ("127.0.0.2:9464", "127.0.0.2", True),
+        ("127.1.2.3:9464", "127.1.2.3", True),
+        ("[::ffff:127.0.0.1]:9464", "::ffff:127.0.0.1", True),
         ("0.0.0.0:9464", "0.0.0.0", False),
+        ("[::ffff:0.0.0.0]:9464", "::ffff:0.0.0.0", False),
+        ("10.0.0.1:9464", "10.0.0.1", False),
         ("[::]:9464", "::", False),
     ],
 )

@@ -10,10 +10,11 @@ import pytest
 import trio
 
 from fakes.upstream import FakeUpstream, Reply
+from trunkline.config.hosts import is_local
 from trunkline.config.loader import ProviderConfig, RetryPolicy, TimeoutPolicy
 from trunkline.protocol.messages import Job, Message, ModelInfo, Request
 from trunkline.workers._adapter import Call, Deadlines
-from trunkline.workers._http import USER_AGENT, HttpAdapter, Leg, _proxied, is_local_host
+from trunkline.workers._http import USER_AGENT, HttpAdapter, Leg, _proxied
 from trunkline.workers.errors import HTTPX_EXC_MAP, ProviderError, from_transport, parse_retry_after, status_class
 
 
@@ -280,4 +281,4 @@ def test_whether_the_provider_had_the_request_follows_the_transport_error():
 )
 def test_only_this_machine_and_private_networks_are_local(host, local):
     # 172.16.0.0/12 is private; the rest of 172/8 is not (it is routed on the internet).
-    assert is_local_host(host) is local
+    assert is_local(host) is local

@@ -78,7 +78,9 @@ class AnthropicAdapter(HttpAdapter):
     async def ready(self, model: ModelInfo) -> None:
         if not self.api_key:
             raise ProviderError("not_configured", f"no API key: set {self.config.key_hint()}")
-        await self.get_json(f"/v1/models/{model.wire_name}", {"anthropic-version": request.API_VERSION})
+        await self.get_json(
+            f"/v1/models/{model.wire_name}", {"anthropic-version": request.api_version(self.config.options)}
+        )
 
     def count_tokens(self, req: Request, model: ModelInfo) -> int:
         options = self.read_options(req)

@@ -23,7 +23,9 @@ _TYPES: dict[str, ErrorClass] = {
     "api_error": "server_error",
     "request_too_large": "context_length",
     "billing_error": "quota_exceeded",
-    "timeout_error": "timeout",
+    # Anthropic's documented 504: its side gave up processing the request. As every
+    # upstream 504 it is a retried server_error; `timeout` is our own deadline only.
+    "timeout_error": "server_error",
 }
 
 _CONTEXT_WORDS = (

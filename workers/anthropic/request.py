@@ -60,8 +60,14 @@ from .._warnings import warn
 from ..errors import ProviderError
 from .response import API, CONTAINER
 
+#: The `anthropic-version` sent unless the provider's options name another (`anthropic_version`).
 API_VERSION = "2023-06-01"
+#: From this version Anthropic refuses sampling parameters, document blocks in assistant
+#: turns and citations on user text.
+VERSION_2026_10_21 = "2026-10-21"
 DEFAULT_MAX_TOKENS = 4096
+#: The smallest extended-thinking budget Anthropic takes.
+MIN_BUDGET = 1024
 MAX_BREAKPOINTS = 4
 
 #: Extended-thinking budget per reasoning effort (`none` leaves thinking off).
@@ -333,21 +339,46 @@ def _thinking(
         # Newer models decide how long to think; a token budget is refused, an effort steers.
         body.setdefault("output_config", {})["effort"] = THINKING_EFFORT[effort]
         return {"type": "adaptive"}
-    budget = THINKING_BUDGET[effort]
+    return _room_to_answer({"type": "enabled", "budget_tokens": THINKING_BUDGET[effort]}, body, warnings, user_max)
+
+
+def _room_to_answer(
+    thinking: dict[str, Any], body: dict[str, Any], warnings: list[WarningInfo], user_max: int | None
+) -> dict[str, Any] | None:
+    """An extended-thinking budget Anthropic takes: at least MIN_BUDGET, and below max_tokens
+    (thinking counts against it; Anthropic refuses a budget that is not). A limit the caller
+    did not set is raised to make room; the caller's own limit stays and the budget goes under it."""
+    budget = thinking.get("budget_tokens")
+    if thinking.get("type") != "enabled" or not isinstance(budget, int) or isinstance(budget, bool):
+        return thinking
+    if budget < MIN_BUDGET:
+        warn(
+            warnings,
+            "thinking_budget_changed",
+            f"Anthropic takes a thinking budget of at least {MIN_BUDGET} tokens; {budget} was sent as {MIN_BUDGET}",
+        )
+        budget = MIN_BUDGET
     max_tokens = body["max_tokens"]
     if budget >= max_tokens:
-        if user_max is not None:
-            if max_tokens <= 1024:
-                warn(
-                    warnings,
-                    "reasoning_unsupported",
-                    f"max_tokens {max_tokens} leaves no room for thinking (at least 1024); thinking left off",
-                )
-                return None
-            budget = max(1024, max_tokens // 2)
-        else:
+        if user_max is None:
             body["max_tokens"] = budget + DEFAULT_MAX_TOKENS
-    return {"type": "enabled", "budget_tokens": budget}
+        elif max_tokens <= MIN_BUDGET:
+            warn(
+                warnings,
+                "reasoning_unsupported",
+                f"max_tokens {max_tokens} leaves no room for thinking (at least {MIN_BUDGET}); thinking left off",
+            )
+            return None
+        else:
+            lowered = max(MIN_BUDGET, max_tokens // 2)
+            warn(
+                warnings,
+                "thinking_budget_changed",
+                f"a thinking budget of {budget} would use all of max_tokens {max_tokens}, leaving no answer; "
+                f"the budget was lowered to {lowered}",
+            )
+            budget = lowered
+    return {**thinking, "budget_tokens": budget}
 
 
 def _thinks(thinking: dict[str, Any] | None, model: ModelInfo) -> bool:
@@ -433,6 +464,42 @@ def _history_tools(messages: list[dict[str, Any]]) -> list[str]:
     return list(names)
 
 
+def api_version(instance: Mapping[str, Any] | None) -> str:
+    """The `anthropic-version` a provider instance speaks (its options' `anthropic_version`)."""
+    version = (instance or {}).get("anthropic_version")
+    return version if isinstance(version, str) else API_VERSION
+
+
+def _rules_of_2026_10_21(body: dict[str, Any], warnings: list[WarningInfo]) -> None:
+    """What anthropic-version 2026-10-21 refuses: sampling parameters are left out (with a
+    warning); a document in an assistant turn or citations on a user's text cannot be
+    sent, and nothing is (the call would only be refused, after the upload)."""
+    for name in ("temperature", "top_p", "top_k"):
+        if body.pop(name, None) is not None:
+            warn(
+                warnings,
+                "sampling_unsupported",
+                f"anthropic-version {VERSION_2026_10_21} takes no {name}; it was left out",
+            )
+    for i, message in enumerate(body["messages"]):
+        for j, block in enumerate(message["content"]):
+            where = f"messages[{i}].content[{j}]"
+            if message["role"] == "assistant" and block.get("type") == "document":
+                raise ProviderError(
+                    "invalid_request",
+                    f"{where}: anthropic-version {VERSION_2026_10_21} takes no document in an assistant turn",
+                )
+            if message["role"] != "user":
+                continue
+            inner = block.get("content") if block.get("type") == "tool_result" else None
+            for text in [block, *(inner if isinstance(inner, list) else [])]:
+                if text.get("type") == "text" and text.get("citations"):
+                    raise ProviderError(
+                        "invalid_request",
+                        f"{where}: anthropic-version {VERSION_2026_10_21} takes no citations on a user's text",
+                    )
+
+
 def build(
     request: Request,
     model: ModelInfo,
@@ -506,7 +573,11 @@ def build(
     output_format = _output_format(request, model)
     if output_format is not None:
         body["output_config"] = {"format": output_format}
-    thinking = opts.thinking or _thinking(request, model, body, warnings, user_max)
+    if opts.thinking:
+        _rules.option_overrides_effort(request, "provider_options.anthropic.thinking", warnings)
+        thinking = _room_to_answer(opts.thinking, body, warnings, user_max)
+    else:
+        thinking = _thinking(request, model, body, warnings, user_max)
     if _thinks(thinking, model) and opts.thinking is None and not model.rules.thinking_always_on:
         forced = body.get("tool_choice", {}).get("type") in ("any", "tool")
         if request.reasoning_effort is None and forced:
@@ -549,9 +620,12 @@ def build(
     if stream:
         body["stream"] = True
     body.update(provider_options.body_fields(opts))
+    version = api_version(instance)
+    if version == VERSION_2026_10_21:
+        _rules_of_2026_10_21(body, warnings)
     if auto_cache:
         _add_cache_breakpoints(body)
-    headers = {"anthropic-version": API_VERSION}
+    headers = {"anthropic-version": version}
     betas = [opts.beta_headers] if isinstance(opts.beta_headers, str) else opts.beta_headers
     if betas:
         headers["anthropic-beta"] = ",".join(betas)

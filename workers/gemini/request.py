@@ -17,7 +17,13 @@ Rules worth knowing (the tests hold each one):
 * other Gemini parts (code execution, server tool calls, a signed empty text
   part) are `ProviderPart`s holding the wire part verbatim;
 * `reasoning_effort` becomes `thinkingLevel` on models that take levels and
-  `thinkingBudget` on the others, per the catalog (`ModelInfo.thinking`).
+  `thinkingBudget` on the others, per the catalog (`ModelInfo.thinking`); a
+  budget (the effort's, or the caller's `thinking_config`) stays within the
+  model's documented range and a level within its documented levels, and a
+  budget at or above `maxOutputTokens` (which would leave no answer) gets room:
+  the limit is raised when the caller set none, else the budget lowered. A
+  caller's `thinking_config` wins over `reasoning_effort`. Each with a warning;
+* at most 5 stop sequences are sent (the first 5), with a warning.
 """
 
 from __future__ import annotations
@@ -27,7 +33,8 @@ import json
 import mimetypes
 import re
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from ...protocol import provider_options
 from ...protocol.messages import (
@@ -46,17 +53,22 @@ from ...protocol.messages import (
     WarningInfo,
 )
 from ...protocol.provider_options import GeminiOptions
+from .. import _rules
 from .._contract import Built, options_as
 from .._provider_parts import keep_provider_part
 from .._warnings import warn
 from ..errors import ProviderError
 
 API = "gemini"
+#: Stop sequences generationConfig takes at most (more are refused).
+MAX_STOP_SEQUENCES = 5
 API_PATH = "/v1beta/models"
 #: Google's documented marker for a function call whose signature was not made by this model.
 SKIP_SIGNATURE = "skip_thought_signature_validator"
 SIGNATURE_KIND = "thoughtSignature"
 METADATA_KINDS = ("groundingMetadata", "urlContextMetadata")
+
+_V = TypeVar("_V")
 
 #: Ladder order, to find the nearest effort a model takes.
 EFFORTS = ["none", "minimal", "low", "medium", "high", "xhigh", "max"]
@@ -69,8 +81,36 @@ THINKING_LEVEL = {
     "xhigh": "XHIGH",
     "max": "XHIGH",
 }
-#: Effort -> thinkingBudget tokens, for models steered by budget (Gemini 2.x).
+#: Effort -> thinkingBudget tokens, for models steered by budget (Gemini 2.x), before
+#: the model's own range (BUDGET_RANGES) bounds it.
 THINKING_BUDGET = {"minimal": 512, "low": 2048, "medium": 8192, "high": 24576, "xhigh": 32768, "max": 32768}
+#: thinkingBudget values that are no number of tokens: the model decides (dynamic).
+DYNAMIC_BUDGET = -1
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetRange:
+    """The thinkingBudget values a model takes with thinking on (both ends included), and
+    whether 0 turns thinking off on it."""
+
+    low: int
+    high: int
+    can_turn_off: bool
+
+
+#: Documented budget ranges (ai.google.dev/gemini-api/docs/thinking), by wire-name
+#: prefix, the most specific first; a budget outside is refused.
+BUDGET_RANGES: tuple[tuple[str, BudgetRange], ...] = (
+    ("gemini-2.5-flash-lite", BudgetRange(512, 24576, can_turn_off=True)),
+    ("gemini-2.5-flash", BudgetRange(1, 24576, can_turn_off=True)),
+    ("gemini-2.5-pro", BudgetRange(128, 32768, can_turn_off=False)),
+)
+#: Documented thinkingLevel values of models that take fewer than the whole ladder (by
+#: wire-name prefix), for a model whose catalog entry does not list its efforts.
+LEVEL_EFFORTS: tuple[tuple[str, list[str]], ...] = (
+    ("gemini-3-flash", ["minimal", "low", "medium", "high"]),
+    ("gemini-3-pro", ["low", "high"]),
+)
 
 #: The body fields of provider_options.gemini that Gemini spells in camelCase.
 _SNAKE = {
@@ -90,6 +130,22 @@ def generation(wire_name: str) -> int | None:
     """The major version in a Gemini model name (`gemini-3.8-flash` -> 3)."""
     m = re.search(r"gemini-(\d+)", wire_name)
     return int(m.group(1)) if m else None
+
+
+def _by_prefix(wire_name: str, table: tuple[tuple[str, _V], ...]) -> _V | None:
+    name = wire_name.removeprefix("models/")
+    return next((value for prefix, value in table if name.startswith(prefix)), None)
+
+
+def budget_range(model: ModelInfo) -> BudgetRange | None:
+    """The thinkingBudget range Google documents for `model`, if any."""
+    return _by_prefix(model.wire_name, BUDGET_RANGES)
+
+
+def allowed_efforts(model: ModelInfo) -> list[str]:
+    """The efforts the model takes (empty: any): the catalog's, else what Google documents."""
+    listed = model.rules.efforts or (_by_prefix(model.wire_name, LEVEL_EFFORTS) if uses_levels(model) else None)
+    return [e for e in (listed or []) if e in EFFORTS]
 
 
 def uses_levels(model: ModelInfo) -> bool:
@@ -273,13 +329,54 @@ def _nearest_effort(effort: str, allowed: list[str]) -> str:
     return min(allowed, key=lambda e: (abs(EFFORTS.index(e) - i), -EFFORTS.index(e)))
 
 
+def _bounded_budget(budget: int, model: ModelInfo, why: str, warnings: list[WarningInfo]) -> int:
+    """`budget` within the model's documented range (`why`: what asked for it)."""
+    rng = budget_range(model)
+    if rng is None or budget == DYNAMIC_BUDGET or (budget == 0 and rng.can_turn_off):
+        return budget
+    bounded = min(max(budget, rng.low), rng.high)
+    if bounded != budget:
+        off = " (thinking cannot be turned off on it)" if budget == 0 else ""
+        warn(
+            warnings,
+            "thinking_budget_changed",
+            f"{model.wire_name} takes a thinking budget of {rng.low}-{rng.high} tokens{off}; "
+            f"{why} ({budget}) was sent as {bounded}",
+        )
+    return bounded
+
+
+def _caller_thinking(
+    config: dict[str, Any], request: Request, model: ModelInfo, warnings: list[WarningInfo]
+) -> dict[str, Any]:
+    """The caller's thinking_config as sent: it wins over reasoning_effort, within what the model takes."""
+    _rules.option_overrides_effort(request, "provider_options.gemini.thinking_config", warnings)
+    config = dict(config)
+    budget = config.get("thinkingBudget")
+    if isinstance(budget, int) and not isinstance(budget, bool):
+        config["thinkingBudget"] = _bounded_budget(budget, model, "thinking_config.thinkingBudget", warnings)
+    level = config.get("thinkingLevel")
+    allowed = allowed_efforts(model)
+    if isinstance(level, str) and allowed and level.lower() in EFFORTS and level.lower() not in allowed:
+        chosen = _nearest_effort(level.lower(), allowed)
+        config["thinkingLevel"] = THINKING_LEVEL[chosen]
+        warn(
+            warnings,
+            "unsupported_setting",
+            f"{model.wire_name} takes thinking levels {', '.join(THINKING_LEVEL[e] for e in allowed)}; "
+            f"thinking_config.thinkingLevel {level} was sent as {THINKING_LEVEL[chosen]}",
+        )
+    return config
+
+
 def _thinking(request: Request, model: ModelInfo, warnings: list[WarningInfo]) -> dict[str, Any] | None:
     if request.reasoning_effort is None:
         return None
     effort: str = request.reasoning_effort
     rules = model.rules
-    allowed: list[str] = [e for e in (rules.efforts or []) if e in EFFORTS]
+    allowed = allowed_efforts(model)
     levels = uses_levels(model)
+    rng = budget_range(model)
     if allowed and effort not in allowed and effort != "none":
         chosen = _nearest_effort(effort, allowed)
         warn(
@@ -289,20 +386,75 @@ def _thinking(request: Request, model: ModelInfo, warnings: list[WarningInfo]) -
         )
         effort = chosen
     if effort == "none":
-        if rules.thinking_always_on or levels or (allowed and "none" not in allowed):
+        cannot_turn_off = rules.thinking_always_on or (rng is not None and not rng.can_turn_off)
+        if cannot_turn_off or levels or (allowed and "none" not in allowed):
             lowest = next((e for e in EFFORTS[1:] if not allowed or e in allowed), "minimal")
             warn(
                 warnings,
                 "unsupported_setting",
                 f"thinking cannot be turned off on {model.wire_name}; the lowest level ({lowest}) was used",
             )
-            return {"thinkingLevel": THINKING_LEVEL[lowest]} if levels else {"thinkingBudget": THINKING_BUDGET[lowest]}
+            if levels:
+                return {"thinkingLevel": THINKING_LEVEL[lowest]}
+            return {"thinkingBudget": max(THINKING_BUDGET[lowest], rng.low if rng else 0)}
         return {"thinkingBudget": 0}
     if levels:
         if effort == "max":
             warn(warnings, "unsupported_setting", "Gemini's highest thinking level is XHIGH; it was used for max")
         return {"thinkingLevel": THINKING_LEVEL[effort], "includeThoughts": True}
-    return {"thinkingBudget": THINKING_BUDGET[effort], "includeThoughts": True}
+    budget = THINKING_BUDGET[effort]
+    if rng is not None and effort in ("xhigh", "max"):
+        budget = rng.high  # the top of the ladder is the model's own largest budget
+    return {
+        "thinkingBudget": _bounded_budget(budget, model, f"reasoning_effort {effort}", warnings),
+        "includeThoughts": True,
+    }
+
+
+def _room_to_answer(gen: dict[str, Any], request: Request, model: ModelInfo, warnings: list[WarningInfo]) -> None:
+    """Thinking counts against maxOutputTokens: a budget at or above it leaves the answer
+    empty. A limit the caller did not set is raised to make room; the caller's own limit
+    stays, and the budget is lowered under it."""
+    thinking = gen.get("thinkingConfig") or {}
+    budget, limit = thinking.get("thinkingBudget"), gen.get("maxOutputTokens")
+    if not (isinstance(budget, int) and isinstance(limit, int)) or budget <= 0 or budget < limit:
+        return
+    if request.max_tokens is None:
+        raised = budget + limit
+        if model.max_output:
+            raised = min(raised, model.max_output)
+        if raised > limit:
+            gen["maxOutputTokens"] = raised
+            warn(
+                warnings,
+                "max_tokens_raised",
+                f"the thinking budget ({budget}) would use all of maxOutputTokens {limit}, leaving no answer; "
+                f"maxOutputTokens was raised to {raised}",
+            )
+            return
+    rng = budget_range(model)
+    lowered = limit // 2
+    if rng is not None and lowered < rng.low:
+        if rng.can_turn_off:
+            gen["thinkingConfig"] = {**thinking, "thinkingBudget": 0}
+            gen["thinkingConfig"].pop("includeThoughts", None)
+            warn(
+                warnings,
+                "thinking_off",
+                f"max_tokens {limit} leaves no room for {model.wire_name}'s smallest thinking budget "
+                f"({rng.low}) and an answer; thinking is off for this call",
+            )
+            return
+        lowered = rng.low
+    if lowered < 1:
+        return  # nothing smaller to ask for; the provider decides
+    gen["thinkingConfig"] = {**thinking, "thinkingBudget": lowered}
+    warn(
+        warnings,
+        "thinking_budget_changed",
+        f"a thinking budget of {budget} would use all of max_tokens {limit}, leaving no answer; "
+        f"the budget was lowered to {lowered}",
+    )
 
 
 def _sampling(
@@ -382,11 +534,14 @@ def build(
     max_tokens = request.max_tokens or model.rules.default_max_tokens
     if max_tokens:
         gen["maxOutputTokens"] = max_tokens
-    thinking = opts.thinking_config or _thinking(request, model, warnings)
+    if opts.thinking_config:
+        thinking: dict[str, Any] | None = _caller_thinking(opts.thinking_config, request, model, warnings)
+    else:
+        thinking = _thinking(request, model, warnings)
     thinking_on = thinking is not None and thinking.get("thinkingBudget") != 0
     _sampling(request, model, thinking_on, gen, warnings)
     if request.stop_sequences:
-        gen["stopSequences"] = list(request.stop_sequences)
+        gen["stopSequences"] = _rules.stop_sequences(request, MAX_STOP_SEQUENCES, "Gemini", warnings)
     if request.seed is not None:
         gen["seed"] = request.seed
     fmt = request.response_format
@@ -398,7 +553,12 @@ def build(
     if thinking:
         gen["thinkingConfig"] = thinking
     if opts.generation_config:
+        if "thinkingConfig" in opts.generation_config:
+            _rules.option_overrides_effort(
+                request, "provider_options.gemini.generation_config.thinkingConfig", warnings
+            )
         gen.update(opts.generation_config)
+    _room_to_answer(gen, request, model, warnings)
     if gen:
         body["generationConfig"] = gen
     for key, value in provider_options.body_fields(opts).items():

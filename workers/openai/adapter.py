@@ -1,8 +1,8 @@
 """OpenAI Responses I/O: `POST /responses`, `GET /models/{model}`, rate-limit headers.
 
-The default instance reads `OPENAI_BASE_URL`, `OPENAI_ORG_ID` and
-`OPENAI_PROJECT_ID` (through the env-variable names in its `options`), as
-OpenAI's own SDKs do; any other instance (a proxy, an Azure-style endpoint)
+The default instance reads `OPENAI_BASE_URL` (`base_url_env`, as every provider),
+`OPENAI_ORG_ID` and `OPENAI_PROJECT_ID` (through the env-variable names in its
+`options`), as OpenAI's own SDKs do; any other instance (a proxy, an Azure-style endpoint)
 is one more provider entry with its own `base_url`, key and headers.
 """
 
@@ -56,13 +56,12 @@ COUNT_FIELDS = {
 def _from_env(config: ProviderConfig) -> ProviderConfig:
     """`config` with what the environment variables named in its options say."""
     options = config.options
-    base_url = os.environ.get(options.get("base_url_env") or "") or config.base_url
     headers = dict(config.headers)
     for option, header in (("organization_env", "OpenAI-Organization"), ("project_env", "OpenAI-Project")):
         value = os.environ.get(options.get(option) or "")
         if value:
             headers[header] = value
-    return msgspec.structs.replace(config, base_url=base_url, headers=headers)
+    return msgspec.structs.replace(config, headers=headers)
 
 
 class OpenAIAdapter(HttpAdapter):

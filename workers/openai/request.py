@@ -19,7 +19,9 @@ Rules worth knowing (the tests hold each one):
 * function tools are sent with `strict: false` unless the tool says otherwise
   (the Responses API defaults to strict, which refuses most hand-written schemas);
 * what the model's catalog rules forbid (a sampling parameter, an effort value)
-  is changed or left out with a warning naming the rule.
+  is changed or left out with a warning naming the rule; a `max_output_tokens`
+  below 16 (which the API refuses) is raised to 16, and a `reasoning` given in
+  provider options wins over `reasoning_effort`, with a warning each.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from ...protocol.messages import (
     WarningInfo,
 )
 from ...protocol.provider_options import OpenAIOptions
+from .. import _rules
 from .._contract import Built, options_as
 from .._provider_parts import keep_provider_part
 from .._warnings import warn
@@ -52,6 +55,8 @@ from ..errors import ProviderError
 
 #: The `api` of every ProviderPart this worker makes and takes back.
 API = "openai"
+#: The smallest `max_output_tokens` the Responses API takes (a smaller one is refused).
+MIN_OUTPUT_TOKENS = 16
 
 
 #: The effort ladder, least to most (as `ReasoningEffort`).
@@ -396,6 +401,14 @@ def build(
             body["tool_choice"] = {"type": "function", "name": choice.name} if choice.mode == "tool" else choice.mode
     max_tokens = request.max_tokens or model.rules.default_max_tokens
     if max_tokens is not None:
+        if max_tokens < MIN_OUTPUT_TOKENS:
+            warn(
+                warnings,
+                "max_tokens_raised",
+                f"the Responses API takes max_output_tokens of at least {MIN_OUTPUT_TOKENS}; "
+                f"{max_tokens} was sent as {MIN_OUTPUT_TOKENS}",
+            )
+            max_tokens = MIN_OUTPUT_TOKENS
         body["max_output_tokens"] = max_tokens
     if request.stop_sequences:
         warn(warnings, "unsupported_setting", "the Responses API has no stop sequences; stop_sequences was ignored")
@@ -432,5 +445,8 @@ def build(
         # (and a cancel reach it); it needs `store`, which is why it is the caller's choice.
         body["background"] = True
         body["store"] = True
-    body.update(provider_options.body_fields(opts))
+    passed = provider_options.body_fields(opts)
+    if "reasoning" in passed:
+        _rules.option_overrides_effort(request, "provider_options.openai.reasoning", warnings)
+    body.update(passed)
     return Built(body, warnings=warnings)

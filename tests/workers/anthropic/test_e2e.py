@@ -154,6 +154,22 @@ async def test_overloaded_is_retried_with_the_same_idempotency_key(daemon, upstr
     assert first.headers["idempotency-key"] == second.headers["idempotency-key"]
 
 
+async def test_anthropics_own_504_timeout_error_is_a_server_error_and_is_retried(daemon, upstream):
+    # Anthropic's documented 504 (its side gave up processing) is an upstream failure like
+    # any gateway's 504, not our own deadline: it is retried.
+    upstream.route(
+        "POST",
+        "/v1/messages",
+        Reply(504, {"content-type": "application/json"}, [error("timeout_error", "Request timed out")]),
+        Reply.sse((CASSETTES / "thinking.sse").read_bytes()),
+    )
+    with trio.fail_after(20):
+        async with Client(daemon.runtime_dir) as client:
+            response = await client.complete("anthropic:claude-sonnet-4-5", "2+2?")
+    assert response.text == "4"
+    assert len(upstream.sent("/v1/messages")) == 2
+
+
 async def test_cancel_closes_the_upstream_connection(daemon, upstream):
     body = (CASSETTES / "tools-parallel.sse").read_bytes()
     upstream.route("POST", "/v1/messages", Reply.sse(body, chunk_size=400, stall_after=2))

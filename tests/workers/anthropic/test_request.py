@@ -321,8 +321,30 @@ def test_reasoning_effort_maps_to_a_thinking_budget(effort, budget):
 def test_thinking_budget_fits_under_an_explicit_max_tokens():
     built = body(Message.user("x"), reasoning_effort="high", max_tokens=3000)
     assert built.body["max_tokens"] == 3000 and built.body["thinking"]["budget_tokens"] == 1500
+    (lowered,) = built.warnings
+    assert lowered.code == "thinking_budget_changed" and "lowered to 1500" in lowered.message
     tiny = body(Message.user("x"), reasoning_effort="high", max_tokens=500)
     assert "thinking" not in tiny.body and tiny.warnings[0].code == "reasoning_unsupported"
+
+
+@pytest.mark.parametrize(
+    ("asked", "max_tokens", "budget", "sent_max", "codes"),
+    [
+        (30000, None, 30000, 30000 + 4096, []),  # no limit asked: room is made
+        (30000, 8000, 4000, 8000, ["reasoning_effort_overridden", "thinking_budget_changed"]),
+        (500, 8000, 1024, 8000, ["reasoning_effort_overridden", "thinking_budget_changed"]),
+        (2000, 8000, 2000, 8000, ["reasoning_effort_overridden"]),
+    ],
+)
+def test_a_callers_thinking_wins_over_the_effort_and_fits_the_limit(asked, max_tokens, budget, sent_max, codes):
+    options = {"anthropic": {"thinking": {"type": "enabled", "budget_tokens": asked}}}
+    fields = {"max_tokens": max_tokens} if max_tokens else {}
+    built = body(Message.user("x"), reasoning_effort="low" if codes else None, provider_options=options, **fields)
+    assert built.body["thinking"] == {"type": "enabled", "budget_tokens": budget}
+    assert built.body["max_tokens"] == sent_max
+    assert [w.code for w in built.warnings] == codes
+    if codes:
+        assert "provider_options.anthropic.thinking" in built.warnings[0].message
 
 
 def test_thinking_drops_what_it_cannot_be_combined_with():

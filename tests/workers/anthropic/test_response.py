@@ -134,6 +134,7 @@ def error_body(kind: str, message: str) -> bytes:
         (429, "rate_limit_error", "Number of request tokens has exceeded your rate limit", "rate_limit", True),
         (529, "overloaded_error", "Overloaded", "rate_limit", True),
         (500, "api_error", "Internal server error", "server_error", True),
+        (504, "timeout_error", "Request timed out while processing", "server_error", True),
         (402, "billing_error", "credit balance too low", "quota_exceeded", False),
     ],
 )
@@ -141,6 +142,11 @@ def test_error_classification(status, kind, message, error_class, retryable):
     err = errors.classify(status, httpx.Headers({"retry-after": "7"}), error_body(kind, message))
     assert (err.error_class, err.retryable, err.status, err.code) == (error_class, retryable, status, kind)
     assert message in err.message and err.retry_after == 7.0
+
+
+def test_a_timeout_error_event_mid_stream_is_a_retryable_server_error():
+    err = errors.from_error_object("timeout_error", "Request timed out")
+    assert (err.error_class, err.retryable, err.code) == ("server_error", True, "timeout_error")
 
 
 def test_error_without_a_json_body():

@@ -342,6 +342,119 @@ def test_a_model_the_catalog_does_not_describe_is_judged_by_its_generation():
     assert "thinkingBudget" in body(req, unknown2)[0]["generationConfig"]["thinkingConfig"]
 
 
+LITE = ModelInfo(
+    id="gemini:gemini-2.5-flash-lite",
+    provider="gemini",
+    wire_name="gemini-2.5-flash-lite",
+    reasoning=True,
+    thinking="budget",
+)
+PRO = ModelInfo(id="gemini:gemini-2.5-pro", provider="gemini", wire_name="gemini-2.5-pro", thinking="budget")
+FLASH3 = ModelInfo(id="gemini:gemini-3-flash-preview", provider="gemini", wire_name="gemini-3-flash-preview")
+
+
+def ask(model: ModelInfo, **fields) -> tuple[dict, list]:
+    built = build(Request(model=model.id, messages=[Message.user("x")], **fields), model)
+    return built.body.get("generationConfig", {}), built.warnings
+
+
+@pytest.mark.parametrize(
+    ("model", "effort", "budget"),
+    [
+        (OLD, "xhigh", 24576),  # 2.5 Flash tops out at 24576
+        (OLD, "max", 24576),
+        (LITE, "minimal", 512),
+        (LITE, "max", 24576),
+        (PRO, "xhigh", 32768),
+        (PRO, "max", 32768),
+        (PRO, "none", 512),  # 2.5 Pro cannot stop thinking: its lowest rung
+    ],
+)
+def test_the_top_of_the_effort_ladder_is_each_models_own_largest_budget(model, effort, budget):
+    gen, warnings = ask(model, reasoning_effort=effort)
+    assert gen["thinkingConfig"]["thinkingBudget"] == budget
+    assert all(w.code != "thinking_budget_changed" for w in warnings)  # nothing the caller gave was changed
+
+
+@pytest.mark.parametrize(
+    ("model", "asked", "sent"),
+    [
+        (OLD, 30000, 24576),
+        (OLD, 0, 0),
+        (OLD, -1, -1),
+        (LITE, 100, 512),
+        (LITE, 30000, 24576),
+        (LITE, 0, 0),
+        (PRO, 0, 128),
+        (PRO, 50000, 32768),
+        (PRO, 2000, 2000),
+    ],
+)
+def test_a_callers_thinking_budget_is_kept_within_the_models_range(model, asked, sent):
+    gen, warnings = ask(model, provider_options={"gemini": {"thinking_config": {"thinkingBudget": asked}}})
+    assert gen["thinkingConfig"] == {"thinkingBudget": sent}
+    changed = [w for w in warnings if w.code == "thinking_budget_changed"]
+    assert len(changed) == (asked != sent)
+    assert not changed or f"({asked}) was sent as {sent}" in changed[0].message
+
+
+def test_gemini_3_flash_takes_four_thinking_levels():
+    gen, warnings = ask(FLASH3, reasoning_effort="xhigh")
+    assert gen["thinkingConfig"] == {"thinkingLevel": "HIGH", "includeThoughts": True}
+    assert "xhigh" in warnings[0].message
+    gen, warnings = ask(FLASH3, reasoning_effort="minimal")
+    assert gen["thinkingConfig"] == {"thinkingLevel": "MINIMAL", "includeThoughts": True} and not warnings
+    gen, warnings = ask(FLASH3, provider_options={"gemini": {"thinking_config": {"thinkingLevel": "XHIGH"}}})
+    assert gen["thinkingConfig"] == {"thinkingLevel": "HIGH"}
+    assert "MINIMAL, LOW, MEDIUM, HIGH" in warnings[0].message and "XHIGH was sent as HIGH" in warnings[0].message
+
+
+def test_more_than_five_stop_sequences_keep_the_first_five():
+    stops = ["a", "b", "c", "d", "e", "f", "g"]
+    gen, warnings = ask(FLASH, stop_sequences=stops)
+    assert gen["stopSequences"] == ["a", "b", "c", "d", "e"]
+    (warning,) = warnings
+    assert (
+        warning.code == "stop_sequences_truncated" and "at most 5" in warning.message and "'f', 'g'" in warning.message
+    )
+    assert ask(FLASH, stop_sequences=stops[:5]) == ({"stopSequences": stops[:5]}, [])
+
+
+def test_a_budget_that_would_leave_no_answer_gets_room():
+    # the caller's limit stays and the budget goes under it
+    gen, warnings = ask(OLD, reasoning_effort="high", max_tokens=4000)
+    assert gen["maxOutputTokens"] == 4000 and gen["thinkingConfig"]["thinkingBudget"] == 2000
+    assert warnings[0].code == "thinking_budget_changed"
+    # below Flash-Lite's smallest budget (512) there is no room: thinking is off
+    gen, warnings = ask(LITE, reasoning_effort="low", max_tokens=600)
+    assert gen["thinkingConfig"] == {"thinkingBudget": 0} and warnings[0].code == "thinking_off"
+    # a caller's own budget is judged the same way
+    gen, warnings = ask(
+        OLD, max_tokens=1000, provider_options={"gemini": {"thinking_config": {"thinkingBudget": 1000}}}
+    )
+    assert gen["thinkingConfig"] == {"thinkingBudget": 500}
+    # under the budget: untouched
+    gen, warnings = ask(OLD, reasoning_effort="low", max_tokens=4000)
+    assert gen["thinkingConfig"]["thinkingBudget"] == 2048 and not warnings
+
+
+def test_a_callers_thinking_config_wins_over_reasoning_effort_with_a_warning():
+    gen, warnings = ask(
+        OLD, reasoning_effort="low", provider_options={"gemini": {"thinking_config": {"thinkingBudget": 4096}}}
+    )
+    assert gen["thinkingConfig"] == {"thinkingBudget": 4096}
+    (warning,) = warnings
+    assert warning.code == "reasoning_effort_overridden"
+    assert "provider_options.gemini.thinking_config" in warning.message and "reasoning_effort low" in warning.message
+    gen, warnings = ask(
+        OLD,
+        reasoning_effort="low",
+        provider_options={"gemini": {"generation_config": {"thinkingConfig": {"thinkingBudget": 0}}}},
+    )
+    assert gen["thinkingConfig"] == {"thinkingBudget": 0}
+    assert [w.code for w in warnings] == ["reasoning_effort_overridden"]
+
+
 def test_sampling_rules_from_the_catalog():
     no_sampling = ModelInfo(id="gemini:m", provider="gemini", wire_name="m", rules=ModelRules(sampling=["top_p"]))
     wire, warnings, _ = body(
@@ -364,7 +477,9 @@ def test_sampling_rules_from_the_catalog():
     wire, warnings, _ = body(
         Request(model="gemini:m", messages=[Message.user("x")], temperature=0.5, reasoning_effort="high"), quiet
     )
-    assert "temperature" not in wire["generationConfig"] and wire["generationConfig"]["maxOutputTokens"] == 1000
+    assert "temperature" not in wire["generationConfig"]
+    # the catalog's default limit is raised so the 24576-token budget leaves room for an answer
+    assert wire["generationConfig"]["maxOutputTokens"] == 24576 + 1000
 
 
 # ---------------------------------------------------------------------------

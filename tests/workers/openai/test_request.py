@@ -434,6 +434,27 @@ def test_default_max_tokens_from_the_rules():
     assert "max_output_tokens" not in build(Request(model="m", messages=[Message.user("x")]), GPT41).body
 
 
+@pytest.mark.parametrize(("asked", "sent"), [(1, 16), (15, 16), (16, 16), (17, 17)])
+def test_max_output_tokens_below_sixteen_is_raised_to_sixteen(asked, sent):
+    built = build(Request(model="m", messages=[Message.user("x")], max_tokens=asked), GPT41)
+    assert built.body["max_output_tokens"] == sent
+    raised = [w for w in built.warnings if w.code == "max_tokens_raised"]
+    assert len(raised) == (asked < 16)
+    assert not raised or f"{asked} was sent as 16" in raised[0].message
+
+
+def test_reasoning_in_provider_options_wins_over_reasoning_effort_with_a_warning():
+    options = {"openai": {"reasoning": {"effort": "high", "summary": "detailed"}}}
+    both = build(
+        Request(model="m", messages=[Message.user("x")], reasoning_effort="low", provider_options=options), GPT5
+    )
+    assert both.body["reasoning"] == {"effort": "high", "summary": "detailed"}
+    (warning,) = [w for w in both.warnings if w.code == "reasoning_effort_overridden"]
+    assert "provider_options.openai.reasoning" in warning.message and "reasoning_effort low" in warning.message
+    alone = build(Request(model="m", messages=[Message.user("x")], provider_options=options), GPT5)
+    assert alone.body["reasoning"] == {"effort": "high", "summary": "detailed"} and alone.warnings == []
+
+
 def test_audio_is_refused_before_any_call():
     # The SDK's input content union is input_text, input_image, input_file: no audio.
     request = Request(model="m", messages=[Message.user("listen", AudioPart(data="UklG", media_type="audio/wav"))])
