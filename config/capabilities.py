@@ -106,7 +106,8 @@ def for_model(implementation: Capabilities, model: ModelInfo) -> Capabilities:
         parallel_tool_calls=implementation.parallel_tool_calls and model.tools,
         vision=implementation.vision and model.vision,
         documents=implementation.documents and model.vision,
-        audio=implementation.audio,
+        # The catalog has no audio flag: a model that reads no images is taken as text-only.
+        audio=implementation.audio and model.vision,
         reasoning=implementation.reasoning and model.reasoning,
         structured_output=implementation.structured_output and model.structured_output,
         streaming=implementation.streaming and model.streaming,
