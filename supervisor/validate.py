@@ -175,7 +175,8 @@ def check_messages(request: Request, model: ModelInfo | None = None, provider_ty
         caps = model.capabilities if model is not None else None
         if caps is None or not caps.prefill:
             raise Invalid(
-                f"{where}: the last message must be from the user or a tool, not {last.role}{_prefill_note(model)}"
+                f"{where}: the last message must be from the user or a tool, not {last.role}{_prefill_note(model)}",
+                capability="prefill" if model is not None else None,
             )
         assert model is not None  # caps came from it
         check_prefill(request, model, provider_type or model.provider)

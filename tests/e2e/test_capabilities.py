@@ -12,13 +12,13 @@ routes, to the same entry.
 from __future__ import annotations
 
 import base64
-import json
 from typing import Any
 
 import pytest
 import trio
 
-from fakes.upstream import FakeUpstream, Recorded, Reply
+from fakes.messages_api import anthropic_answer, compat_answer
+from fakes.upstream import FakeUpstream
 from trunkline import Client
 from trunkline.errors import InvalidRequestError, NotFoundError
 from trunkline.protocol.messages import AudioPart, DocumentPart, ImagePart, Message, Request, Tool
@@ -28,51 +28,6 @@ pytestmark = pytest.mark.e2e
 WAV = base64.b64encode(b"RIFF\x24\x00\x00\x00WAVEfmt ").decode()
 PDF = base64.b64encode(b"%PDF-1.4\n%%EOF\n").decode()
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x00" * 16).decode()
-
-
-def anthropic_answer(text: str) -> Any:
-    """A Messages API answer with `text`, streamed or whole as the request asks."""
-
-    def reply(request: Recorded) -> Reply:
-        usage = {"input_tokens": 5, "output_tokens": 2}
-        if not (request.json() or {}).get("stream"):
-            message = {
-                "id": "msg_1",
-                "type": "message",
-                "role": "assistant",
-                "model": "claude-sonnet-4-5",
-                "content": [{"type": "text", "text": text}],
-                "stop_reason": "end_turn",
-                "usage": usage,
-            }
-            return Reply.json(message)
-
-        def event(kind: str, data: dict[str, Any]) -> str:
-            return f"event: {kind}\ndata: {json.dumps({'type': kind, **data})}\n\n"
-
-        start = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5", "content": []}
-        return Reply.sse(
-            event("message_start", {"message": {**start, "stop_reason": None, "usage": usage}})
-            + event("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}})
-            + event("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": text}})
-            + event("content_block_stop", {"index": 0})
-            + event("message_delta", {"delta": {"stop_reason": "end_turn"}, "usage": usage})
-            + event("message_stop", {})
-        )
-
-    return reply
-
-
-def compat_answer(text: str) -> Reply:
-    return Reply.json(
-        {
-            "id": "c1",
-            "object": "chat.completion",
-            "model": "my-model",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
-        }
-    )
 
 
 @pytest.fixture
