@@ -114,8 +114,25 @@ def _lacks(model: ModelInfo, capability: str, where: str = "", how: str = "") ->
     )
 
 
-#: A media part's kind -> the capability that reads it.
-_MEDIA_CAPABILITY: dict[type, str] = {ImagePart: "vision", DocumentPart: "documents", AudioPart: "audio"}
+#: The media kinds refused, by which of (vision, documents, audio) a model has: worked
+#: out once, as this runs for every submit.
+_REFUSED: dict[tuple[bool, bool, bool], dict[type, str]] = {
+    (vision, documents, audio): {
+        kind: name
+        for kind, name, has in (
+            (ImagePart, "vision", vision),
+            (DocumentPart, "documents", documents),
+            (AudioPart, "audio", audio),
+        )
+        if not has
+    }
+    for vision in (False, True)
+    for documents in (False, True)
+    for audio in (False, True)
+}
+_NONE: dict[type, str] = {}
+#: A catalog model without declared capabilities: its `vision` flag covers documents too.
+_BY_FLAGS: dict[type, str] = {ImagePart: "vision", DocumentPart: "vision"}
 
 
 def unreadable(model: ModelInfo | None) -> dict[type, str]:
@@ -126,8 +143,8 @@ def unreadable(model: ModelInfo | None) -> dict[type, str]:
         return {}
     caps = model.capabilities
     if caps is None:
-        return {} if model.in_catalog is False or model.vision else {ImagePart: "vision", DocumentPart: "vision"}
-    return {kind: name for kind, name in _MEDIA_CAPABILITY.items() if not getattr(caps, name)}
+        return _NONE if model.in_catalog is False or model.vision else _BY_FLAGS
+    return _REFUSED[caps.vision, caps.documents, caps.audio]
 
 
 def _where(i: int) -> str:
