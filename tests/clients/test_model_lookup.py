@@ -24,6 +24,8 @@ async def test_lookups_by_id_alias_and_capability(daemon):
             missing = await client.get_model_info("claude-nonexistent")
             latest = {p: await client.latest_model(p) for p in ("anthropic", "openai", "gemini", "mock")}
             seeing = await client.latest_model("openai", "vision")
+            hearing = await client.latest_model("gemini", "audio")
+            continuing = await client.latest_model("anthropic", "prefill")
             nothing = await client.latest_model("no-such-provider")
             with pytest.raises(ValueError, match="unknown capability 'telepathy'; use one of tools, vision"):
                 await client.latest_model("openai", "telepathy")
@@ -38,6 +40,9 @@ async def test_lookups_by_id_alias_and_capability(daemon):
     for provider, info in latest.items():
         assert info is not None and info == next(m for m in every if m.provider == provider)
     assert seeing is not None and seeing.vision and seeing.provider == "openai"
+    # Capabilities beyond the catalog's flags: what the daemon's implementation carries too.
+    assert hearing is not None and hearing.capabilities is not None and hearing.capabilities.audio
+    assert continuing is not None and continuing.id == "anthropic:claude-opus-4-5"  # the newest that takes a prefill
     assert nothing is None and module is not None and module.id == "mock:echo"
     assert spec_name is not None and spec_name.reasoning
 

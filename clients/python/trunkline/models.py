@@ -22,8 +22,8 @@ async def get_model_info(model: str, provider: str | None = None, *, client: Cli
 async def latest_model(
     provider: str, capability: str | None = None, *, client: Client | None = None
 ) -> ModelInfo | None:
-    """The newest model of `provider`, optionally the newest with `capability` (tools,
-    vision, reasoning, structured_output, streaming); None when there is none."""
+    """The newest model of `provider`, optionally the newest with `capability` (a field
+    of `Capabilities`: tools, vision, documents, audio, prefill...); None when there is none."""
     return await (await get_client(client)).latest_model(provider, capability)
 
 
