@@ -186,7 +186,8 @@ def check_messages(request: Request, model: ModelInfo | None = None, provider_ty
     last = messages[-1]
     paused = last.role == "assistant" and any(type(p) is ProviderPart for p in last.content)
     # A turn the provider paused (Anthropic's `pause_turn`, mid server tool) is continued by
-    # sending it back as it came, so it may end the conversation; no other assistant turn may.
+    # sending it back as it came, so it may end the conversation; any other assistant turn
+    # there is a prefill, which only a model that takes one may be sent.
     if last.role not in ("user", "tool") and not paused:
         where = _where(len(messages) - 1)
         caps = model.capabilities if model is not None else None
