@@ -82,17 +82,18 @@ class Catalog:
         self._by_wire: dict[str, list[ModelInfo]] = {}
         for model_id, entry in entries.items():
             provider = model_id.partition(":")[0]
-            info = with_capabilities(
-                msgspec.structs.replace(
-                    entry,
-                    id=model_id,
-                    provider=provider,
-                    display_name=entry.display_name or model_id,
-                    pricing_version=pricing_version,
-                    configured=provider in self.configured,
-                ),
-                self.types.get(provider),
+            info = msgspec.structs.replace(
+                entry,
+                id=model_id,
+                provider=provider,
+                display_name=entry.display_name or model_id,
+                pricing_version=pricing_version,
+                configured=provider in self.configured,
             )
+            # Entries read back from a daemon (the front door's copy) keep the capabilities
+            # it worked out, unless this catalog is told the provider's type.
+            if entry.capabilities is None or provider in self.types:
+                info = with_capabilities(info, self.types.get(provider))
             self._by_id[model_id] = info
             self._by_wire.setdefault(entry.wire_name, []).append(info)
             for alias in entry.aliases:

@@ -63,3 +63,10 @@ def test_a_catalog_file_cannot_set_capabilities(tmp_path):
     path.write_text("models:\n  vllm:q:\n    wire_name: q\n    capabilities: {audio: true}\n")
     with pytest.raises(ConfigError, match=r"models\.vllm:q\.capabilities`: unknown key"):
         load_config(path)
+
+
+def test_entries_read_back_from_a_daemon_keep_the_capabilities_it_gave():
+    given = Capabilities(tools=True, vision=True)
+    entry = ModelInfo(id="openai:m", provider="openai", wire_name="m", vision=True, capabilities=given)
+    # A provider named `openai` may be of another type: only the daemon knew which.
+    assert Catalog({"openai:m": entry}, "v1", providers={"openai"}).resolve("openai:m").capabilities == given
