@@ -8,7 +8,7 @@ day it ships.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, date, datetime
 from pathlib import Path
 
@@ -16,6 +16,7 @@ import msgspec
 import yaml
 
 from ..protocol.messages import ModelInfo, Price, PriceTier, Usage
+from .capabilities import with_capabilities
 from .loader import ConfigError
 from .model_entries import entry_fields, unknown_key
 from .names import nearest
@@ -59,7 +60,10 @@ def _pinned(info: ModelInfo, alias: str) -> ModelInfo:
 
 
 class Catalog:
-    """Lookups over the shipped catalog plus the user's extra entries."""
+    """Lookups over the shipped catalog plus the user's extra entries. `types` maps a
+    provider to its type (a provider not in it is taken as its own type): each entry's
+    capabilities are its flags met with what that type's implementation carries,
+    worked out here once, not per request."""
 
     def __init__(
         self,
@@ -67,10 +71,12 @@ class Catalog:
         pricing_version: str,
         providers: Iterable[str] = (),
         configured: Iterable[str] = (),
+        types: Mapping[str, str] | None = None,
     ) -> None:
         self.pricing_version = pricing_version
         self.providers = set(providers)
         self.configured = set(configured)
+        self.types = dict(types or {})
         self._by_id: dict[str, ModelInfo] = {}
         self._by_alias: dict[str, ModelInfo] = {}
         self._by_wire: dict[str, list[ModelInfo]] = {}
@@ -84,6 +90,10 @@ class Catalog:
                 pricing_version=pricing_version,
                 configured=provider in self.configured,
             )
+            # Entries read back from a daemon (the front door's copy) keep the capabilities
+            # it worked out, unless this catalog is told the provider's type.
+            if entry.capabilities is None or provider in self.types:
+                info = with_capabilities(info, self.types.get(provider))
             self._by_id[model_id] = info
             self._by_wire.setdefault(entry.wire_name, []).append(info)
             for alias in entry.aliases:
@@ -96,11 +106,12 @@ class Catalog:
         providers: Iterable[str] = (),
         configured: Iterable[str] = (),
         path: Path = MODELS_PATH,
+        types: Mapping[str, str] | None = None,
     ) -> Catalog:
         shipped = load_catalog_file(path)
         entries = dict(shipped.models)
         entries.update(extra or {})
-        return cls(entries, shipped.pricing_version, providers, configured)
+        return cls(entries, shipped.pricing_version, providers, configured, types)
 
     def models(self, provider: str | None = None) -> list[ModelInfo]:
         return [m for m in self._by_id.values() if provider is None or m.provider == provider]
@@ -144,22 +155,7 @@ class Catalog:
                     f"unknown model {f'{provider}:{model}'!r}; did you mean `{listed}`? (model names "
                     "are case-sensitive)"
                 )
-            return ModelInfo(
-                id=f"{provider}:{model}",
-                provider=provider,
-                wire_name=model,
-                display_name=model,
-                context_window=None,
-                max_output=None,
-                tools=True,
-                vision=True,
-                reasoning=True,
-                streaming=True,
-                structured_output=True,
-                pricing_version=None,
-                configured=provider in self.configured,
-                in_catalog=False,
-            )
+            return self._passed_through(provider, model)
         found = self._by_id.get(model)
         if found is None and model in self._by_alias:
             found = _pinned(self._by_alias[model], model)
@@ -192,6 +188,29 @@ class Catalog:
                 "alias, or `provider:name` for a model the catalog does not list"
             )
         return found
+
+    def _passed_through(self, provider: str, model: str) -> ModelInfo:
+        """A name the catalog does not list: the provider decides, so its flags allow
+        everything and only the implementation's capabilities bound it."""
+        return with_capabilities(
+            ModelInfo(
+                id=f"{provider}:{model}",
+                provider=provider,
+                wire_name=model,
+                display_name=model,
+                context_window=None,
+                max_output=None,
+                tools=True,
+                vision=True,
+                reasoning=True,
+                streaming=True,
+                structured_output=True,
+                pricing_version=None,
+                configured=provider in self.configured,
+                in_catalog=False,
+            ),
+            self.types.get(provider),
+        )
 
     def _provider_names(self) -> set[str]:
         return self.providers | {m.provider for m in self._by_id.values()}

@@ -24,7 +24,7 @@ from ..protocol.messages import ModelInfo
 #: ModelInfo's fields an entry does not set: its key is its id (and names its provider),
 #: the catalog's own file gives the pricing version, the configuration the rest.
 SET_BY_THE_CATALOG: dict[type, tuple[str, ...]] = {
-    ModelInfo: ("id", "provider", "pricing_version", "configured", "in_catalog"),
+    ModelInfo: ("id", "provider", "pricing_version", "configured", "in_catalog", "capabilities"),
 }
 
 

@@ -553,13 +553,36 @@ class ModelRules(Data, kw_only=True):
     #: `max_tokens` sent when the request gives none (not the maximum: providers
     #: count it against output rate limits).
     default_max_tokens: int | None = None
+    #: A conversation may end with an assistant message the answer continues (a
+    #: prefill); false where the provider refuses it for this model.
+    prefill: bool | None = None
     sources: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class Capabilities(Data, kw_only=True):
+    """What a request to a model through this daemon may use: the model's catalog
+    flags met with what the daemon's implementation of its provider type carries.
+    `vision` is images, `documents` PDFs and text files, `audio` audio input;
+    `prefill` a conversation ending with an assistant message the answer continues."""
+
+    tools: bool = False
+    parallel_tool_calls: bool = False
+    vision: bool = False
+    documents: bool = False
+    audio: bool = False
+    reasoning: bool = False
+    structured_output: bool = False
+    streaming: bool = True
+    prompt_caching: bool = False
+    prefill: bool = False
 
 
 class ModelInfo(Data, kw_only=True):
     """One catalog entry. `configured` says whether its provider can serve it now;
     `thinking` says how reasoning is steered (`budget` of tokens, or `adaptive` with
-    an effort level); `rules` what the model accepts."""
+    an effort level); `rules` what the model accepts; `capabilities` what a request
+    to it may use through this daemon (a request using anything else is refused
+    before any call)."""
 
     id: str
     provider: str
@@ -579,6 +602,9 @@ class ModelInfo(Data, kw_only=True):
     rules: ModelRules = msgspec.field(default_factory=ModelRules)
     configured: bool = False
     in_catalog: bool = True
+    #: What a request to it may use through this daemon (set by the daemon, never in a
+    #: catalog file); null from a daemon that does not say.
+    capabilities: Capabilities | None = None
 
 
 class WorkerStatus(Data, kw_only=True):
@@ -655,7 +681,11 @@ class Replay(Msg, tag="replay", kw_only=True):
 
 
 class ListModels(Msg, tag="list_models", kw_only=True):
+    """The catalog, or one provider's part of it; with `model`, only the entry that
+    name resolves to as a submit's `model` (and `provider`) would (none when unknown)."""
+
     provider: str | None = None
+    model: str | None = None
 
 
 class StatusQuery(Msg, tag="status", kw_only=True):

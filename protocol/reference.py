@@ -45,6 +45,7 @@ SECTIONS: list[tuple[str, str, list[type]]] = [
             m.ErrorInfo,
             m.ModelInfo,
             m.Price,
+            m.Capabilities,
             m.WorkerStatus,
             m.Limits,
         ],

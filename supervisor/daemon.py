@@ -80,7 +80,9 @@ class Daemon:
         # it is not configured, whatever its key.
         unreachable = {n for n, p in providers.items() if p.type == "openai_compat" and not p.resolved_base_url()}
         configured = [n for n, p in providers.items() if n not in unreachable and (not p.needs_key() or p.api_key())]
-        self.catalog = Catalog.load(config.models, providers=providers, configured=configured)
+        self.catalog = Catalog.load(
+            config.models, providers=providers, configured=configured, types={n: p.type for n, p in providers.items()}
+        )
         self.requests = RequestTable(
             config.replay.ring_events,
             config.replay.keep_s,

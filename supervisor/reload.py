@@ -68,7 +68,9 @@ def reread(running: Config, started: Config, catalog: Catalog, providers: Collec
     Raises ConfigError when the file cannot be used; nothing is changed by reading it."""
     path = None if running.source in ("", str(DEFAULTS_PATH)) else running.source
     config = load_config(path, overrides=running.overrides)
-    new_catalog = Catalog.load(config.models, providers=catalog.providers, configured=catalog.configured)
+    new_catalog = Catalog.load(
+        config.models, providers=catalog.providers, configured=catalog.configured, types=catalog.types
+    )
     restart = _restart_needed(started, config)
     for name in providers:
         if name not in config.providers:

@@ -135,6 +135,8 @@ class Router:
         self.authenticated: set[int] = set()
         self.received_ns = 0  # when the request being handled arrived (TRUNKLINE_TRACE_HOPS)
         self.bad_input_log = RateLimitedLog(log)
+        #: Requests refused for a capability their model lacks (WARN, at most a few a second).
+        self.capability_log = RateLimitedLog(log)
         self.started_at = 0.0
 
     def reconfigure(self, catalog: Catalog, job_policies: dict[str, JobPolicies]) -> None:
@@ -237,6 +239,8 @@ class Router:
         if isinstance(msg, Hello):
             return self.hello(msg, pipe_id)
         if isinstance(msg, ListModels):
+            if msg.model is not None:
+                return Models(models=self.model_info(msg.model, msg.provider))
             return Models(models=self.catalog.models(msg.provider))
         if isinstance(msg, StatusQuery):
             return self.status()
@@ -306,7 +310,15 @@ class Router:
 
     # -- requests ---------------------------------------------------------------------
 
-    def resolve(self, model: str, provider: str | None) -> ModelInfo | ErrorInfo:
+    def model_info(self, model: str, provider: str | None) -> list[ModelInfo]:
+        """The entry a submit naming `model` (and `provider`) would be served by, as a
+        list of one; none when the name resolves to no model. The same resolution as a
+        submit's, whether or not the provider is configured (`configured` says)."""
+        info = self.entry(model, provider)
+        return [] if isinstance(info, ErrorInfo) else [info]
+
+    def entry(self, model: str, provider: str | None) -> ModelInfo | ErrorInfo:
+        """The catalog entry (or pass-through) a model name resolves to."""
         try:
             info = self.catalog.resolve(model, provider)
         except UnknownModel as exc:
@@ -318,6 +330,13 @@ class Router:
                 f"but no model of it (e.g. {info.provider}:<model>; `trunkline models --provider "
                 f"{info.provider}` lists them)",
             )
+        return info
+
+    def resolve(self, model: str, provider: str | None) -> ModelInfo | ErrorInfo:
+        """The entry a request for `model` is served by, if its provider can serve it now."""
+        info = self.entry(model, provider)
+        if isinstance(info, ErrorInfo):
+            return info
         slot = self.slots.get(info.provider)
         if slot is None:
             return _error(
@@ -364,6 +383,8 @@ class Router:
         try:
             validate(msg.request, resolved, msg.stream, slot.config.type)
         except Invalid as exc:
+            if exc.capability is not None:
+                self.capability_log.note(f"refused request {msg.request_id[:64]!r} before any call: {exc.message}")
             return Rejected(request_id=msg.request_id, error=_error(exc.error_class, exc.message))
         if slot.state == "unavailable":
             wait = max((slot.retry_at or 0.0) - trio.current_time(), 0.0)

@@ -8,8 +8,12 @@ required content is present. Every number is finite and within its range
 (the worker's deadlines and the mock's scripts included), media parts carry
 well-formed URLs or base64 of an accepted media type, and never a local path:
 the daemon does not open files a client names. Then the request is checked
-against what the resolved model can do. Each failure is one clear sentence
-naming the place.
+against what the resolved model can do (its `capabilities`: the catalog's flags
+met with what its provider's implementation carries), so nothing it cannot
+take is dropped by a worker from a call that is still made and billed. A
+conversation may end with an assistant message only where the model takes a
+prefill (the answer continues it) under the provider's rules for one. Each
+failure is one clear sentence naming the place.
 """
 
 from __future__ import annotations
@@ -22,11 +26,13 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from ..config.capabilities import NAMES, provider_types_with
 from ..config.rules import effort_refusal, forced_tool_refusal
 from ..protocol import provider_options
 from ..protocol.limits import request_problem
 from ..protocol.messages import (
     AudioPart,
+    Capabilities,
     ContentPart,
     DocumentPart,
     ErrorClass,
@@ -85,18 +91,71 @@ _URL_FORBIDDEN = re.compile(r"[\x00-\x20\x7f]")
 
 
 class Invalid(Exception):
-    def __init__(self, message: str, error_class: ErrorClass = "invalid_request") -> None:
+    """A request refused before any call. `capability` names what the model lacks when
+    that is the reason (the supervisor logs those: a client asking a model for what it
+    cannot do is worth an operator's notice)."""
+
+    def __init__(
+        self, message: str, error_class: ErrorClass = "invalid_request", capability: str | None = None
+    ) -> None:
         super().__init__(message)
         self.error_class: ErrorClass = error_class
         self.message = message
+        self.capability = capability
+
+
+def _lacks(model: ModelInfo, capability: str, where: str = "", how: str = "") -> Invalid:
+    """The refusal of a request that uses `capability`, which `model` lacks."""
+    place = f"{where}: " if where else ""
+    what = NAMES[capability]
+    verb = "accept" if capability in ("vision", "documents", "audio") else "support"
+    return Invalid(
+        f"{place}model {model.id} does not {verb} {what} (capability `{capability}`){how}", capability=capability
+    )
+
+
+#: The media kinds refused, by which of (vision, documents, audio) a model has: worked
+#: out once, as this runs for every submit.
+_REFUSED: dict[tuple[bool, bool, bool], dict[type, str]] = {
+    (vision, documents, audio): {
+        kind: name
+        for kind, name, has in (
+            (ImagePart, "vision", vision),
+            (DocumentPart, "documents", documents),
+            (AudioPart, "audio", audio),
+        )
+        if not has
+    }
+    for vision in (False, True)
+    for documents in (False, True)
+    for audio in (False, True)
+}
+_NONE: dict[type, str] = {}
+#: A catalog model without declared capabilities: its `vision` flag covers documents too.
+_BY_FLAGS: dict[type, str] = {ImagePart: "vision", DocumentPart: "vision"}
+
+
+def unreadable(model: ModelInfo | None) -> dict[type, str]:
+    """The media part kinds `model` cannot read, each with the capability it lacks. A
+    model without declared capabilities is checked on its catalog flags alone (and one
+    the catalog does not list, not at all: the provider decides)."""
+    if model is None:
+        return {}
+    caps = model.capabilities
+    if caps is None:
+        return _NONE if model.in_catalog is False or model.vision else _BY_FLAGS
+    return _REFUSED[caps.vision, caps.documents, caps.audio]
 
 
 def _where(i: int) -> str:
     return f"messages[{i}]"
 
 
-def check_messages(request: Request) -> None:
+def check_messages(request: Request, model: ModelInfo | None = None, provider_type: str | None = None) -> None:
+    """The conversation's shape and parts; with `model`, also the media it cannot read
+    and whether it may end with an assistant message (a prefill)."""
     messages = request.messages
+    refused = unreadable(model)
     if not messages:
         raise Invalid("messages is empty: a request needs at least one user message")
     seen_calls: set[str] = set()
@@ -117,26 +176,37 @@ def check_messages(request: Request) -> None:
             if m.role != "user":
                 raise Invalid(f"{where}: the conversation must start with a user message, not {m.role}")
         if m.role == "user":
-            _check_user(m.content, where)
+            _check_user(m.content, where, refused, model)
         elif m.role == "assistant":
             _check_assistant(m.content, where, seen_calls)
         elif m.role == "tool":
-            _check_tool(m, where, seen_calls)
+            _check_tool(m, where, seen_calls, refused, model)
     if not opened:
         raise Invalid("messages holds only system messages: add a user message")
     last = messages[-1]
     paused = last.role == "assistant" and any(type(p) is ProviderPart for p in last.content)
     # A turn the provider paused (Anthropic's `pause_turn`, mid server tool) is continued by
-    # sending it back as it came, so it may end the conversation; no other assistant turn may.
+    # sending it back as it came, so it may end the conversation; any other assistant turn
+    # there is a prefill, which only a model that takes one may be sent.
     if last.role not in ("user", "tool") and not paused:
-        raise Invalid(f"{_where(len(messages) - 1)}: the last message must be from the user or a tool, not {last.role}")
+        where = _where(len(messages) - 1)
+        caps = model.capabilities if model is not None else None
+        if caps is None or not caps.prefill:
+            raise Invalid(
+                f"{where}: the last message must be from the user or a tool, not {last.role}{_prefill_note(model)}",
+                capability="prefill" if model is not None else None,
+            )
+        assert model is not None  # caps came from it
+        check_prefill(request, model, provider_type or model.provider)
 
 
 # The checks below test a part's class with isinstance, not `match`: they run for every
 # part of every submit, and a class pattern costs more.
 
 
-def _check_user(content: list[ContentPart], where: str) -> None:
+def _check_user(
+    content: list[ContentPart], where: str, refused: dict[type, str], model: ModelInfo | None = None
+) -> None:
     if not content:
         raise Invalid(f"{where}: a user message needs content")
     has_substance = False
@@ -145,6 +215,8 @@ def _check_user(content: list[ContentPart], where: str) -> None:
             has_substance = has_substance or bool(p.text)
         elif isinstance(p, (ImagePart, AudioPart, DocumentPart)):
             check_media(p, f"{where}.content[{j}]")
+            if refused and type(p) in refused:
+                raise _cannot_read(model, refused[type(p)], f"{where}.content[{j}]")
             has_substance = True
         elif isinstance(p, ToolResultPart):
             raise Invalid(f"{where}.content[{j}]: tool results go in a message with role `tool`")
@@ -180,18 +252,24 @@ def _check_assistant(content: list[ContentPart], where: str, seen_calls: set[str
         raise Invalid(f"{where}: an assistant message needs non-empty text or a tool call")
 
 
-def _check_tool(m: Message, where: str, seen_calls: set[str]) -> None:
+def _check_tool(
+    m: Message, where: str, seen_calls: set[str], refused: dict[type, str], model: ModelInfo | None = None
+) -> None:
     results = [p for p in m.content if isinstance(p, ToolResultPart)]
     if not results and not m.tool_call_id:
         raise Invalid(f"{where}: a tool message needs a tool_result part or a tool_call_id")
     for j, p in enumerate(m.content):
         if isinstance(p, ImagePart):
             check_media(p, f"{where}.content[{j}]")
+            if ImagePart in refused:
+                raise _cannot_read(model, refused[ImagePart], f"{where}.content[{j}]")
         elif isinstance(p, ToolResultPart):
             if not isinstance(p.content, str):
                 for k, q in enumerate(p.content):
                     if isinstance(q, ImagePart):
                         check_media(q, f"{where}.content[{j}].content[{k}]")
+                        if ImagePart in refused:
+                            raise _cannot_read(model, refused[ImagePart], f"{where}.content[{j}].content[{k}]")
         elif not isinstance(p, TextPart):
             raise Invalid(f"{where}.content[{j}]: a tool message cannot hold {p.__struct_config__.tag} parts")
     ids = [p.tool_call_id for p in results] if results else [m.tool_call_id]
@@ -200,6 +278,67 @@ def _check_tool(m: Message, where: str, seen_calls: set[str]) -> None:
             raise Invalid(f"{where}: tool_call_id {call_id!r} does not answer any earlier tool call")
     if not results and not any(isinstance(p, TextPart) for p in m.content):
         raise Invalid(f"{where}: a tool message needs result content")
+
+
+def _cannot_read(model: ModelInfo | None, capability: str, where: str) -> Invalid:
+    assert model is not None  # only a model's capabilities refuse a part
+    if capability == "vision" and model.capabilities is None:  # the catalog's flag covers both
+        return Invalid(f"{where}: model {model.id} does not accept images or documents", capability="vision")
+    return _lacks(model, capability, where, "; nothing was sent")
+
+
+def _prefill_note(model: ModelInfo | None) -> str:
+    """What to say of a prefill to a model that does not take one."""
+    if model is None:
+        return ""
+    takers = ", ".join(provider_types_with("prefill"))
+    if model.capabilities is not None and model.rules.prefill is False:
+        source = model.rules.sources.get("prefill")
+        return (
+            f" ({model.id} does not take a prefill, a last assistant message the answer continues"
+            f"{f': {source}' if source else ''})"
+        )
+    return f" (a prefill, a last assistant message the answer continues, is taken only by {takers} models)"
+
+
+def check_prefill(request: Request, model: ModelInfo, provider_type: str) -> None:
+    """A conversation ending with an assistant message whose text the answer continues:
+    Anthropic's rules for one, refused here rather than by the provider after a call."""
+    where = _where(len(request.messages) - 1)
+    last = request.messages[-1]
+    for j, p in enumerate(last.content):
+        if not isinstance(p, TextPart):
+            raise Invalid(
+                f"{where}.content[{j}]: a prefill (a last assistant message) holds only text, not "
+                f"{p.__struct_config__.tag} parts"
+            )
+    text = "".join(p.text for p in last.content if isinstance(p, TextPart))
+    if text != text.rstrip():
+        raise Invalid(f"{where}: a prefill may not end with whitespace (the provider refuses it); strip it")
+    if _thinking_on(request, model, provider_type):
+        raise Invalid(
+            f"{where}: a prefill cannot be used while {model.id} thinks (extended thinking); set reasoning_effort "
+            "`none` or end the conversation with a user message"
+        )
+    fmt = request.response_format
+    if fmt is not None and fmt.kind == "json_schema":
+        raise Invalid(f"{where}: a prefill cannot be used with structured output (response_format json_schema)")
+
+
+def _thinking_on(request: Request, model: ModelInfo, provider_type: str) -> bool:
+    """Whether `model` will think on this request: asked to, by default, or by the
+    provider's own `thinking` option."""
+    rules = model.rules
+    options = request.provider_options.get(model.provider) or request.provider_options.get(provider_type) or {}
+    thinking = options.get("thinking")
+    if isinstance(thinking, dict) and "type" in thinking:
+        return thinking.get("type") != "disabled" or rules.thinking_always_on
+    effort = request.reasoning_effort
+    if rules.thinking_always_on:
+        return True
+    if effort is None:
+        return rules.thinking_default_on
+    return effort != "none" and model.reasoning
 
 
 def check_media(part: ImagePart | AudioPart | DocumentPart, where: str) -> None:
@@ -362,23 +501,25 @@ def check_provider_options(request: Request, provider: str, provider_type: str) 
 
 
 def check_capabilities(request: Request, model: ModelInfo, stream: bool) -> None:
-    if not model.in_catalog:
-        return  # the catalog does not know it: the provider decides
-    name = model.id
-    if request.tools and not model.tools:
-        raise Invalid(f"model {name} does not support tools")
-    if stream and not model.streaming:
-        raise Invalid(f"model {name} does not support streaming; submit with stream=false")
+    """What the request asks of the model against what it can do (media parts are
+    checked as the messages are walked, by `check_messages`). A model without declared
+    capabilities is checked on its catalog flags, and one the catalog does not list
+    only on its capabilities (its flags allow everything: the provider decides)."""
+    caps = model.capabilities
+    if caps is None:
+        if not model.in_catalog:
+            return
+        caps = Capabilities(tools=model.tools, streaming=model.streaming, structured_output=model.structured_output)
+    if request.tools and not caps.tools:
+        raise _lacks(model, "tools")
+    if stream and not caps.streaming:
+        raise _lacks(model, "streaming", how="; submit with stream=false")
     fmt = request.response_format
-    if fmt is not None and fmt.kind == "json_schema" and not model.structured_output:
-        raise Invalid(f"model {name} does not support structured output (response_format json_schema)")
-    if not model.vision:
-        for i, m in enumerate(request.messages):
-            for j, p in enumerate(m.content):
-                inner = p.content if type(p) is ToolResultPart and not isinstance(p.content, str) else [p]
-                for q in inner:
-                    if type(q) in (ImagePart, DocumentPart):
-                        raise Invalid(f"{_where(i)}.content[{j}]: model {name} does not accept images or documents")
+    if fmt is not None and fmt.kind == "json_schema" and not caps.structured_output:
+        raise _lacks(model, "structured_output", how=" (response_format json_schema)")
+    if not model.in_catalog:
+        return  # the catalog knows no limits of it
+    name = model.id
     most = model.rules.max_output_total or model.max_output
     if most is not None and request.max_tokens is not None and request.max_tokens > most:
         raise Invalid(f"max_tokens {request.max_tokens} exceeds the {most} output tokens of {name}")
@@ -439,7 +580,7 @@ def _upper_bound_tokens(request: Request) -> int:
 def validate(request: Request, model: ModelInfo, stream: bool, provider_type: str | None = None) -> None:
     """Raise `Invalid` at the first rule `request` breaks. `provider_type` (the type of
     the provider `model` resolved to) selects which provider options are checked."""
-    check_messages(request)
+    check_messages(request, model, provider_type)
     check_tools(request)
     check_settings(request)
     check_provider_options(request, model.provider, provider_type or model.provider)

@@ -20,9 +20,12 @@ async def test_lookups_by_id_alias_and_capability(daemon):
             every = await client.list_models()
             sonnet = await client.get_model_info("anthropic:claude-sonnet-4-5")
             fable = await client.get_model_info("fable")
-            missing = await client.get_model_info("anthropic:claude-nonexistent")
+            passed = await client.get_model_info("anthropic:claude-nonexistent")
+            missing = await client.get_model_info("claude-nonexistent")
             latest = {p: await client.latest_model(p) for p in ("anthropic", "openai", "gemini", "mock")}
             seeing = await client.latest_model("openai", "vision")
+            hearing = await client.latest_model("gemini", "audio")
+            continuing = await client.latest_model("anthropic", "prefill")
             nothing = await client.latest_model("no-such-provider")
             with pytest.raises(ValueError, match="unknown capability 'telepathy'; use one of tools, vision"):
                 await client.latest_model("openai", "telepathy")
@@ -30,10 +33,16 @@ async def test_lookups_by_id_alias_and_capability(daemon):
             spec_name = await trunkline.get_latest_model("anthropic", "reasoning", client=client)
     assert sonnet is not None and sonnet.provider == "anthropic" and sonnet.wire_name == "claude-sonnet-4-5"
     assert fable is not None and fable.id == "anthropic:claude-fable-5-1" and missing is None
+    # A name the catalog does not list, with its provider, is passed through as complete() does.
+    assert passed is not None and passed.provider == "anthropic" and passed.wire_name == "claude-nonexistent"
+    assert not passed.in_catalog
     # The catalog lists each provider's newest model first: that is the latest.
     for provider, info in latest.items():
         assert info is not None and info == next(m for m in every if m.provider == provider)
     assert seeing is not None and seeing.vision and seeing.provider == "openai"
+    # Capabilities beyond the catalog's flags: what the daemon's implementation carries too.
+    assert hearing is not None and hearing.capabilities is not None and hearing.capabilities.audio
+    assert continuing is not None and continuing.id == "anthropic:claude-opus-4-5"  # the newest that takes a prefill
     assert nothing is None and module is not None and module.id == "mock:echo"
     assert spec_name is not None and spec_name.reasoning
 

@@ -506,7 +506,7 @@ async def test_a_request_the_door_cannot_read_is_refused_before_any_call(front: 
             prefill = await http.post(
                 "/v1/messages",
                 json={
-                    "model": CLAUDE,
+                    "model": "anthropic:claude-opus-4-6",  # takes no prefill (Claude 4.5 does)
                     "max_tokens": 5,
                     "messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "The answer is"}],
                 },

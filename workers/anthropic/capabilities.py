@@ -1,17 +1,10 @@
-"""What this Anthropic implementation carries (a model's own limits come from the catalog)."""
+"""What this Anthropic implementation carries (a model's own limits come from the catalog).
+
+Declared in config/capabilities.py, where the supervisor reads it before dispatch.
+"""
 
 from __future__ import annotations
 
-from ..capabilities import Capabilities
+from ..capabilities import IMPLEMENTATIONS
 
-SUPPORTS = Capabilities(
-    tools=True,
-    parallel_tool_calls=True,
-    vision=True,
-    documents=True,  # PDF and plain-text documents
-    audio=False,  # the Messages API has no audio input: audio parts are dropped with a warning
-    reasoning=True,  # extended thinking, with signatures and redacted thinking kept for the next turn
-    structured_output=True,  # output_config.format json_schema
-    streaming=True,
-    prompt_caching=True,  # automatic cache_control breakpoints
-)
+SUPPORTS = IMPLEMENTATIONS["anthropic"]

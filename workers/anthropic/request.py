@@ -17,6 +17,10 @@ Rules worth knowing (the tests hold each one):
 * `max_tokens` is always sent (the model's `default_max_tokens` when the request
   gives none); `tool_choice: none` is sent as Anthropic's own `none`, tools kept,
   as a history holding tool calls needs them;
+* a conversation ending with an assistant message (a prefill) goes as it is: its
+  text ends the last assistant turn and the answer continues it (the supervisor
+  has refused what Anthropic refuses in one: a model without prefill, trailing
+  whitespace, thinking, structured output);
 * structured output: object schemas get the `additionalProperties: false` that
   Anthropic requires; `json_object` (any object) has no schema form and is refused;
 * opaque Anthropic parts (server tool blocks, MCP, compaction) go back verbatim,

@@ -1,17 +1,10 @@
-"""What the mock implementation supports: everything it can script, honestly."""
+"""What the mock implementation supports: everything it can script, honestly.
+
+Declared in config/capabilities.py, where the supervisor reads it before dispatch.
+"""
 
 from __future__ import annotations
 
-from ..capabilities import Capabilities
+from ..capabilities import IMPLEMENTATIONS
 
-SUPPORTS = Capabilities(
-    tools=True,
-    parallel_tool_calls=True,
-    vision=True,
-    documents=True,
-    audio=True,
-    reasoning=True,
-    structured_output=True,
-    streaming=True,
-    prompt_caching=False,
-)
+SUPPORTS = IMPLEMENTATIONS["mock"]

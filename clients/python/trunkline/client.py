@@ -309,10 +309,16 @@ class Client:
         result = await self._open().ask(ListModels(provider=provider), Models)
         return result.models
 
-    async def get_model_info(self, model: str) -> ModelInfo | None:
-        """The catalog's entry for `model` (a canonical id such as `anthropic:claude-sonnet-5-5`,
-        or an alias), None when the daemon knows no such model."""
-        return find_model(await self.list_models(), model)
+    async def get_model_info(self, model: str, provider: str | None = None) -> ModelInfo | None:
+        """The entry `complete(model, ..., provider=provider)` would be served by: for any
+        name it routes (a canonical id such as `anthropic:claude-sonnet-5-5`, an alias, a
+        provider's own name, or `provider:name` for a model the catalog does not list,
+        `in_catalog` false), with its limits, prices and `capabilities`. None when the
+        daemon routes no such name."""
+        result = await self._open().ask(ListModels(model=model, provider=provider), Models)
+        if len(result.models) == 1:
+            return result.models[0]
+        return find_model(result.models, model)  # a daemon older than `model` sends the whole catalog
 
     async def latest_model(self, provider: str, capability: str | None = None) -> ModelInfo | None:
         """The newest model `provider` offers (the catalog lists each provider's newest

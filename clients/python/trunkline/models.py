@@ -13,16 +13,17 @@ async def list_models(provider: str | None = None, *, client: Client | None = No
     return await (await get_client(client)).list_models(provider)
 
 
-async def get_model_info(model: str, *, client: Client | None = None) -> ModelInfo | None:
-    """The catalog's entry for `model` (canonical id or alias); None when unknown."""
-    return await (await get_client(client)).get_model_info(model)
+async def get_model_info(model: str, provider: str | None = None, *, client: Client | None = None) -> ModelInfo | None:
+    """The entry `complete()` would serve `model` with (any name it routes: canonical id,
+    alias, provider's name, `provider:name`), capabilities included; None when unknown."""
+    return await (await get_client(client)).get_model_info(model, provider)
 
 
 async def latest_model(
     provider: str, capability: str | None = None, *, client: Client | None = None
 ) -> ModelInfo | None:
-    """The newest model of `provider`, optionally the newest with `capability` (tools,
-    vision, reasoning, structured_output, streaming); None when there is none."""
+    """The newest model of `provider`, optionally the newest with `capability` (a field
+    of `Capabilities`: tools, vision, documents, audio, prefill...); None when there is none."""
     return await (await get_client(client)).latest_model(provider, capability)
 
 

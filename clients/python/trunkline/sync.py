@@ -225,9 +225,9 @@ class SyncClient:
     def list_models(self, provider: str | None = None) -> list[ModelInfo]:
         return self._call(self._open.list_models, provider)
 
-    def get_model_info(self, model: str) -> ModelInfo | None:
+    def get_model_info(self, model: str, provider: str | None = None) -> ModelInfo | None:
         """As `Client.get_model_info`."""
-        return self._call(self._open.get_model_info, model)
+        return self._call(self._open.get_model_info, model, provider)
 
     def latest_model(self, provider: str, capability: str | None = None) -> ModelInfo | None:
         """As `Client.latest_model`."""
