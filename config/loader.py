@@ -343,6 +343,10 @@ class Config(_Section):
     #: Settings given on `trunkline serve`'s command line, laid over the file's (a reload
     #: lays them over the file again); not read from YAML.
     overrides: dict[str, Any] = msgspec.field(default_factory=dict)
+    #: What loading changed from what the file and environment said, for the daemon to log
+    #: at start (an operator must not learn it from a provider that behaves oddly); not
+    #: read from YAML.
+    notices: list[str] = msgspec.field(default_factory=list)
 
     def provider_retry(self, name: str) -> RetryPolicy:
         return self.providers[name].retry or self.retry
@@ -752,7 +756,7 @@ def _check(config: Config, source: Path) -> None:
             problem = base_url_problem(provider.base_url)
             if problem:
                 raise ConfigError(f"config error in {source} at `providers.{name}.base_url`: {problem}")
-        _check_env_base_url(name, provider, config.http, source)
+        _check_env_base_url(name, provider, config, source)
         version = provider.options.get("anthropic_version")
         if provider.type == "anthropic" and version is not None and version not in ANTHROPIC_VERSIONS:
             raise ConfigError(
@@ -776,7 +780,7 @@ def _check(config: Config, source: Path) -> None:
             )
 
 
-def _check_env_base_url(name: str, provider: ProviderConfig, http: HttpConfig, source: Path) -> None:
+def _check_env_base_url(name: str, provider: ProviderConfig, config: Config, source: Path) -> None:
     """The base URL a provider's variable gives must be one to call (its value is never
     said: a URL may hold credentials). One that names this daemon's own front door, as a
     shell set up for an SDK pointed at trunkline has it, is not followed: the provider
@@ -790,12 +794,17 @@ def _check_env_base_url(name: str, provider: ProviderConfig, http: HttpConfig, s
             f"config error in {source} at `providers.{name}.base_url_env`: ${variable} is set but holds "
             "no http(s) URL; set it to one (e.g. https://api.example.com) or unset it"
         )
+    http = config.http
     if http.listen is not None:
         parsed = urllib.parse.urlsplit(url)
         default_port = 443 if parsed.scheme == "https" else 80
         if is_this_machine(parsed.hostname or "") and (parsed.port or default_port) == http.address()[1]:
             provider.base_url_env = ""
             provider.options.pop("base_url_env", None)
+            config.notices.append(
+                f"providers.{name}: ${variable} names this daemon's own front door (http.listen), so it "
+                f"is not followed: the provider calls {provider.base_url or 'its default URL'}"
+            )
 
 
 #: Durations for which zero means "no wait" (no pause, no delay, never wait a

@@ -283,6 +283,8 @@ class Daemon:
                 "OpenTelemetry export on (%s)", shown(endpoint) if endpoint else "the OTEL_EXPORTER_OTLP_* settings"
             )
         log.info("trunkline %s serving %s (events %s)", __version__, self.control_url, self.events_url)
+        for notice in self.config.notices:
+            log.warning("%s", notice)
         if self.exit_when_idle:
             log.info("exits after %gs without clients (autostart.idle_exit_s)", self.config.autostart.idle_exit_s)
         try:

@@ -10,7 +10,8 @@ Live from the next request: the catalog (prices, rules, the user's extra
 models) and the retry and timeout policies, which ride in each job while they
 differ from those the provider's worker was started with. Live at once: the
 supervision settings (restart limits, heartbeat timeout, grace periods), except
-the heartbeat interval, which a worker takes when it starts. The rest is bound at
+the heartbeat interval, which a worker takes when it starts, and an idle daemon's
+exit time (`autostart.idle_exit_s`, read at each idle check). The rest is bound at
 start (the sockets, limits, replay sizes, a provider's endpoint, key, headers
 and options, providers added or removed): a change there is reported in
 `restart_needed` and takes effect at the next daemon start. What is reported is

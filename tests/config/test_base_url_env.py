@@ -90,7 +90,14 @@ def test_a_variable_pointing_at_this_daemons_own_front_door_is_not_followed(tmp_
     monkeypatch.setenv("ANTHROPIC_BASE_URL", f"http://{host}:8300")
     config = load(tmp_path, "http: {listen: '127.0.0.1:8300'}\n")
     assert config.providers["anthropic"].resolved_base_url() == "https://api.anthropic.com"
+    # ... and the daemon says so when it starts (it logs every notice as a warning).
+    assert config.notices == [
+        (
+            "providers.anthropic: $ANTHROPIC_BASE_URL names this daemon's own front door (http.listen), so it "
+            "is not followed: the provider calls https://api.anthropic.com"
+        )
+    ]
     monkeypatch.setenv("ANTHROPIC_BASE_URL", f"http://{host}:8301")  # another port: a real server
-    assert load(tmp_path, "http: {listen: '127.0.0.1:8300'}\n").providers["anthropic"].resolved_base_url() == (
-        f"http://{host}:8301"
-    )
+    other = load(tmp_path, "http: {listen: '127.0.0.1:8300'}\n")
+    assert other.providers["anthropic"].resolved_base_url() == f"http://{host}:8301"
+    assert other.notices == []

@@ -63,7 +63,9 @@ from .targets import Target
 
 #: `anthropic-version` values the API documents. The door reads a body the same way under
 #: each: 2026-10-21 refuses `temperature`, `top_p` and `top_k`, but behind this door they
-#: still reach the providers that take them (the Anthropic worker speaks 2023-06-01).
+#: still reach the providers that take them (the Anthropic worker speaks the version its
+#: provider's `options.anthropic_version` names, 2023-06-01 unless set, and applies that
+#: version's rules itself).
 VERSIONS = frozenset({"2023-01-01", "2023-06-01", "2026-10-21"})
 #: `ProviderPart.api` of Anthropic's blocks (the Anthropic worker's).
 API = "anthropic"
