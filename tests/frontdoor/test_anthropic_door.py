@@ -320,6 +320,26 @@ async def test_the_clients_cache_breakpoints_and_betas_reach_anthropic(front: Sh
     assert request.headers["x-api-key"] == ANTHROPIC_KEY
 
 
+async def test_a_prefill_through_the_door_is_continued_by_a_model_that_takes_one(front: SharedDoor):
+    # Claude 4.5 takes a prefill: the SDK's trailing assistant turn reaches Anthropic as it was
+    # written, and the message the SDK gets back is the continuation only, as Anthropic's own is.
+    front.anthropic.route("POST", "/v1/messages", anthropic_turn([{"type": "text", "text": " 42."}], "end_turn"))
+    with trio.fail_after(30):
+        message = await sdk(front).messages.create(
+            model=CLAUDE,
+            max_tokens=100,
+            messages=[
+                {"role": "user", "content": "What is six times seven?"},
+                {"role": "assistant", "content": "The answer is"},
+            ],
+        )
+    assert [(b.type, getattr(b, "text", None)) for b in message.content] == [("text", " 42.")]
+    assert message.stop_reason == "end_turn"
+    (body,) = sent(front.anthropic)
+    assert body["messages"][-1]["role"] == "assistant"
+    assert json.dumps(body["messages"][-1]["content"]).count("The answer is") == 1
+
+
 async def test_server_tools_reach_anthropic_and_their_blocks_come_back_whole(front: SharedDoor):
     search = {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {"query": "trio"}}
     found = {
