@@ -32,6 +32,7 @@ from .floor import HttpTarget
 from .load import LoadResult, Totals, closed_loop
 from .peers import PeerUnavailable, Portkey, Proxy, start_portkey, start_proxy, start_sdk
 from .procs import CpuMeter, LineProcess, pss_mb, rss_mb, self_cpu
+from .skeleton import Skeleton
 from .stats import Summary, slope_per_minute
 from .trunkline_runner import ANTHROPIC_PROVIDER, DOOR_KEY, OPENAI_PROVIDER, Daemon, TrunklineOps
 
@@ -154,6 +155,7 @@ class Bench:
             "hops": {},
             "http": {},
             "door": {},
+            "skeleton": {},
         }
         self.upstream: LineProcess | None = None
         self.port = 0
@@ -169,6 +171,9 @@ class Bench:
         #: The HTTP stage's daemon (its front door on) and the floor's client pointed at the door.
         self.door: Daemon | None = None
         self.door_target: HttpTarget | None = None
+        #: The skeleton (bench/skeleton.py): started for the skeleton stage and the hop trace.
+        self.skeleton: Skeleton | None = None
+        self._nursery: trio.Nursery | None = None
 
     # -- bookkeeping -----------------------------------------------------------------------
 
@@ -213,6 +218,8 @@ class Bench:
             return {"sdk": [self.sdk.pid], **upstream}
         if system == "portkey" and self.portkey:
             return {"portkey": self.portkey.pids(), **upstream}
+        if system == "skeleton" and self.skeleton:
+            return {**self.skeleton.groups(), **upstream}
         if system == "door" and self.door:
             groups = {"front door": self.door.doors, "supervisor": [self.door.pid], **upstream}
             for name, pid in self.door.workers.items():
@@ -355,6 +362,10 @@ class Bench:
             provider = ANTHROPIC_PROVIDER if api == "anthropic" else OPENAI_PROVIDER
             name = f"{provider}:{model}"
             return (lambda: self.ops.complete(name)) if kind == "complete" else (lambda: self.ops.stream(name))
+        if system == "skeleton":
+            skeleton = self.skeleton
+            assert skeleton is not None
+            return lambda: skeleton.complete(model)
         target = {
             "floor": self.floor,
             "proxy": self.proxy_target,
@@ -414,6 +425,24 @@ class Bench:
                     system, "complete", "bench-c1", conc, duration_s=p.cell_s, count=p.cell_count, warmup=p.warmup
                 )
                 self.results["latency"].setdefault(str(conc), {}).setdefault(system, []).append(cell)
+
+    async def skeleton_latency(self, rep: int) -> None:
+        """The floor, the skeleton and trunkline in turn, one request at a time: the
+        skeleton's added latency is what the hops cost, trunkline's beyond it its own work."""
+        p = self.plan
+        skeleton = await self.start_skeleton()
+        self.results["skeleton"].setdefault("pids", skeleton.groups())
+        for system in ("floor", "skeleton", "trunkline"):
+            cell = await self.cell(
+                system, "complete", "bench-c1", 1, duration_s=p.cell_s, count=p.cell_count, warmup=p.warmup
+            )
+            self.results["skeleton"].setdefault("c1", {}).setdefault(system, []).append(cell)
+
+    async def start_skeleton(self) -> Skeleton:
+        if self.skeleton is None:
+            assert self._nursery is not None
+            self.skeleton = await Skeleton(self.port, self.logs / "skeleton.log").start(self._nursery)
+        return self.skeleton
 
     async def streams(self, rep: int) -> None:
         p = self.plan
@@ -617,7 +646,8 @@ class Bench:
         n = self.plan.hop_samples
         traced = await Daemon(self.port, self.logs / "daemon-traced.log", trace_hops=True).start()
         try:
-            self.results["hops"] = await hops.trace(self.floor, str(traced.runtime_dir), n)
+            skeleton = await self.start_skeleton()
+            self.results["hops"] = await hops.trace(self.floor, str(traced.runtime_dir), n, skeleton)
             self.results["hops"]["status_rtt_us"] = await hops.control_round_trip(str(traced.runtime_dir), n)
         finally:
             await traced.stop()
@@ -685,6 +715,7 @@ class Bench:
         self.results["versions"] = versions()
         cpu0 = self_cpu()
         async with trio.open_nursery() as nursery:
+            self._nursery = nursery
             try:
                 async with self.stage("upstream"):
                     await self.start_upstream()
@@ -728,6 +759,7 @@ class Bench:
         for rep in range(self.plan.repeats):
             for key, name, run in (
                 ("latency", "latency", self.latency),
+                ("skeleton", "skeleton", self.skeleton_latency),
                 ("streams", "streams", self.streams),
                 ("anthropic", "anthropic", self.anthropic),
                 ("events", "event throughput", self.event_throughput),
@@ -759,6 +791,8 @@ class Bench:
                 await self.soak()
 
     async def shutdown(self) -> None:
+        if self.skeleton is not None:
+            await self.skeleton.stop()
         for target in (self.floor, self.proxy_target, self.door_target, *self.portkey_targets.values()):
             if target is not None:
                 await target.aclose()
@@ -817,7 +851,7 @@ def versions() -> dict[str, str]:
 
 
 #: What `--only` may name.
-STAGES = ("latency", "streams", "anthropic", "events", "http", "subscribers", "memory", "hops", "soak")
+STAGES = ("latency", "streams", "anthropic", "events", "http", "subscribers", "memory", "hops", "soak", "skeleton")
 
 
 def main(plan: Plan, out: Path, peers: bool, only: frozenset[str] = frozenset()) -> int:
