@@ -1164,6 +1164,14 @@ def _skeleton(res: dict, add: Callable[[str], None], goals: list) -> None:
         "the worker(s), never the upstream."
     )
     add("")
+    load = res["skeleton"].get("loadavg", [])
+    if load:
+        add(
+            f"The machine's load average (1 minute) over this stage: {min(load):.2f}–{max(load):.2f} on "
+            f"{res.get('machine', {}).get('cores', '?')} cores. Other work on the machine slows every process here "
+            "alike; compare trunkline with the skeleton and the floor of the same run, not across runs."
+        )
+        add("")
     rows = []
     for system, runs in (("floor", floor), ("skeleton", skel), ("trunkline", tl)):
         if not runs:

@@ -430,13 +430,15 @@ class Bench:
         """The floor, the skeleton and trunkline in turn, one request at a time: the
         skeleton's added latency is what the hops cost, trunkline's beyond it its own work."""
         p = self.plan
-        skeleton = await self.start_skeleton()
-        self.results["skeleton"].setdefault("pids", skeleton.groups())
+        await self.start_skeleton()
+        # The machine's other work shows in every figure here: the report prints it beside them.
+        self.results["skeleton"].setdefault("loadavg", []).append(os.getloadavg()[0])
         for system in ("floor", "skeleton", "trunkline"):
             cell = await self.cell(
                 system, "complete", "bench-c1", 1, duration_s=p.cell_s, count=p.cell_count, warmup=p.warmup
             )
             self.results["skeleton"].setdefault("c1", {}).setdefault(system, []).append(cell)
+        self.results["skeleton"]["loadavg"].append(os.getloadavg()[0])
 
     async def start_skeleton(self) -> Skeleton:
         if self.skeleton is None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import socket
 import sys
 import time
+from typing import Any
 
 import msgspec
 import trio
@@ -27,7 +28,7 @@ _encode = msgspec.msgpack.Encoder().encode
 _decode = msgspec.msgpack.Decoder().decode
 
 
-async def run_job(link: Link, target: HttpTarget, job: dict, received_ns: int) -> None:
+async def run_job(link: Link, target: HttpTarget, job: dict[str, Any], received_ns: int) -> None:
     trace = job.get("trace", False)
     started_ns = time.monotonic_ns() if trace else 0
     try:
