@@ -1158,8 +1158,9 @@ def _skeleton(res: dict, add: Callable[[str], None], goals: list) -> None:
         "supervisor process answers `accepted` on a raw Rep0 and hands the job over a socket pair "
         "(length-prefixed msgpack) to a worker process, which makes the floor's httpx call and sends one "
         "terminal event back; the supervisor publishes it on Pub0 to the client's Sub0. trio everywhere, nng "
-        "through its readiness descriptors. One request at a time; the floor, the skeleton and trunkline take "
-        "turns in each repeat. What the skeleton adds over the floor is the cost of the hops; what trunkline "
+        f"through its readiness descriptors. One request at a time; in each repeat the floor, the skeleton and "
+        f"trunkline take {res['plan'].get('skeleton_turns', 1)} turns each, alternating (so the machine's other "
+        "work falls on all three alike), and a repeat's figures pool its turns. What the skeleton adds over the floor is the cost of the hops; what trunkline "
         "adds beyond the skeleton is its own work. CPU counts the client (this process), the supervisor and "
         "the worker(s), never the upstream."
     )
