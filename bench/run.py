@@ -175,7 +175,8 @@ class Bench:
         #: The HTTP stage's daemon (its front door on) and the floor's client pointed at the door.
         self.door: Daemon | None = None
         self.door_target: HttpTarget | None = None
-        #: The skeleton (bench/skeleton.py): started for the skeleton stage and the hop trace.
+        #: The skeleton (bench/skeleton.py): runs through the repeats of the skeleton stage, and
+        #: again during the hop trace; never beside the other stages' measurements.
         self.skeleton: Skeleton | None = None
         self._nursery: trio.Nursery | None = None
 
@@ -471,6 +472,11 @@ class Bench:
             self.skeleton = await Skeleton(self.port, self.logs / "skeleton.log").start(self._nursery)
         return self.skeleton
 
+    async def stop_skeleton(self) -> None:
+        if self.skeleton is not None:
+            skeleton, self.skeleton = self.skeleton, None
+            await skeleton.stop()
+
     async def streams(self, rep: int) -> None:
         p = self.plan
         model = f"bench-c{p.stream_chunks}"
@@ -673,10 +679,13 @@ class Bench:
         n = self.plan.hop_samples
         traced = await Daemon(self.port, self.logs / "daemon-traced.log", trace_hops=True).start()
         try:
-            skeleton = await self.start_skeleton()
+            skeleton: Skeleton | None = None
+            async with self.stage("skeleton start (for the hop trace)"):
+                skeleton = await self.start_skeleton()  # if it cannot start, trunkline's hops are traced alone
             self.results["hops"] = await hops.trace(self.floor, str(traced.runtime_dir), n, skeleton)
             self.results["hops"]["status_rtt_us"] = await hops.control_round_trip(str(traced.runtime_dir), n)
         finally:
+            await self.stop_skeleton()
             await traced.stop()
 
     async def soak(self) -> None:
@@ -795,6 +804,7 @@ class Bench:
                 if self.wants(key):
                     async with self.stage(f"{name} repeat {rep + 1}"):
                         await run(rep)
+        await self.stop_skeleton()
         if self.wants("memory"):
             async with self.stage("memory after the repeats"):
                 await self.memory_after("after_repeats")
@@ -818,8 +828,7 @@ class Bench:
                 await self.soak()
 
     async def shutdown(self) -> None:
-        if self.skeleton is not None:
-            await self.skeleton.stop()
+        await self.stop_skeleton()
         for target in (self.floor, self.proxy_target, self.door_target, *self.portkey_targets.values()):
             if target is not None:
                 await target.aclose()
