@@ -19,6 +19,7 @@ import json
 import re
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -28,6 +29,9 @@ from trunkline.protocol.messages import ErrorEvent, Finish, TextDelta
 from .floor import HttpTarget
 from .stats import median, percentile
 from .trunkline_runner import TrunklineOps
+
+if TYPE_CHECKING:
+    from .skeleton import Skeleton  # which reads the upstream's clocks with `stamps` here
 
 _STAMP = re.compile(r"([RS])(\d+)")
 #: The whole-response request traced: one content chunk, as the latency table's
@@ -176,13 +180,17 @@ class TrunklineTrace:
         return row
 
 
-async def trace(target: HttpTarget, runtime_dir: str, n: int) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
-    """Floor and trunkline requests alternate, so that whatever else the machine does
-    at a given moment falls on both alike."""
+async def trace(
+    target: HttpTarget, runtime_dir: str, n: int, skeleton: Skeleton | None = None
+) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
+    """Floor, trunkline and skeleton requests alternate, so that whatever else the
+    machine does at a given moment falls on all alike. (The skeleton makes no stream.)"""
     rows: dict[str, dict[str, list[dict[str, int]]]] = {
         "floor": {"complete": [], "stream": []},
         "trunkline": {"complete": [], "stream": []},
     }
+    if skeleton is not None:
+        rows["skeleton"] = {"complete": []}
     async with Client(runtime_dir, client_name="bench-hops", watch_bus=True) as client:
         tl = TrunklineTrace(client)
         async with trio.open_nursery() as nursery:
@@ -190,6 +198,8 @@ async def trace(target: HttpTarget, runtime_dir: str, n: int) -> dict[str, dict[
             for _ in range(n):
                 rows["floor"]["complete"].append(await floor_complete(target))
                 rows["trunkline"]["complete"].append(await tl.complete())
+                if skeleton is not None:
+                    rows["skeleton"]["complete"].append(await skeleton.traced(COMPLETE_MODEL))
                 rows["floor"]["stream"].append(await floor_stream(target))
                 rows["trunkline"]["stream"].append(await tl.stream())
             nursery.cancel_scope.cancel()

@@ -120,6 +120,7 @@ def render(res: dict[str, Any]) -> str:
     _memory(res, add, goals)
     _hops(res, add)
     _http(res, add, goals)
+    _skeleton(res, add, goals)
     _goals(goals, add)
     _reference(add)
     return "\n".join(lines) + "\n"
@@ -700,6 +701,45 @@ def _memory(res: dict, add: Callable[[str], None], goals: list) -> None:
             add("")
 
 
+#: The hops of one non-streamed request, as `hop_shares` splits it: trunkline's work on each,
+#: and the skeleton's stand-in for it (bench/skeleton.py).
+HOP_NAMES = (
+    "client → supervisor (`submit` on the control socket)",
+    "supervisor: validate, accept, hand the job to its slot (skeleton: decode, re-encode)",
+    "supervisor → worker (the link)",
+    "worker: start the job and the attempt (skeleton: decode, start a task)",
+    "worker → upstream (build and send the HTTP request; skeleton: the floor's prebuilt body)",
+    "upstream",
+    "upstream → worker (read and parse the reply)",
+    "worker: emit `finish` (account, frame, queue; skeleton: encode one event)",
+    "worker → supervisor (the link)",
+    "supervisor: publish and keep for replay (skeleton: publish)",
+    "supervisor → client (publish, subscription, decode)",
+)
+
+
+def hop_shares(d: dict) -> list[float]:
+    """Each hop's median µs (HOP_NAMES), from one system's traced offsets."""
+
+    def v(k: str) -> float:
+        return float(d.get(k, {}).get("p50", math.nan))
+
+    to_up, service = v("to_upstream"), v("upstream_service")
+    return [
+        v("supervisor_received"),
+        v("job_sent") - v("supervisor_received"),
+        v("job_received") - v("job_sent"),
+        v("attempt_started") - v("job_received"),
+        to_up - v("attempt_started"),
+        service,
+        v("reply_done") - (to_up + service),
+        v("terminal_emitted") - v("reply_done"),
+        v("terminal_received") - v("terminal_emitted"),
+        v("terminal_published") - v("terminal_received"),
+        v("total") - v("terminal_published"),
+    ]
+
+
 def _hops(res: dict, add: Callable[[str], None]) -> None:
     h = res.get("hops")
     if not h:
@@ -716,6 +756,7 @@ def _hops(res: dict, add: Callable[[str], None]) -> None:
     )
     add("")
     fc, tc = h["floor"]["complete"], h["trunkline"]["complete"]
+    sc = h.get("skeleton", {}).get("complete", {})  # the same request through the skeleton
     rtt = h["status_rtt_us"]
 
     def v(d: dict, k: str) -> float:
@@ -733,17 +774,26 @@ def _hops(res: dict, add: Callable[[str], None]) -> None:
 
     def point(key: str, inferred: float, how: str) -> list[str]:
         if key in tc:
-            return [vv(tc, key), "measured", "the daemon's own stamp"]
-        return [f"≈ {inferred:.0f}", "inferred", how]
+            return [vv(tc, key), vv(sc, key), "measured", "the daemon's own stamp"]
+        return [f"≈ {inferred:.0f}", vv(sc, key), "inferred", how]
 
+    skel_up_send = f"{v(sc, 'to_upstream') + v(sc, 'upstream_service'):.0f}" if sc else "–"
     add("### Non-streaming request")
     add("")
+    if sc:
+        add(
+            "The skeleton column: the same request through the skeleton (bench/skeleton.py: trunkline's processes "
+            "and transports doing nothing), traced in turn with trunkline's; its points are stamped by its own "
+            "processes at the same places."
+        )
+        add("")
     rows = [
-        ["client sends `submit`", "0", "measured", ""],
+        ["client sends `submit`", "0", "0" if sc else "–", "measured", ""],
         ["supervisor receives `submit`", *point("supervisor_received", acc / 2, "half the submit→accepted round trip")],
         [
             "client receives `accepted`",
             vv(tc, "accepted"),
+            vv(sc, "accepted"),
             "measured",
             f"a bare `status` round trip is {rtt['p50']:.0f} ({rtt['p99']:.0f}) µs",
         ],
@@ -760,11 +810,18 @@ def _hops(res: dict, add: Callable[[str], None]) -> None:
         [
             "client sees `llm.call_started` on the bus",
             vv(tc, "call_started_seen"),
+            "–",
             "measured",
             "the bus event went worker → supervisor → client",
         ],
-        ["upstream has read the request", vv(tc, "to_upstream"), "measured", f"floor: {vv(fc, 'to_upstream')}"],
-        ["upstream writes the reply", f"{up_send:.0f}", "measured", ""],
+        [
+            "upstream has read the request",
+            vv(tc, "to_upstream"),
+            vv(sc, "to_upstream"),
+            "measured",
+            f"floor: {vv(fc, 'to_upstream')}",
+        ],
+        ["upstream writes the reply", f"{up_send:.0f}", skel_up_send, "measured", ""],
         [
             "worker has read and parsed the reply",
             *point(
@@ -776,51 +833,36 @@ def _hops(res: dict, add: Callable[[str], None]) -> None:
         ["worker emits `finish`", *point("terminal_emitted", math.nan, "not observable")],
         ["supervisor receives it", *point("terminal_received", math.nan, "not observable")],
         ["supervisor publishes it", *point("terminal_published", math.nan, "not observable")],
-        ["client has the response", vv(tc, "total"), "measured", f"floor: {vv(fc, 'total')}"],
+        ["client has the response", vv(tc, "total"), vv(sc, "total"), "measured", f"floor: {vv(fc, 'total')}"],
     ]
-    for line in _table(["hop", "µs after send", "how", "note"], rows):
+    for line in _table(["hop", "µs after send", "skeleton µs", "how", "note"], rows):
         add(line)
     add("")
     out_leg = v(tc, "from_upstream")
     if traced:
-        t = {
-            k: v(tc, k)
-            for k in (
-                "supervisor_received",
-                "job_sent",
-                "job_received",
-                "attempt_started",
-                "reply_done",
-                "terminal_emitted",
-                "terminal_received",
-                "terminal_published",
-            )
+        tl_shares = hop_shares(tc)
+        sk_shares = hop_shares(sc) if "terminal_published" in sc else [math.nan] * len(tl_shares)
+        notes = {
+            4: f"the floor's whole client→upstream leg: {floor_send:.0f}",
+            5: "the same for the floor",
+            6: f"the floor's upstream→client leg: {floor_back:.0f}",
         }
-        total = v(tc, "total")
-        shares = [
-            ["client → supervisor (`submit` on the control socket)", t["supervisor_received"], ""],
-            ["supervisor: validate, accept, hand the job to its slot", t["job_sent"] - t["supervisor_received"], ""],
-            ["supervisor → worker (the link)", t["job_received"] - t["job_sent"], ""],
-            ["worker: start the job and the attempt", t["attempt_started"] - t["job_received"], ""],
+        rows = [
             [
-                "worker → upstream (build and send the HTTP request)",
-                to_up - t["attempt_started"],
-                f"the floor's whole client→upstream leg: {floor_send:.0f}",
-            ],
-            ["upstream", service, "the same for the floor"],
-            [
-                "upstream → worker (read and parse the reply)",
-                t["reply_done"] - up_send,
-                f"the floor's upstream→client leg: {floor_back:.0f}",
-            ],
-            ["worker: emit `finish` (account, frame, queue)", t["terminal_emitted"] - t["reply_done"], ""],
-            ["worker → supervisor (the link)", t["terminal_received"] - t["terminal_emitted"], ""],
-            ["supervisor: publish and keep for replay", t["terminal_published"] - t["terminal_received"], ""],
-            ["supervisor → client (publish, subscription, decode)", total - t["terminal_published"], ""],
+                name,
+                f"{tl:.0f}",
+                "–" if math.isnan(sk) else f"{sk:.0f}",
+                "–" if math.isnan(sk) else f"{tl - sk:+.0f}",
+                notes.get(i, ""),
+            ]
+            for i, (name, tl, sk) in enumerate(zip(HOP_NAMES, tl_shares, sk_shares, strict=True))
         ]
-        add("Each hop's share of the median request (differences of medians, so they add up only approximately):")
+        add(
+            "Each hop's share of the median request (differences of medians, so they add up only approximately), "
+            "beside the same hop of the skeleton, which does none of trunkline's work there:"
+        )
         add("")
-        for line in _table(["hop", "µs", "note"], [[name, f"{us:.0f}", note] for name, us, note in shares]):
+        for line in _table(["hop", "trunkline µs", "skeleton µs", "trunkline − skeleton µs", "note"], rows):
             add(line)
         add("")
     add(
@@ -1086,6 +1128,112 @@ def _door_targets(http: dict, add: Callable[[str], None], goals: list) -> None:
         add(line)
     add("")
     goals.extend(tuple(row) for row in rows)
+
+
+#: The issue's hot-path targets (issue 30): trunkline's added p50 at concurrency 1 at most the
+#: skeleton's plus this, and its added CPU per request at most this (ms).
+SKELETON_MARGIN_MS = 0.15
+ADDED_CPU_GOAL_MS = 0.5
+
+
+def _at_most(value: float, goal: float) -> str:
+    if math.isnan(value):
+        return "not measured"
+    return "within goal" if value <= goal else "**misses goal**"
+
+
+def _workers_cpu(cpu: dict[str, float]) -> float:
+    return sum(v for k, v in cpu.items() if k.startswith("worker"))
+
+
+def _skeleton(res: dict, add: Callable[[str], None], goals: list) -> None:
+    cells = res.get("skeleton", {}).get("c1")
+    if not cells:
+        return
+    floor, skel, tl = cells.get("floor", []), cells.get("skeleton", []), cells.get("trunkline", [])
+    add("## 8. The skeleton: trunkline's processes and transports doing nothing")
+    add("")
+    add(
+        "The same hops with none of the work (`bench/skeleton.py`): this process sends `submit` on a Req0, a "
+        "supervisor process answers `accepted` on a raw Rep0 and hands the job over a socket pair "
+        "(length-prefixed msgpack) to a worker process, which makes the floor's httpx call and sends one "
+        "terminal event back; the supervisor publishes it on Pub0 to the client's Sub0. trio everywhere, nng "
+        f"through its readiness descriptors. One request at a time; in each repeat the floor, the skeleton and "
+        f"trunkline take {res['plan'].get('skeleton_turns', 1)} turns each, alternating (so the machine's other "
+        "work falls on all three alike), and a repeat's figures pool its turns. What the skeleton adds over the floor is the cost of the hops; what trunkline "
+        "adds beyond the skeleton is its own work. CPU counts the client (this process), the supervisor and "
+        "the worker(s), never the upstream."
+    )
+    add("")
+    load = res["skeleton"].get("loadavg", [])
+    if load:
+        add(
+            f"The machine's load average (1 minute) over this stage: {min(load):.2f}–{max(load):.2f} on "
+            f"{res.get('machine', {}).get('cores', '?')} cores. Other work on the machine slows every process here "
+            "alike; compare trunkline with the skeleton and the floor of the same run, not across runs."
+        )
+        add("")
+    rows = []
+    for system, runs in (("floor", floor), ("skeleton", skel), ("trunkline", tl)):
+        if not runs:
+            continue
+        base = floor if system != "floor" else []
+        rows.append(
+            [
+                "skeleton" if system == "skeleton" else NAMES[system],
+                str(sum(r["n"] for r in runs)),
+                _spread([r["p50"] for r in runs], 1e3, 3),
+                _spread([r.get("p90", math.nan) for r in runs], 1e3, 3),
+                _spread(_paired(runs, base, lambda r: r["p50"]), 1e3, 3) if base else "–",
+                _spread(_paired(runs, base, lambda r: r.get("p90", math.nan)), 1e3, 3) if base else "–",
+                _spread([_cpu_per(r) for r in runs], 1e3, 3),
+                _spread(_paired(runs, base, _cpu_per), 1e3, 3) if base else "–",
+                _errors(runs),
+            ]
+        )
+    header = ["system", "requests", "p50 ms", "p90 ms", "added p50 ms", "added p90 ms", "CPU ms/req"]
+    for line in _table([*header, "added CPU ms/req", "errors"], rows):
+        add(line)
+    add("")
+    if skel and tl:
+        add("CPU per request of each process (µs), trunkline beside the skeleton:")
+        add("")
+        procs = (
+            ("client (this process)", lambda c: c.get("client", 0.0)),
+            ("supervisor", lambda c: c.get("supervisor", 0.0)),
+            ("worker(s)", _workers_cpu),
+        )
+        rows = []
+        for name, pick in procs:
+            t = [pick(r["cpu"]) / r["n"] if r.get("n") else math.nan for r in tl]
+            k = [pick(r["cpu"]) / r["n"] if r.get("n") else math.nan for r in skel]
+            rows.append([name, _spread(t, 1e6, 0), _spread(k, 1e6, 0), f"{(_mid(t) - _mid(k)) * 1e6:+.0f}"])
+        for line in _table(["process", "trunkline", "skeleton", "trunkline − skeleton"], rows):
+            add(line)
+        add("")
+    added_tl = _mid(_paired(tl, floor, lambda r: r["p50"])) * 1e3 if tl and floor else math.nan
+    added_sk = _mid(_paired(skel, floor, lambda r: r["p50"])) * 1e3 if skel and floor else math.nan
+    cpu_tl = _mid(_paired(tl, floor, _cpu_per)) * 1e3 if tl and floor else math.nan
+    targets = [
+        (
+            "trunkline's added p50 at concurrency 1, against the skeleton's",
+            f"≤ the skeleton's + {SKELETON_MARGIN_MS:g} ms",
+            f"{added_tl:.3f} ms (skeleton {added_sk:.3f} ms: {added_tl - added_sk:+.3f})",
+            _at_most(added_tl, added_sk + SKELETON_MARGIN_MS),
+        ),
+        (
+            "trunkline's added CPU per request at concurrency 1 (all its processes and the client, minus the floor's)",
+            f"≤ {ADDED_CPU_GOAL_MS:g} ms",
+            f"{cpu_tl:.3f} ms",
+            _at_most(cpu_tl, ADDED_CPU_GOAL_MS),
+        ),
+    ]
+    add("### The hot path against the issue's targets")
+    add("")
+    for line in _table(["goal", "target", "measured", ""], [list(t) for t in targets]):
+        add(line)
+    add("")
+    goals.extend(targets)
 
 
 def _goals(goals: list, add: Callable[[str], None]) -> None:

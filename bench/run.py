@@ -32,6 +32,7 @@ from .floor import HttpTarget
 from .load import LoadResult, Totals, closed_loop
 from .peers import PeerUnavailable, Portkey, Proxy, start_portkey, start_proxy, start_sdk
 from .procs import CpuMeter, LineProcess, pss_mb, rss_mb, self_cpu
+from .skeleton import Skeleton
 from .stats import Summary, slope_per_minute
 from .trunkline_runner import ANTHROPIC_PROVIDER, DOOR_KEY, OPENAI_PROVIDER, Daemon, TrunklineOps
 
@@ -63,6 +64,9 @@ class Plan:
     capacity_s: float
     soak_minutes: float
     settle_s: float
+    #: The skeleton stage splits each system's `cell_s` into this many turns, the floor, the
+    #: skeleton and trunkline alternating, so that the machine's other work falls on all alike.
+    skeleton_turns: int = 6
 
     @classmethod
     def full(cls, soak_minutes: float = 10.0) -> Plan:
@@ -112,6 +116,7 @@ class Plan:
             capacity_s=0.3,
             soak_minutes=soak_minutes,
             settle_s=0.2,
+            skeleton_turns=2,
         )
 
 
@@ -154,6 +159,7 @@ class Bench:
             "hops": {},
             "http": {},
             "door": {},
+            "skeleton": {},
         }
         self.upstream: LineProcess | None = None
         self.port = 0
@@ -169,6 +175,10 @@ class Bench:
         #: The HTTP stage's daemon (its front door on) and the floor's client pointed at the door.
         self.door: Daemon | None = None
         self.door_target: HttpTarget | None = None
+        #: The skeleton (bench/skeleton.py): runs through the repeats of the skeleton stage, and
+        #: again during the hop trace; never beside the other stages' measurements.
+        self.skeleton: Skeleton | None = None
+        self._nursery: trio.Nursery | None = None
 
     # -- bookkeeping -----------------------------------------------------------------------
 
@@ -213,6 +223,8 @@ class Bench:
             return {"sdk": [self.sdk.pid], **upstream}
         if system == "portkey" and self.portkey:
             return {"portkey": self.portkey.pids(), **upstream}
+        if system == "skeleton" and self.skeleton:
+            return {**self.skeleton.groups(), **upstream}
         if system == "door" and self.door:
             groups = {"front door": self.door.doors, "supervisor": [self.door.pid], **upstream}
             for name, pid in self.door.workers.items():
@@ -355,6 +367,10 @@ class Bench:
             provider = ANTHROPIC_PROVIDER if api == "anthropic" else OPENAI_PROVIDER
             name = f"{provider}:{model}"
             return (lambda: self.ops.complete(name)) if kind == "complete" else (lambda: self.ops.stream(name))
+        if system == "skeleton":
+            skeleton = self.skeleton
+            assert skeleton is not None
+            return lambda: skeleton.complete(model)
         target = {
             "floor": self.floor,
             "proxy": self.proxy_target,
@@ -414,6 +430,52 @@ class Bench:
                     system, "complete", "bench-c1", conc, duration_s=p.cell_s, count=p.cell_count, warmup=p.warmup
                 )
                 self.results["latency"].setdefault(str(conc), {}).setdefault(system, []).append(cell)
+
+    async def skeleton_latency(self, rep: int) -> None:
+        """The floor, the skeleton and trunkline in turn, one request at a time: the
+        skeleton's added latency is what the hops cost, trunkline's beyond it its own work."""
+        p = self.plan
+        await self.start_skeleton()
+        # The machine's other work shows in every figure here: the report prints it beside them.
+        self.results["skeleton"].setdefault("loadavg", []).append(os.getloadavg()[0])
+        systems = ("floor", "skeleton", "trunkline")
+        ops = {system: self._op(system, "complete", "bench-c1", "openai") for system in systems}
+        for system in systems:
+            await closed_loop(ops[system], 1, count=p.warmup, duration_s=p.cell_s)
+        samples: dict[str, list[float]] = {system: [] for system in systems}
+        totals: dict[str, dict[str, Any]] = {
+            system: {"cpu": {}, "wall_s": 0.0, "errors": 0, "first_error": None} for system in systems
+        }
+        for _ in range(p.skeleton_turns):
+            for system in systems:
+                meter = CpuMeter(self.groups_for(system)).start()
+                result = await closed_loop(
+                    ops[system], 1, count=p.cell_count // p.skeleton_turns, duration_s=p.cell_s / p.skeleton_turns
+                )
+                total = totals[system]
+                for name, used in meter.stop().items():
+                    total["cpu"][name] = total["cpu"].get(name, 0.0) + used
+                total["wall_s"] += result.wall_s
+                total["errors"] += result.errors
+                total["first_error"] = total["first_error"] or result.first_error
+                samples[system].extend(result.samples)
+        for system in systems:
+            total = totals[system]
+            cell = {**total, **asdict(Summary.of(samples[system], total["wall_s"]))}
+            cell["cpu_system_s"] = self._system_cpu(system, total["cpu"])
+            self.results["skeleton"].setdefault("c1", {}).setdefault(system, []).append(cell)
+        self.results["skeleton"]["loadavg"].append(os.getloadavg()[0])
+
+    async def start_skeleton(self) -> Skeleton:
+        if self.skeleton is None:
+            assert self._nursery is not None
+            self.skeleton = await Skeleton(self.port, self.logs / "skeleton.log").start(self._nursery)
+        return self.skeleton
+
+    async def stop_skeleton(self) -> None:
+        if self.skeleton is not None:
+            skeleton, self.skeleton = self.skeleton, None
+            await skeleton.stop()
 
     async def streams(self, rep: int) -> None:
         p = self.plan
@@ -617,9 +679,13 @@ class Bench:
         n = self.plan.hop_samples
         traced = await Daemon(self.port, self.logs / "daemon-traced.log", trace_hops=True).start()
         try:
-            self.results["hops"] = await hops.trace(self.floor, str(traced.runtime_dir), n)
+            skeleton: Skeleton | None = None
+            async with self.stage("skeleton start (for the hop trace)"):
+                skeleton = await self.start_skeleton()  # if it cannot start, trunkline's hops are traced alone
+            self.results["hops"] = await hops.trace(self.floor, str(traced.runtime_dir), n, skeleton)
             self.results["hops"]["status_rtt_us"] = await hops.control_round_trip(str(traced.runtime_dir), n)
         finally:
+            await self.stop_skeleton()
             await traced.stop()
 
     async def soak(self) -> None:
@@ -685,6 +751,7 @@ class Bench:
         self.results["versions"] = versions()
         cpu0 = self_cpu()
         async with trio.open_nursery() as nursery:
+            self._nursery = nursery
             try:
                 async with self.stage("upstream"):
                     await self.start_upstream()
@@ -728,6 +795,7 @@ class Bench:
         for rep in range(self.plan.repeats):
             for key, name, run in (
                 ("latency", "latency", self.latency),
+                ("skeleton", "skeleton", self.skeleton_latency),
                 ("streams", "streams", self.streams),
                 ("anthropic", "anthropic", self.anthropic),
                 ("events", "event throughput", self.event_throughput),
@@ -736,6 +804,7 @@ class Bench:
                 if self.wants(key):
                     async with self.stage(f"{name} repeat {rep + 1}"):
                         await run(rep)
+        await self.stop_skeleton()
         if self.wants("memory"):
             async with self.stage("memory after the repeats"):
                 await self.memory_after("after_repeats")
@@ -759,6 +828,7 @@ class Bench:
                 await self.soak()
 
     async def shutdown(self) -> None:
+        await self.stop_skeleton()
         for target in (self.floor, self.proxy_target, self.door_target, *self.portkey_targets.values()):
             if target is not None:
                 await target.aclose()
@@ -817,7 +887,7 @@ def versions() -> dict[str, str]:
 
 
 #: What `--only` may name.
-STAGES = ("latency", "streams", "anthropic", "events", "http", "subscribers", "memory", "hops", "soak")
+STAGES = ("latency", "streams", "anthropic", "events", "http", "subscribers", "memory", "hops", "soak", "skeleton")
 
 
 def main(plan: Plan, out: Path, peers: bool, only: frozenset[str] = frozenset()) -> int:

@@ -24,6 +24,7 @@ class Summary:
     p99: float
     rate: float  # completed operations per second of wall time
     mean: float = math.nan
+    p90: float = math.nan
 
     @classmethod
     def of(cls, samples: Sequence[float], wall_s: float) -> Summary:
@@ -34,6 +35,7 @@ class Summary:
             p99=percentile(s, 99),
             rate=len(s) / wall_s if wall_s > 0 else math.nan,
             mean=sum(s) / len(s) if s else math.nan,
+            p90=percentile(s, 90),
         )
 
 
