@@ -1214,6 +1214,7 @@ def _skeleton(res: dict, add: Callable[[str], None], goals: list) -> None:
     added_tl = _mid(_paired(tl, floor, lambda r: r["p50"])) * 1e3 if tl and floor else math.nan
     added_sk = _mid(_paired(skel, floor, lambda r: r["p50"])) * 1e3 if skel and floor else math.nan
     cpu_tl = _mid(_paired(tl, floor, _cpu_per)) * 1e3 if tl and floor else math.nan
+    cpu_sk = _mid(_paired(skel, floor, _cpu_per)) * 1e3 if skel and floor else math.nan
     targets = [
         (
             "trunkline's added p50 at concurrency 1, against the skeleton's",
@@ -1226,6 +1227,15 @@ def _skeleton(res: dict, add: Callable[[str], None], goals: list) -> None:
             f"≤ {ADDED_CPU_GOAL_MS:g} ms",
             f"{cpu_tl:.3f} ms",
             _at_most(cpu_tl, ADDED_CPU_GOAL_MS),
+        ),
+        # The sentence can be read two ways; the skeleton itself adds about a millisecond of
+        # CPU over the floor on 2 cores (processes, nng's threads, the link), so the literal reading
+        # is below what the process structure costs. Our own work is what trunkline adds on top of it.
+        (
+            "trunkline's own CPU per request at concurrency 1 (its added CPU minus the skeleton's)",
+            f"≤ {ADDED_CPU_GOAL_MS:g} ms",
+            f"{cpu_tl - cpu_sk:.3f} ms (skeleton {cpu_sk:.3f} ms)",
+            _at_most(cpu_tl - cpu_sk, ADDED_CPU_GOAL_MS),
         ),
     ]
     add("### The hot path against the issue's targets")

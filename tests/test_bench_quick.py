@@ -97,6 +97,7 @@ def test_quick_bench_writes_every_section(tmp_path: Path) -> None:
     verdict = r"\| (within goal|\*\*misses goal\*\*) \|$"
     assert re.search(r"^\| trunkline's added p50 at concurrency 1, .*" + verdict, skeleton, re.MULTILINE), skeleton
     assert re.search(r"^\| trunkline's added CPU per request .*" + verdict, skeleton, re.MULTILINE), skeleton
+    assert re.search(r"^\| trunkline's own CPU per request .*" + verdict, skeleton, re.MULTILINE), skeleton
     hops = report[report.index("## 6. Where the time goes") : report.index("### Streaming request")]
     assert re.search(r"^\| worker receives the job \| \d+ \(\d+\) \| \d+ \(\d+\) \| measured", hops, re.MULTILINE)
     assert re.search(r"^\| supervisor → worker \(the link\) \| -?\d+ \| -?\d+ \| [+-]\d+ \|", hops, re.MULTILINE)
