@@ -235,7 +235,7 @@ class _Requester:
         accepted = codec.encode(Accepted(request_id=request_id, provider=OPENAI_PROVIDER, model=MODEL))
         self.prepared[request_id] = (accepted, frame_event(self.client_id, finish_event(request_id)))
 
-    async def call(self, data: bytes, slow: bool = False) -> bytes:
+    async def call(self, data: bytes, slow: bool = False, timeout_s: float | None = None) -> bytes:
         accepted, event = self.prepared.pop(self._id.decode(data).request_id)
         self.events.put(event)
         return accepted
