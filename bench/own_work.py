@@ -201,6 +201,8 @@ class _Receiver:
             await self.wake.wait()
         return self.ready_many()
 
+    wait_many = recv_many
+
     def put(self, data: bytes) -> None:
         self.queue.append(data)
         self.wake.set()

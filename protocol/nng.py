@@ -259,6 +259,14 @@ class Receiver:
         first = await self.recv()
         return [first, *self.ready_many(limit - 1)]
 
+    async def wait_many(self, limit: int = 64) -> list[bytes]:
+        """`recv_many` for a caller that has just found nothing queued: it waits first
+        (a receive that finds nothing costs nng's locks, about 3 µs)."""
+        if self._wait is None:
+            self._wait = _wait_readable()
+        await self._wait(self.fd)
+        return await self.recv_many(limit)
+
 
 # -- the daemon's side ----------------------------------------------------------------
 
@@ -389,6 +397,7 @@ class ControlServer:
         self._send_fd = self.sock.send_fd
         self._handle = self.sock.socket
         self._msg_p = ffi.new("nng_msg **")
+        self._reply_p = ffi.new("nng_msg **")  # kept: one allocation per reply less
         self._waiting: list[tuple[bytes, bytes]] = []  # replies nng could not take at once
         self._flusher = False
 
@@ -416,7 +425,7 @@ class ControlServer:
             await trio.lowlevel.wait_readable(self.fd)
 
     def _try_reply(self, header: bytes, body: bytes) -> bool:
-        msg_p = ffi.new("nng_msg **")
+        msg_p = self._reply_p
         pynng.check_err(lib.nng_msg_alloc(msg_p, 0))
         msg = msg_p[0]
         err = lib.nng_msg_header_append(msg, header, len(header)) or lib.nng_msg_append(msg, body, len(body))
@@ -578,16 +587,17 @@ class Requester:
     async def _reply(self, loop: _Loop, deadline: float) -> bytes:
         # A connection lost while we wait fails the call with ECONNRESET (no resends),
         # but nng may not mark the descriptor readable for it: look again now and then.
+        # The reply cannot be there yet (it is a round trip away): wait, then look.
         receiver = self._receiver
         while True:
-            data = receiver.ready()
-            if data is not None:
-                return data
             now = loop.clock()
             if now >= deadline:
                 raise TimeoutError
             with loop.scope(deadline=min(deadline, now + RESET_POLL_S)):
                 await loop.wait_readable(receiver.fd)
+            data = receiver.ready()
+            if data is not None:
+                return data
 
     def close(self) -> None:
         self.sock.close()

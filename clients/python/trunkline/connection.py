@@ -284,7 +284,7 @@ class Connection:
             batch = receiver.ready_many()
             if not batch:
                 burst = 0
-                batch = await receiver.recv_many()
+                batch = await receiver.wait_many()
             else:
                 burst += 1
                 if burst >= 8:
