@@ -260,6 +260,7 @@ async def client(count: int, repeats: int) -> list[float]:
     sub = _Subscriber()
     control = _Requester(sub.receiver, connection.client_id)
     connection.control = control  # type: ignore[assignment]  # stand-ins for the sockets
+    connection._new_event = trio.Event  # what `connect` chooses inside trio
     connection.sub = sub  # type: ignore[assignment]
     tl = Client("/nowhere")
     tl._connection = connection
