@@ -124,6 +124,7 @@ class LinkConn:
     __slots__ = (
         "_buffer",
         "_drained",
+        "_drained_read",
         "_nursery",
         "_out",
         "_out_bytes",
@@ -145,6 +146,7 @@ class LinkConn:
         self._nursery = nursery
         self.closed = False
         self._recv_burst = 0
+        self._drained_read = False  # the last read took less than a buffer: nothing was left
         self._buffer = bytearray(RECV_SIZE)
 
     # -- sending ------------------------------------------------------------------
@@ -225,23 +227,33 @@ class LinkConn:
             if self._recv_burst >= BURST:
                 self._recv_burst = 0
                 await trio.lowlevel.checkpoint()
+            if self._drained_read:
+                # The last read emptied the kernel's buffer: a read now would most likely
+                # find nothing (a system call and an exception), so wait first.
+                self._drained_read = False
+                self._recv_burst = 0
+                await self._wait_readable()
             try:
                 n = self.sock.recv_into(self._buffer)
             except BlockingIOError:
                 self._recv_burst = 0
-                try:
-                    await trio.lowlevel.wait_readable(self.sock)
-                except trio.ClosedResourceError:
-                    raise Closed() from None
+                await self._wait_readable()
                 continue
             except OSError as exc:
                 raise Closed(str(exc)) from None
             if not n:
                 raise Closed()
             self._recv_burst += 1
+            self._drained_read = n < RECV_SIZE
             messages = self.reader.feed(memoryview(self._buffer)[:n])
             if messages:
                 return messages
+
+    async def _wait_readable(self) -> None:
+        try:
+            await trio.lowlevel.wait_readable(self.sock)
+        except trio.ClosedResourceError:
+            raise Closed() from None
 
     def close(self) -> None:
         if self.closed:

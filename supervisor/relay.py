@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+import msgspec
 import trio
 
 from ..protocol import trace
@@ -137,20 +138,36 @@ class EventRelay:
         logging_it = log.isEnabledFor(logging.INFO)
         if logging_it or self.metrics is not None or self.telemetry is not None:
             try:
-                terminal = _terminal(state)
+                if self.metrics is None and self.telemetry is None:
+                    # The log line alone reads three fields: not the whole response.
+                    outcome = _outcome_of(state)
+                else:
+                    terminal = _terminal(state)
+                    outcome = _outcome(terminal)
+                    if self.metrics is not None:
+                        self.metrics.ended(state, terminal, now - state.submitted_at)
+                    if self.telemetry is not None:
+                        self.telemetry.ended(state, terminal, now - state.submitted_at)
                 if logging_it:
-                    log.info(
-                        "request %s %s %s: %s in %.0f ms",
-                        state.request_id,
-                        state.model,
-                        "stream" if state.stream else "complete",
-                        _outcome(terminal),
-                        (now - state.submitted_at) * 1000,
+                    # The record made here, not by `log.info`: that looks up the calling
+                    # source line on every call, and the daemon's format prints none.
+                    log.handle(
+                        log.makeRecord(
+                            log.name,
+                            logging.INFO,
+                            __file__,
+                            0,
+                            "request %s %s %s: %s in %.0f ms",
+                            (
+                                state.request_id,
+                                state.model,
+                                "stream" if state.stream else "complete",
+                                outcome,
+                                (now - state.submitted_at) * 1000,
+                            ),
+                            None,
+                        )
                     )
-                if self.metrics is not None:
-                    self.metrics.ended(state, terminal, now - state.submitted_at)
-                if self.telemetry is not None:
-                    self.telemetry.ended(state, terminal, now - state.submitted_at)
             except Exception as exc:  # noqa: BLE001 - a log line or a metric must never keep a request open
                 self.fault(state.request_id, "recording its end", exc)
         self.requests.end(state, now)
@@ -251,6 +268,52 @@ def _terminal(state: RequestState) -> AnyEvent | None:
     except Exception:  # noqa: BLE001 - a log line or a metric must never fail a request
         return None
     return event
+
+
+class _Reason(msgspec.Struct):
+    reason: str = "other"
+
+
+class _Tokens(msgspec.Struct):
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class _Answer(msgspec.Struct):
+    finish_reason: _Reason = msgspec.field(default_factory=_Reason)
+    usage: _Tokens = msgspec.field(default_factory=_Tokens)
+
+
+class _Failure(msgspec.Struct):
+    error_class: str = ""
+
+
+class _Terminal(msgspec.Struct):
+    """The fields of a terminal event (`Finish`, `ErrorEvent`) its log line prints, with
+    the wire's defaults: decoding only these skips the response's content."""
+
+    type: str = ""
+    response: _Answer | None = None
+    error: _Failure | None = None
+
+
+_terminals = msgspec.msgpack.Decoder(_Terminal)
+
+
+def _outcome_of(state: RequestState) -> str:
+    """`_outcome` of the request's terminal event, read from its last frame."""
+    if not state.ring:
+        return "ended"
+    try:
+        terminal = _terminals.decode(split_frame(state.ring[-1])[1])
+    except Exception:  # noqa: BLE001 - a log line must never fail a request
+        return "ended"
+    if terminal.type == "finish" and terminal.response is not None:
+        answer = terminal.response
+        return f"{answer.finish_reason.reason}, {answer.usage.input_tokens} in / {answer.usage.output_tokens} out"
+    if terminal.type == "error" and terminal.error is not None:
+        return f"error {terminal.error.error_class}"
+    return "ended"
 
 
 def _outcome(event: AnyEvent | None) -> str:

@@ -76,6 +76,9 @@ log = logging.getLogger("trunkline.supervisor")
 REPLAY_BATCH = 5000
 READY_TIMEOUT_S = 30.0
 COUNT_TIMEOUT_S = 10.0
+#: Model names whose resolution is remembered (a program names a few; past this many
+#: the memory starts again, so names a client makes up cannot grow it).
+RESOLVED_NAMES = 1024
 
 
 def _error(error_class: ErrorClass, message: str, **extra: Any) -> ErrorInfo:
@@ -138,6 +141,11 @@ class Router:
         #: Requests refused for a capability their model lacks (WARN, at most a few a second).
         self.capability_log = RateLimitedLog(log)
         self.started_at = 0.0
+        #: What each (model, provider) a request named resolved to in `_resolved_in`: the
+        #: catalog's lookups (and a pass-through entry's capabilities) cost a submit more
+        #: than its validation. A catalog never changes; a reload brings another.
+        self._resolved: dict[tuple[str, str | None], ModelInfo | ErrorInfo] = {}
+        self._resolved_in = catalog
 
     def reconfigure(self, catalog: Catalog, job_policies: dict[str, JobPolicies]) -> None:
         """A reload's catalog and job policies, for every request from the next one."""
@@ -319,6 +327,18 @@ class Router:
 
     def entry(self, model: str, provider: str | None) -> ModelInfo | ErrorInfo:
         """The catalog entry (or pass-through) a model name resolves to."""
+        if self._resolved_in is not self.catalog:
+            self._resolved, self._resolved_in = {}, self.catalog
+        key = (model, provider)
+        known = self._resolved.get(key)
+        if known is None:
+            known = self._entry(model, provider)
+            if len(self._resolved) >= RESOLVED_NAMES:
+                self._resolved.clear()
+            self._resolved[key] = known
+        return known
+
+    def _entry(self, model: str, provider: str | None) -> ModelInfo | ErrorInfo:
         try:
             info = self.catalog.resolve(model, provider)
         except UnknownModel as exc:

@@ -20,6 +20,8 @@ from typing import Any, TypeVar
 
 import anyio
 import anyio.abc
+import sniffio
+import trio
 from anyio.streams.memory import MemoryObjectSendStream
 
 from .endpoints import event_url, plain_tcp_hint
@@ -37,7 +39,7 @@ from .protocol.messages import (
     ReplayResult,
     Welcome,
 )
-from .routing import Route
+from .routing import Route, Wake
 from .tls import ClientTLS, closed_early, refused_handshake
 
 PROBE_INTERVAL_S = 0.05
@@ -97,10 +99,15 @@ class Connection:
         self._probe_seen: anyio.Event | None = None
         #: True once a request asked for its bus events (a route with `on_bus`).
         self._bus_for_routes = False
+        #: What a route waits on: trio's own event inside trio (set when the connection
+        #: opens), anyio's elsewhere.
+        self._new_event: Callable[[], Wake] = anyio.Event
 
     # -- the session --------------------------------------------------------------------
 
     async def connect(self) -> None:
+        if sniffio.current_async_library() == "trio":
+            self._new_event = trio.Event
         endpoint = self.control_endpoint
         try:
             nng.check_url(endpoint)
@@ -238,8 +245,7 @@ class Connection:
             )
         limit = timeout_s or self.timeout_s
         try:
-            with anyio.fail_after(limit):
-                raw = await self.control.call(data, slow)
+            raw = await self.control.call(data, slow, limit)
         except TimeoutError:
             raise DaemonUnavailable(f"the trunkline daemon did not answer within {limit:g}s") from None
         except (nng.NNGException, OSError) as exc:
@@ -260,7 +266,7 @@ class Connection:
         """Where the events of `request_id` will go (the route it already has, if any)."""
         route = self.routes.get(request_id)
         if route is None:
-            route = self.routes[request_id] = Route(request_id, self.routes, self._recover)
+            route = self.routes[request_id] = Route(request_id, self.routes, self._recover, self._new_event)
         return route
 
     # -- events -------------------------------------------------------------------------
@@ -278,7 +284,7 @@ class Connection:
             batch = receiver.ready_many()
             if not batch:
                 burst = 0
-                batch = await receiver.recv_many()
+                batch = await receiver.wait_many()
             else:
                 burst += 1
                 if burst >= 8:

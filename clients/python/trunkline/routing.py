@@ -11,16 +11,31 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
+from typing import Protocol
 
 import anyio
 
 from .protocol.messages import BusEvent, ErrorEvent, ErrorInfo, Finish, StreamEvent
 
 
+class Wake(Protocol):
+    """What a route's consumer waits on: `anyio.Event`, or the loop's own event."""
+
+    def set(self) -> None: ...
+
+    async def wait(self) -> None: ...
+
+
 class Route:
     """Where one request's events go, in order, whatever order they arrive in."""
 
-    def __init__(self, request_id: str, routes: dict[str, Route], on_gap: Callable[[Route], None]) -> None:
+    def __init__(
+        self,
+        request_id: str,
+        routes: dict[str, Route],
+        on_gap: Callable[[Route], None],
+        new_event: Callable[[], Wake] = anyio.Event,
+    ) -> None:
         self.request_id = request_id
         self._routes = routes  # the connection's table, which this route leaves once it is done
         self._on_gap = on_gap
@@ -30,7 +45,9 @@ class Route:
         # and creating and draining a channel per request cost more than the rest of
         # the client's work for a small one.
         self.queue: deque[StreamEvent] = deque()
-        self.wake: anyio.Event | None = None
+        self.wake: Wake | None = None
+        #: The loop's own event class (trio's inside trio: anyio's wrapper costs five times as much).
+        self._new_event = new_event
         self.waiting_since = 0.0  # time.monotonic() when its consumer began to wait; 0: not waiting
         self.done = False
         self.recovering = False
@@ -84,7 +101,7 @@ class Route:
                 return queue.popleft()
             if self.done:
                 return None
-            self.wake = wake = anyio.Event()
+            self.wake = wake = self._new_event()
             self.waiting_since = time.monotonic()  # the connection's silence check looks at it
             try:
                 await wake.wait()
