@@ -51,6 +51,11 @@ class BodyDecoder:
             )
 
     @property
+    def plain(self) -> bool:
+        """Nothing to inflate: each chunk is its own piece (a reader may count it itself)."""
+        return self._inflate is None
+
+    @property
     def over(self) -> bool:
         """The body went past the limit: what `feed` returned is all there will be."""
         return self.total > self.limit

@@ -364,8 +364,14 @@ class HttpAdapter(Adapter):
         `max_response_bytes` in all, silence bounded by the stream idle timeout, and no
         reading while the job's events wait in a full outbox (`call.backlog`)."""
         decoder = BodyDecoder(response.headers.get("content-encoding"), self.max_response_bytes, self.name)
+        plain, limit = decoder.plain, decoder.limit
 
         def handle(chunk: bytes) -> None:
+            if plain and chunk and decoder.total + len(chunk) <= limit:
+                # Nothing to inflate and within the limit: the chunk itself, counted.
+                decoder.total += len(chunk)
+                feed(chunk)
+                return
             for piece in decoder.feed(chunk):
                 feed(piece)
             decoder.check()

@@ -138,6 +138,25 @@ async def test_stream_feeds_chunks_as_they_arrive(upstream):
     assert b"".join(got) == b"data: 1\n\ndata: 2\n\n" and len(got) >= 2
 
 
+@pytest.mark.parametrize("over", [0, 1])
+async def test_a_plain_stream_is_read_up_to_the_limit_and_not_a_byte_past_it(upstream, over):
+    # Chunks of a plain body are counted as they pass, without the inflater's pieces:
+    # a body of exactly the limit is read whole; one byte more is refused with what fit.
+    body = b"data: " + b"x" * 1000 + b"\n\n"
+    upstream.route("POST", "/v1/s", Reply.sse(body * 4 + b"y" * over, chunk_size=len(body)))
+    adapter = make(upstream.base_url)
+    adapter.max_response_bytes = len(body) * 4
+    got: list[bytes] = []
+    if over:
+        with pytest.raises(ProviderError, match="max_response_bytes") as caught:
+            await adapter.stream_leg(call(), Leg("/v1/s", {}), got.append)
+        assert caught.value.error_class == "invalid_response"
+    else:
+        await adapter.stream_leg(call(), Leg("/v1/s", {}), got.append)
+    await adapter.aclose()
+    assert b"".join(got) == body * 4
+
+
 async def test_a_silent_stream_times_out_and_its_connection_closes(upstream):
     upstream.route("POST", "/v1/s", Reply.sse("data: 1\n\ndata: 2\n\n", chunk_size=9, stall_after=1))
     adapter = make(upstream.base_url)
