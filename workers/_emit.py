@@ -15,7 +15,7 @@ from typing import Any
 
 from ..config.catalog import compute_cost
 from ..protocol.accumulate import StreamAccumulator
-from ..protocol.codec import frame_event
+from ..protocol.codec import SEPARATOR, encode, frame_event
 from ..protocol.messages import (
     ContentPart,
     ErrorEvent,
@@ -88,6 +88,8 @@ class Emitter:
         self._sink = sink
         self._canonical_id = canonical_id
         self._topic = job.client_id
+        # Every frame of the job starts with its topic: encoded once, not per event.
+        self._prefix = job.client_id.encode() + SEPARATOR
         self._seq = 0
         self._ids: dict[int, tuple[str, str | None]] = {}  # index -> (canonical id, provider id)
         self.acc = StreamAccumulator(provider)
@@ -147,7 +149,7 @@ class Emitter:
     def _send(self, ev: Event) -> None:
         ev.request_id = self.job.request_id
         ev.seq = self._seq
-        frame = frame_event(self._topic, ev)
+        frame = self._prefix + encode(ev)
         if self.max_event_bytes and len(frame) > self.max_event_bytes:
             self._refuse(ev, len(frame))
             return
