@@ -25,6 +25,7 @@ from ..config.catalog import Catalog
 from ..config.loader import AUTOSTART_LOCK, Config, ConfigError, ProviderConfig, Supervision
 from ..protocol import __version__, nng
 from ..protocol.messages import ErrorInfo, ReloadResult, WorkerStatus
+from .forkserver import ForkServer
 from .frontdoor import FrontDoor
 from .metrics import DaemonMetrics, Worker
 from .metrics_http import MetricsApp, MetricsServer
@@ -99,6 +100,11 @@ class Daemon:
         self.metrics_server: MetricsServer | None = None
         self.telemetry = _telemetry(config, providers)
         self.events = EventRelay(self.requests, metrics=self.metrics, telemetry=self.telemetry)
+        #: Where workers are forked from (`supervision.worker_start`); started before them.
+        self.forks = ForkServer(
+            os.environ, (key for p in config.providers.values() for key in p.key_env_names()), providers
+        )
+        self.forks.want(config.supervision.worker_start == "forkserver")
         for name, provider in providers.items():
             not_configured = None
             if name in unreachable:
@@ -113,6 +119,7 @@ class Daemon:
                 requests=self.requests,
                 events=self.events,
                 not_configured=not_configured,
+                forks=self.forks,
             )
         self.router = Router(
             requests=self.requests,
@@ -176,6 +183,7 @@ class Daemon:
         self.router.reconfigure(change.catalog, change.job_policies)
         for name, slot in self.slots.items():
             slot.reconfigure(SlotTerms.of(change.config, name))
+        self.forks.want(change.config.supervision.worker_start == "forkserver")
 
     # -- housekeeping ----------------------------------------------------------------
 
@@ -413,6 +421,8 @@ class Daemon:
 
     async def _run_workers(self, *, task_status: trio.TaskStatus[trio.Nursery]) -> None:
         async with trio.open_nursery() as nursery:
+            if any(slot.state != "not_configured" for slot in self.slots.values()):
+                await nursery.start(self.forks.run)  # its process starts before any worker
             for slot in self.slots.values():
                 if slot.state != "not_configured":
                     nursery.start_soon(slot.run)
@@ -429,6 +439,7 @@ class Daemon:
                 # requests, which the drain below waits for (or cancels).
                 front.start_soon(self.frontdoor.stop, cfg.shutdown_grace_s + 2.0)
             await self._drain(cfg)
+        self.forks.want(False)  # no worker starts from here on
         async with trio.open_nursery() as stopping:
             for slot in self.slots.values():
                 stopping.start_soon(slot.stop, 2.0)
