@@ -25,7 +25,7 @@ from ..config.catalog import Catalog
 from ..config.loader import AUTOSTART_LOCK, Config, ConfigError, ProviderConfig, Supervision
 from ..protocol import __version__, nng
 from ..protocol.messages import ErrorInfo, ReloadResult, WorkerStatus
-from .forkserver import ForkServer
+from .forkserver import ForkServer, Launched
 from .frontdoor import FrontDoor
 from .metrics import DaemonMetrics, Worker
 from .metrics_http import MetricsApp, MetricsServer
@@ -64,7 +64,14 @@ class Daemon:
     one `WorkerSlot` per provider, the `Router`, and the metrics and telemetry when
     they are on. Each child is given what it uses; none holds the daemon."""
 
-    def __init__(self, config: Config, runtime_dir: Path | None = None, *, exit_when_idle: bool = False) -> None:
+    def __init__(
+        self,
+        config: Config,
+        runtime_dir: Path | None = None,
+        *,
+        exit_when_idle: bool = False,
+        fork_server: Launched | None = None,
+    ) -> None:
         self.config = config
         #: Started by a client (autostart): exit after `autostart.idle_exit_s` without clients.
         self.exit_when_idle = exit_when_idle
@@ -102,7 +109,7 @@ class Daemon:
         self.events = EventRelay(self.requests, metrics=self.metrics, telemetry=self.telemetry)
         #: Where workers are forked from (`supervision.worker_start`); started before them.
         self.forks = ForkServer(
-            os.environ, (key for p in config.providers.values() for key in p.key_env_names()), providers
+            os.environ, (key for p in config.providers.values() for key in p.key_env_names()), providers, fork_server
         )
         self.forks.want(config.supervision.worker_start == "forkserver")
         for name, provider in providers.items():
@@ -476,17 +483,19 @@ def main_serve(
     overrides: dict[str, Any] | None = None,
     *,
     exit_when_idle: bool = False,
+    fork_server: Launched | None = None,
 ) -> int:
     """`trunkline serve`: run until SIGTERM or Ctrl-C (or, `exit_when_idle`, until no
     client has come for `autostart.idle_exit_s`). Returns the exit status. `overrides`
-    (the command line's settings) are laid over the config file's."""
+    (the command line's settings) are laid over the config file's; `fork_server` is the
+    one `serve` started before it imported this module (`forkserver.start_early`)."""
     import sys
 
     from ..config.loader import load_config
 
     try:
         config = load_config(config_path, overrides=overrides)
-        daemon = Daemon(config, runtime_dir, exit_when_idle=exit_when_idle)
+        daemon = Daemon(config, runtime_dir, exit_when_idle=exit_when_idle, fork_server=fork_server)
     except ConfigError as exc:
         print(f"trunkline: {exc}", file=sys.stderr)
         return 2

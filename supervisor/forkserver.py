@@ -25,10 +25,12 @@ import signal
 import socket
 import subprocess
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Literal
 
 import trio
 
+from ..config.loader import Config
 from ..protocol import forkserver as wire
 from . import spawn
 
@@ -47,6 +49,51 @@ STABLE_S = 30.0
 State = Literal["off", "starting", "ready", "down"]
 
 
+@dataclass
+class Launched:
+    """A fork server process just started: its `Popen` (kept so subprocess never reaps it:
+    `ForkedProcess` does) and the supervisor's end of its socket pair."""
+
+    popen: subprocess.Popen[bytes]
+    sock: socket.socket
+
+
+def launch(env: Mapping[str, str], names: list[str]) -> Launched:
+    """Start a fork server process (no event loop needed: `serve` starts the first before
+    it imports the supervisor, so both import at once)."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        for sock, opt in ((ours, socket.SO_SNDBUF), (theirs, socket.SO_RCVBUF)):
+            with contextlib.suppress(OSError):  # the system's cap applies
+                sock.setsockopt(socket.SOL_SOCKET, opt, wire.MAX_MESSAGE)
+        # The same cwd, umask, limits and stdout/stderr as a spawned worker, and a session
+        # of its own (a terminal's Ctrl-C is the supervisor's to handle).
+        popen = subprocess.Popen(
+            [*spawn.worker_command(), "--fork-server", _room_for(names)],
+            env={**env, "TRUNKLINE_FORK_SERVER": str(theirs.fileno())},
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            pass_fds=(theirs.fileno(),),
+        )
+    except BaseException:
+        ours.close()
+        raise
+    finally:
+        theirs.close()
+    return Launched(popen, ours)
+
+
+def start_early(config: Config) -> Launched | None:
+    """`serve`'s fork server, started as soon as the configuration is read, if it wants one."""
+    if config.supervision.worker_start != "forkserver" or not become_subreaper():
+        return None
+    keys = [key for p in config.providers.values() for key in p.key_env_names()]
+    try:
+        return launch(spawn.worker_environment(os.environ, (), keys), list(config.providers))
+    except OSError:
+        return None  # the daemon tries again, and says why
+
+
 def become_subreaper() -> bool:
     """Make this process adopt its orphaned descendants (Linux 3.4+): the workers the
     fork server forks become our children."""
@@ -58,8 +105,9 @@ def become_subreaper() -> bool:
 
 
 class ForkedProcess:
-    """A worker the fork server forked, adopted by this process: waited for, reaped and
-    signalled through a pidfd (no race with a reused pid), as `trio.Process` is."""
+    """A child of this process (a worker the fork server forked and this process adopted,
+    or the fork server itself) waited for, reaped and signalled through a pidfd (no race
+    with a reused pid), as `trio.Process` is."""
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
@@ -116,14 +164,22 @@ class ForkServer:
     without any credential. `names` are the providers (its command line leaves room
     for the longest, which its workers write theirs over)."""
 
-    def __init__(self, base_env: Mapping[str, str], key_names: Iterable[str], names: Iterable[str]) -> None:
+    def __init__(
+        self,
+        base_env: Mapping[str, str],
+        key_names: Iterable[str],
+        names: Iterable[str],
+        early: Launched | None = None,
+    ) -> None:
         self.env = spawn.worker_environment(base_env, (), key_names)
+        #: The one `serve` started before the supervisor's code was imported, to adopt.
+        self._early = early
         self.names = list(names)
         self.state: State = "off"
         self.pid: int | None = None
         self._wanted = False
         self._changed = trio.Event()
-        self._proc: trio.Process | None = None
+        self._proc: ForkedProcess | None = None
         self._sock: trio.socket.SocketType | None = None
         self._lock = trio.Lock()
         #: Set once the first fork server is ready or has failed: until then a worker
@@ -175,42 +231,31 @@ class ForkServer:
 
     async def _run_one(self) -> float | None:
         """One fork server process, until it exits; when it became ready, if it did."""
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        for sock, opt in ((ours, socket.SO_SNDBUF), (theirs, socket.SO_RCVBUF)):
-            with contextlib.suppress(OSError):  # the system's cap applies
-                sock.setsockopt(socket.SOL_SOCKET, opt, wire.MAX_MESSAGE)
-        env = {**self.env, "TRUNKLINE_FORK_SERVER": str(theirs.fileno())}
-        # The same cwd, umask, limits and stdout/stderr as a spawned worker, and a session
-        # of its own (a terminal's Ctrl-C is the supervisor's to handle).
-        argv = [*spawn.worker_command(), "--fork-server", _room_for(self.names)]
         self.state = "starting"
         self._settled = trio.Event()
         try:
-            proc = await trio.lowlevel.open_process(
-                argv, env=env, stdin=subprocess.DEVNULL, start_new_session=True, pass_fds=(theirs.fileno(),)
-            )
+            launched, self._early = self._early or launch(self.env, self.names), None
+            proc = ForkedProcess(launched.popen.pid)
         except OSError as exc:
             log.error("fork server: cannot start: %s", exc)
-            ours.close()
             self.state = "down"
             self._settled.set()
             return None
-        finally:
-            theirs.close()
         self._proc, self.pid = proc, proc.pid
-        self._sock = trio.socket.from_stdlib_socket(ours)
+        self._sock = trio.socket.from_stdlib_socket(launched.sock)
         ready_at: float | None = None
         async with trio.open_nursery() as nursery:
 
             async def await_ready() -> None:
                 nonlocal ready_at
-                if await self._await_ready(proc):
+                if await self._await_ready(proc.pid):
                     ready_at = trio.current_time()
                 self._settled.set()
                 self._first_settled.set()
 
             nursery.start_soon(await_ready)
             code = await proc.wait()
+            launched.popen.returncode = code  # reaped here: subprocess must never wait for it again
             nursery.cancel_scope.cancel()
         self._settled.set()
         self._end("")
@@ -219,7 +264,7 @@ class ForkServer:
             log.warning("fork server: process %d %s", proc.pid, how)
         return ready_at
 
-    async def _await_ready(self, proc: trio.Process) -> bool:
+    async def _await_ready(self, pid: int) -> bool:
         assert self._sock is not None
         started = trio.current_time()
         with trio.move_on_after(READY_TIMEOUT_S):
@@ -230,7 +275,7 @@ class ForkServer:
                 reply = None
             if isinstance(reply, wire.Ready):
                 self.state = "ready"
-                log.info("fork server: ready (pid %d, %.0f ms)", proc.pid, (trio.current_time() - started) * 1000)
+                log.info("fork server: ready (pid %d, %.0f ms)", pid, (trio.current_time() - started) * 1000)
                 return True
         self._end("it did not say it was ready")
         return False
