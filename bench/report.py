@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from . import warm_start
 from .stats import Spread
 
 NAMES = {
@@ -120,6 +121,7 @@ def render(res: dict[str, Any]) -> str:
     _memory(res, add, goals)
     _hops(res, add)
     _http(res, add, goals)
+    warm_start.render(res, add, goals)
     _goals(goals, add)
     _reference(add)
     return "\n".join(lines) + "\n"
