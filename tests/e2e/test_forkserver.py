@@ -120,6 +120,8 @@ async def test_a_forked_worker_starts_in_the_state_a_spawned_one_does(start_daem
     environ = Path(f"/proc/{server}/environ").read_bytes()
     assert KEY.encode() not in environ and TOKEN.encode() not in environ  # it holds no credential
     assert os.listdir(f"/proc/{server}/task") == [str(server)]  # one thread, after its forks too
+    fds = os.listdir(f"/proc/{server}/fd")
+    assert len(fds) == 4 and {"0", "1", "2"} < set(fds)  # stdin/out/err and its socket, no other file
 
 
 def test_the_fork_server_refuses_to_fork_while_it_has_a_thread():
