@@ -109,7 +109,10 @@ class Daemon:
         self.events = EventRelay(self.requests, metrics=self.metrics, telemetry=self.telemetry)
         #: Where workers are forked from (`supervision.worker_start`); started before them.
         self.forks = ForkServer(
-            os.environ, (key for p in config.providers.values() for key in p.key_env_names()), providers, fork_server
+            os.environ,
+            (key for p in config.providers.values() for key in p.key_env_names()),
+            {name: p.type for name, p in providers.items()},
+            fork_server,
         )
         self.forks.want(config.supervision.worker_start == "forkserver")
         for name, provider in providers.items():

@@ -58,9 +58,10 @@ class Launched:
     sock: socket.socket
 
 
-def launch(env: Mapping[str, str], names: list[str]) -> Launched:
-    """Start a fork server process (no event loop needed: `serve` starts the first before
-    it imports the supervisor, so both import at once)."""
+def launch(env: Mapping[str, str], providers: Mapping[str, str]) -> Launched:
+    """Start a fork server process for `providers` (name -> type: it imports the adapters
+    of those types; no event loop needed: `serve` starts the first before it imports the
+    supervisor, so both import at once)."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         for sock, opt in ((ours, socket.SO_SNDBUF), (theirs, socket.SO_RCVBUF)):
@@ -69,8 +70,12 @@ def launch(env: Mapping[str, str], names: list[str]) -> Launched:
         # The same cwd, umask, limits and stdout/stderr as a spawned worker, and a session
         # of its own (a terminal's Ctrl-C is the supervisor's to handle).
         popen = subprocess.Popen(
-            [*spawn.worker_command(), "--fork-server", _room_for(names)],
-            env={**env, "TRUNKLINE_FORK_SERVER": str(theirs.fileno())},
+            [*spawn.worker_command(), "--fork-server", _room_for(list(providers))],
+            env={
+                **env,
+                "TRUNKLINE_FORK_SERVER": str(theirs.fileno()),
+                "TRUNKLINE_FORK_SERVER_TYPES": ",".join(sorted(set(providers.values()))),
+            },
             stdin=subprocess.DEVNULL,
             start_new_session=True,
             pass_fds=(theirs.fileno(),),
@@ -89,7 +94,8 @@ def start_early(config: Config) -> Launched | None:
         return None
     keys = [key for p in config.providers.values() for key in p.key_env_names()]
     try:
-        return launch(spawn.worker_environment(os.environ, (), keys), list(config.providers))
+        enabled = {name: p.type for name, p in config.providers.items() if p.enabled}
+        return launch(spawn.worker_environment(os.environ, (), keys), enabled)
     except OSError:
         return None  # the daemon tries again, and says why
 
@@ -107,12 +113,20 @@ def become_subreaper() -> bool:
 class ForkedProcess:
     """A child of this process (a worker the fork server forked and this process adopted,
     or the fork server itself) waited for, reaped and signalled through a pidfd (no race
-    with a reused pid), as `trio.Process` is."""
+    with a reused pid), as `trio.Process` is.
+
+    The fork server answers as soon as the worker exists, while the first child that
+    forked it may still be exiting: a worker that dies within those microseconds is
+    not yet ours to reap (ECHILD), and is waited for again until it is adopted."""
+
+    #: How long a worker may stay unadopted before its status counts as lost.
+    ADOPTION_S = 5.0
 
     def __init__(self, pid: int) -> None:
         self.pid = pid
         self._pidfd: int | None = os.pidfd_open(pid)
         self._code: int | None = None
+        self._unadopted_since: float | None = None
         self._wait_lock = trio.Lock()
 
     @property
@@ -126,6 +140,11 @@ class ForkedProcess:
         try:
             result = os.waitid(os.P_PIDFD, self._pidfd, os.WEXITED | flags)
         except ChildProcessError:
+            now = trio.current_time()
+            if self._unadopted_since is None:
+                self._unadopted_since = now
+            if now - self._unadopted_since < self.ADOPTION_S:
+                return  # exited before its first parent did: ours in a moment
             result = None
             self._code = 0  # reaped elsewhere: its status is lost (as subprocess says)
         if result is not None:
@@ -144,6 +163,9 @@ class ForkedProcess:
         async with self._wait_lock:
             while self.returncode is None:
                 assert self._pidfd is not None
+                if self._unadopted_since is not None:
+                    await trio.sleep(0.001)  # it has exited; its adoption is what we wait for
+                    continue
                 with contextlib.suppress(trio.ClosedResourceError):
                     await trio.lowlevel.wait_readable(self._pidfd)  # readable once it has exited
             assert self._code is not None
@@ -161,20 +183,20 @@ class ForkedProcess:
 class ForkServer:
     """Keeps the fork server running while the configuration wants it, and asks it for
     workers. `base_env` is the environment its workers' are made from; it gets it
-    without any credential. `names` are the providers (its command line leaves room
+    without any credential. `providers` are name -> type (its command line leaves room
     for the longest, which its workers write theirs over)."""
 
     def __init__(
         self,
         base_env: Mapping[str, str],
         key_names: Iterable[str],
-        names: Iterable[str],
+        providers: Mapping[str, str],
         early: Launched | None = None,
     ) -> None:
         self.env = spawn.worker_environment(base_env, (), key_names)
         #: The one `serve` started before the supervisor's code was imported, to adopt.
         self._early = early
-        self.names = list(names)
+        self.providers = dict(providers)
         self.state: State = "off"
         self.pid: int | None = None
         self._wanted = False
@@ -234,7 +256,7 @@ class ForkServer:
         self.state = "starting"
         self._settled = trio.Event()
         try:
-            launched, self._early = self._early or launch(self.env, self.names), None
+            launched, self._early = self._early or launch(self.env, self.providers), None
             proc = ForkedProcess(launched.popen.pid)
         except OSError as exc:
             log.error("fork server: cannot start: %s", exc)

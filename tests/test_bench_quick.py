@@ -35,6 +35,7 @@ SECTIONS = [
     "### A 50-chunk stream at concurrency 1",
     "### Concurrency 64",
     "### The front door against the issue's targets",
+    "## 8. Warm workers: the fork server against spawn",
     "## Steering goals beside the measured values",
 ]
 
