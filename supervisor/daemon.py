@@ -449,7 +449,7 @@ class Daemon:
                 # requests, which the drain below waits for (or cancels).
                 front.start_soon(self.frontdoor.stop, cfg.shutdown_grace_s + 2.0)
             await self._drain(cfg)
-        self.forks.want(False)  # no worker starts from here on
+        self.forks.want(False, "the daemon stops")  # no worker starts from here on
         async with trio.open_nursery() as stopping:
             for slot in self.slots.values():
                 stopping.start_soon(slot.stop, 2.0)

@@ -210,14 +210,15 @@ class ForkServer:
         self._settled = trio.Event()
         self.forks = 0
 
-    def want(self, on: bool) -> None:
-        """Run the fork server or not (`supervision.worker_start`, at start and on reload)."""
+    def want(self, on: bool, why: str = "supervision.worker_start is spawn") -> None:
+        """Run the fork server or not (`supervision.worker_start`, at start and on reload;
+        off for the shutdown)."""
         if on != self._wanted:
             self._wanted = on
             self._changed.set()
             if not on:
                 self._first_settled.set()
-                self._end("not wanted")
+                self._end(why)
 
     @property
     def wanted(self) -> bool:

@@ -387,7 +387,19 @@ class WorkerSlot:
         status, or None if it could not start."""
         ours, theirs = link.socket_pair()
         try:
-            self._proc = await self._start(theirs)
+            others = self.terms.key_names.difference(self.config.key_env_names())
+            self._proc = await self._fork(theirs, others)
+            if self._proc is None:
+                # A fork that failed may have left a worker holding this link (the fork
+                # server died between the fork and its answer): a new link for the spawned
+                # one, and that worker sees its link close and exits.
+                ours.close()
+                theirs.close()
+                ours, theirs = link.socket_pair()
+                self._proc = await spawn.start(
+                    self.settings(theirs.fileno()), pass_fds=(theirs.fileno(),), other_keys=others
+                )
+                log.info("provider %s: worker %d spawned", self.name, self._proc.pid)
         except OSError as exc:
             self.last_error = f"cannot start worker: {exc}"
             ours.close()
@@ -406,20 +418,16 @@ class WorkerSlot:
         conn.close()
         return code
 
-    async def _start(self, link_end: socket.socket) -> spawn.WorkerProcess:
-        """A worker process on `link_end`: forked when the fork server is wanted and can,
-        else spawned; the same settings and environment either way."""
-        others = self.terms.key_names.difference(self.config.key_env_names())
-        if self.forks is not None and self.terms.supervision.worker_start == "forkserver":
-            forked = await self.forks.start_worker(
-                self.name, spawn.environment(self.settings(LINK_FD), others), link_end
-            )
-            if forked is not None:
-                log.info("provider %s: worker %d forked", self.name, forked.pid)
-                return forked
-        proc = await spawn.start(self.settings(link_end.fileno()), pass_fds=(link_end.fileno(),), other_keys=others)
-        log.info("provider %s: worker %d spawned", self.name, proc.pid)
-        return proc
+    async def _fork(self, link_end: socket.socket, others: frozenset[str]) -> spawn.WorkerProcess | None:
+        """A worker forked by the fork server on `link_end`, with the settings and environment
+        a spawned one gets; None when the fork server is not wanted or cannot fork now."""
+        if self.forks is None or self.terms.supervision.worker_start != "forkserver":
+            return None
+        env = spawn.environment(self.settings(LINK_FD), others)
+        forked = await self.forks.start_worker(self.name, env, link_end)
+        if forked is not None:
+            log.info("provider %s: worker %d forked", self.name, forked.pid)
+        return forked
 
     def _died(self, code: int | None) -> None:
         if code is not None:

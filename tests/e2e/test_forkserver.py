@@ -154,6 +154,7 @@ async def test_killing_the_fork_server_under_load_loses_no_request(start_daemon)
         server = fork_server_of(daemon)
         assert server is not None
         async with Client(daemon.runtime_dir, watch_bus=True) as client:
+            assert (await client.complete("mock:echo", "up")).text == "up"  # its worker is forked
             async with trio.open_nursery() as load:
                 for _ in range(16):
                     load.start_soon(stream, client)
@@ -161,15 +162,21 @@ async def test_killing_the_fork_server_under_load_loses_no_request(start_daemon)
                     await trio.sleep(0.01)
                 os.kill(server, signal.SIGKILL)
             assert len(ends) == 16 and all(type(e) is Finish for e in ends)  # none was lost
-            await daemon.wait_for_line("fork server: restarting")
+            assert (await client.complete("mock:echo", "still here")).text == "still here"
 
-            # While it is down, a worker that dies comes back spawned...
+            # While it is down, a worker that dies comes back spawned (killed again once it is
+            # back, so that the worker dies within its restart pause and the next one's import)...
+            await wait_lines(daemon, "fork server: ready", 2)
+            server = fork_server_of(daemon)
+            assert server is not None
+            os.kill(server, signal.SIGKILL)
+            await wait_lines(daemon, "fork server: restarting", 2)
             pid = await restarted(client, "mock", (await worker_pids(client))["mock"])
             await daemon.wait_for_line(f"provider mock: worker {pid} spawned")
             assert (await client.complete("mock:echo", "back")).text == "back"
 
             # ... and once it is back, forked again.
-            await wait_lines(daemon, "fork server: ready", 2)
+            await wait_lines(daemon, "fork server: ready", 3)
             pid = await restarted(client, "mock", pid)
             await daemon.wait_for_line(f"provider mock: worker {pid} forked")
             assert (await client.complete("mock:echo", "forked")).text == "forked"
@@ -179,6 +186,7 @@ async def test_spawn_keeps_the_plain_start_and_a_reload_turns_the_fork_server_on
     daemon = await start_daemon({"supervision": {"worker_start": "spawn"}})
     with trio.fail_after(60):
         async with Client(daemon.runtime_dir, watch_bus=True) as client:
+            assert (await client.complete("mock:echo", "up")).text == "up"
             pid = (await worker_pids(client))["mock"]
             await daemon.wait_for_line(f"provider mock: worker {pid} spawned")
             assert fork_server_of(daemon) is None
