@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from . import warm_start
 from .stats import Spread
 
 NAMES = {
@@ -121,6 +122,7 @@ def render(res: dict[str, Any]) -> str:
     _hops(res, add)
     _http(res, add, goals)
     _skeleton(res, add, goals)
+    warm_start.render(res, add, goals)
     _goals(goals, add)
     _reference(add)
     return "\n".join(lines) + "\n"

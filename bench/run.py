@@ -27,7 +27,7 @@ import trio
 from trunkline import Client
 from trunkline.protocol.messages import TextDelta
 
-from . import hops, report
+from . import hops, report, warm_start
 from .floor import HttpTarget
 from .load import LoadResult, Totals, closed_loop
 from .peers import PeerUnavailable, Portkey, Proxy, start_portkey, start_proxy, start_sdk
@@ -61,6 +61,8 @@ class Plan:
     subscriber_s: float
     open_streams: int
     hop_samples: int
+    #: Worker kills per daemon in the warm-start stage.
+    warm_kills: int
     capacity_s: float
     soak_minutes: float
     settle_s: float
@@ -88,6 +90,7 @@ class Plan:
             subscriber_s=5.0,
             open_streams=1000,
             hop_samples=300,
+            warm_kills=10,
             capacity_s=2.0,
             soak_minutes=soak_minutes,
             settle_s=2.0,
@@ -113,6 +116,7 @@ class Plan:
             subscriber_s=0.3,
             open_streams=50,
             hop_samples=10,
+            warm_kills=2,
             capacity_s=0.3,
             soak_minutes=soak_minutes,
             settle_s=0.2,
@@ -160,6 +164,7 @@ class Bench:
             "http": {},
             "door": {},
             "skeleton": {},
+            "warm_start": {},
         }
         self.upstream: LineProcess | None = None
         self.port = 0
@@ -823,6 +828,12 @@ class Bench:
         if self.wants("hops"):
             async with self.stage("hop trace"):
                 await self.hop_trace()
+        if self.wants("warm_start"):
+            async with self.stage("warm start"):
+                p = self.plan
+                self.results["warm_start"] = await warm_start.measure(
+                    self.port, self.logs, p.repeats, p.warm_kills, p.settle_s
+                )
         if self.wants("soak"):
             async with self.stage("soak"):
                 await self.soak()
@@ -887,7 +898,19 @@ def versions() -> dict[str, str]:
 
 
 #: What `--only` may name.
-STAGES = ("latency", "streams", "anthropic", "events", "http", "subscribers", "memory", "hops", "soak", "skeleton")
+STAGES = (
+    "latency",
+    "streams",
+    "anthropic",
+    "events",
+    "http",
+    "subscribers",
+    "memory",
+    "hops",
+    "warm_start",
+    "soak",
+    "skeleton",
+)
 
 
 def main(plan: Plan, out: Path, peers: bool, only: frozenset[str] = frozenset()) -> int:

@@ -89,6 +89,9 @@ class Daemon:
     #: Where the front door serves, and its process ids (not among `workers`).
     http_url: str = ""
     doors: list[int] = field(default_factory=list)
+    #: How often `start` looks for the log line and then for every worker up (the warm-start
+    #: stage times the start, so it looks more often).
+    poll_s: float = 0.05
 
     @property
     def runtime_dir(self) -> Path:
@@ -136,7 +139,7 @@ class Daemon:
                 door = re.search(rb"HTTP front door on (http://\S+)", said) if self.http else None
                 if b"serving" in said and (door is not None or not self.http):
                     break
-                await trio.sleep(0.05)
+                await trio.sleep(self.poll_s)
             if door is not None:
                 self.http_url = door.group(1).decode()
             await self._wait_workers_running()
@@ -152,7 +155,7 @@ class Daemon:
                     self.workers = {w.provider: w.pid for w in status.workers if w.pid and w.provider_type != "http"}
                     self.doors = [w.pid for w in status.workers if w.pid and w.provider_type == "http"]
                     return
-                await trio.sleep(0.05)
+                await trio.sleep(self.poll_s)
 
     def worker_pids(self) -> list[int]:
         return list(self.workers.values())

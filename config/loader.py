@@ -90,6 +90,9 @@ class Supervision(_Section):
     heartbeat_timeout_s: float = 10.0
     shutdown_grace_s: float = 10.0
     cancel_grace_s: float = 5.0
+    #: How a worker process starts: forked by the fork server (imported once, shared
+    #: pages), or spawned as a new interpreter.
+    worker_start: Literal["forkserver", "spawn"] = "forkserver"
 
 
 #: In the runtime directory: the lock a client holds while it probes for the daemon,

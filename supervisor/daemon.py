@@ -25,6 +25,7 @@ from ..config.catalog import Catalog
 from ..config.loader import AUTOSTART_LOCK, Config, ConfigError, ProviderConfig, Supervision
 from ..protocol import __version__, nng
 from ..protocol.messages import ErrorInfo, ReloadResult, WorkerStatus
+from .forkserver import ForkServer, Launched
 from .frontdoor import FrontDoor
 from .metrics import DaemonMetrics, Worker
 from .metrics_http import MetricsApp, MetricsServer
@@ -63,7 +64,14 @@ class Daemon:
     one `WorkerSlot` per provider, the `Router`, and the metrics and telemetry when
     they are on. Each child is given what it uses; none holds the daemon."""
 
-    def __init__(self, config: Config, runtime_dir: Path | None = None, *, exit_when_idle: bool = False) -> None:
+    def __init__(
+        self,
+        config: Config,
+        runtime_dir: Path | None = None,
+        *,
+        exit_when_idle: bool = False,
+        fork_server: Launched | None = None,
+    ) -> None:
         self.config = config
         #: Started by a client (autostart): exit after `autostart.idle_exit_s` without clients.
         self.exit_when_idle = exit_when_idle
@@ -99,6 +107,14 @@ class Daemon:
         self.metrics_server: MetricsServer | None = None
         self.telemetry = _telemetry(config, providers)
         self.events = EventRelay(self.requests, metrics=self.metrics, telemetry=self.telemetry)
+        #: Where workers are forked from (`supervision.worker_start`); started before them.
+        self.forks = ForkServer(
+            os.environ,
+            (key for p in config.providers.values() for key in p.key_env_names()),
+            {name: p.type for name, p in providers.items()},
+            fork_server,
+        )
+        self.forks.want(config.supervision.worker_start == "forkserver")
         for name, provider in providers.items():
             not_configured = None
             if name in unreachable:
@@ -113,6 +129,7 @@ class Daemon:
                 requests=self.requests,
                 events=self.events,
                 not_configured=not_configured,
+                forks=self.forks,
             )
         self.router = Router(
             requests=self.requests,
@@ -176,6 +193,7 @@ class Daemon:
         self.router.reconfigure(change.catalog, change.job_policies)
         for name, slot in self.slots.items():
             slot.reconfigure(SlotTerms.of(change.config, name))
+        self.forks.want(change.config.supervision.worker_start == "forkserver")
 
     # -- housekeeping ----------------------------------------------------------------
 
@@ -415,6 +433,8 @@ class Daemon:
 
     async def _run_workers(self, *, task_status: trio.TaskStatus[trio.Nursery]) -> None:
         async with trio.open_nursery() as nursery:
+            if any(slot.state != "not_configured" for slot in self.slots.values()):
+                await nursery.start(self.forks.run)  # its process starts before any worker
             for slot in self.slots.values():
                 if slot.state != "not_configured":
                     nursery.start_soon(slot.run)
@@ -431,6 +451,7 @@ class Daemon:
                 # requests, which the drain below waits for (or cancels).
                 front.start_soon(self.frontdoor.stop, cfg.shutdown_grace_s + 2.0)
             await self._drain(cfg)
+        self.forks.want(False, "the daemon stops")  # no worker starts from here on
         async with trio.open_nursery() as stopping:
             for slot in self.slots.values():
                 stopping.start_soon(slot.stop, 2.0)
@@ -467,17 +488,19 @@ def main_serve(
     overrides: dict[str, Any] | None = None,
     *,
     exit_when_idle: bool = False,
+    fork_server: Launched | None = None,
 ) -> int:
     """`trunkline serve`: run until SIGTERM or Ctrl-C (or, `exit_when_idle`, until no
     client has come for `autostart.idle_exit_s`). Returns the exit status. `overrides`
-    (the command line's settings) are laid over the config file's."""
+    (the command line's settings) are laid over the config file's; `fork_server` is the
+    one `serve` started before it imported this module (`forkserver.start_early`)."""
     import sys
 
     from ..config.loader import load_config
 
     try:
         config = load_config(config_path, overrides=overrides)
-        daemon = Daemon(config, runtime_dir, exit_when_idle=exit_when_idle)
+        daemon = Daemon(config, runtime_dir, exit_when_idle=exit_when_idle, fork_server=fork_server)
     except ConfigError as exc:
         print(f"trunkline: {exc}", file=sys.stderr)
         return 2

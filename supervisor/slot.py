@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -19,6 +20,7 @@ import trio
 
 from ..config.loader import Config, ProviderConfig, RetryPolicy, Supervision, TimeoutPolicy, WorkerSettings
 from ..protocol import codec, link, trace
+from ..protocol.forkserver import LINK_FD
 from ..protocol.link import Closed
 from ..protocol.link import LinkConn as Conn
 from ..protocol.messages import (
@@ -39,6 +41,7 @@ from ..protocol.messages import (
     WorkerUp,
 )
 from . import spawn
+from .forkserver import ForkServer
 from .requests import RequestState, RequestTable
 from .tree import Intensity
 
@@ -105,6 +108,7 @@ class WorkerSlot:
         requests: RequestTable,
         events: SlotEvents,
         not_configured: str | None = None,
+        forks: ForkServer | None = None,
     ) -> None:
         self.name = name
         self.config = config
@@ -112,6 +116,8 @@ class WorkerSlot:
         self.state_dir = state_dir
         self.requests = requests
         self.events = events
+        #: Where its workers are forked from (`supervision.worker_start: forkserver`).
+        self.forks = forks
         self.state: State = "not_configured" if not_configured else "starting"
         self.pid: int | None = None
         self.restarts = 0
@@ -126,7 +132,7 @@ class WorkerSlot:
         self._queued = 0  # messages in the queue or being sent by the sender task
         self._calls: dict[int, tuple[trio.Event, list[CallResult]]] = {}
         self._call_ids = itertools.count(1)
-        self._proc: trio.Process | None = None
+        self._proc: spawn.WorkerProcess | None = None
         self._stopping = trio.Event()
         self.intensity = Intensity(terms.supervision.max_restarts, terms.supervision.restart_window_s)
 
@@ -359,7 +365,10 @@ class WorkerSlot:
                     supervision = self.terms.supervision  # a reload's, from the next wait on
                     if self.intensity.allow(trio.current_time()):
                         self.restarts += 1
-                        await trio.sleep(supervision.restart_backoff_s)
+                        if self.intensity.recent > 1:
+                            # A crash loop: pause. One crash after a healthy run restarts at
+                            # once (its requests are waiting).
+                            await trio.sleep(supervision.restart_backoff_s)
                         continue
                     self._give_up(supervision.unavailable_retry_s)
                     await trio.sleep(supervision.unavailable_retry_s)
@@ -379,9 +388,18 @@ class WorkerSlot:
         ours, theirs = link.socket_pair()
         try:
             others = self.terms.key_names.difference(self.config.key_env_names())
-            self._proc = await spawn.start(
-                self.settings(theirs.fileno()), pass_fds=(theirs.fileno(),), other_keys=others
-            )
+            self._proc = await self._fork(theirs, others)
+            if self._proc is None:
+                # A fork that failed may have left a worker holding this link (the fork
+                # server died between the fork and its answer): a new link for the spawned
+                # one, and that worker sees its link close and exits.
+                ours.close()
+                theirs.close()
+                ours, theirs = link.socket_pair()
+                self._proc = await spawn.start(
+                    self.settings(theirs.fileno()), pass_fds=(theirs.fileno(),), other_keys=others
+                )
+                log.info("provider %s: worker %d spawned", self.name, self._proc.pid)
         except OSError as exc:
             self.last_error = f"cannot start worker: {exc}"
             ours.close()
@@ -399,6 +417,17 @@ class WorkerSlot:
             await read_all.wait()
         conn.close()
         return code
+
+    async def _fork(self, link_end: socket.socket, others: frozenset[str]) -> spawn.WorkerProcess | None:
+        """A worker forked by the fork server on `link_end`, with the settings and environment
+        a spawned one gets; None when the fork server is not wanted or cannot fork now."""
+        if self.forks is None or self.terms.supervision.worker_start != "forkserver":
+            return None
+        env = spawn.environment(self.settings(LINK_FD), others)
+        forked = await self.forks.start_worker(self.name, env, link_end)
+        if forked is not None:
+            log.info("provider %s: worker %d forked", self.name, forked.pid)
+        return forked
 
     def _died(self, code: int | None) -> None:
         if code is not None:

@@ -23,5 +23,10 @@ class Intensity:
             self._times.popleft()
         return len(self._times) <= self.max_restarts
 
+    @property
+    def recent(self) -> int:
+        """Crashes counted in the window (as of the last `allow`)."""
+        return len(self._times)
+
     def reset(self) -> None:
         self._times.clear()

@@ -41,6 +41,7 @@ SECTIONS = [
     "### The front door against the issue's targets",
     "## 8. The skeleton: trunkline's processes and transports doing nothing",
     "### The hot path against the issue's targets",
+    "## 9. Warm workers: the fork server against spawn",
     "## Steering goals beside the measured values",
 ]
 
@@ -90,7 +91,7 @@ def test_quick_bench_writes_every_section(tmp_path: Path) -> None:
     assert re.search(r"\| supervisor \+ 5 idle workers, RSS \| < 150 MB \| [\d.]+ MiB \(PSS [\d.]+ MiB\) \|", report)
     # The skeleton: its own row without errors beside the floor and trunkline, the two targets
     # with a verdict, and its hops measured beside trunkline's in the hop trace.
-    skeleton = report[report.index("## 8. The skeleton") : report.index("## Steering goals")]
+    skeleton = report[report.index("## 8. The skeleton") : report.index("## 9. Warm workers")]
     assert re.search(r"^\| skeleton \| \d+ \| .* \| 0 \|$", skeleton, re.MULTILINE), skeleton
     assert re.search(r"^\| trunkline \| \d+ \| .* \| 0 \|$", skeleton, re.MULTILINE), skeleton
     assert re.search(r"^\| supervisor \| \d+ .*\| \d+ .*\| [+-]\d+ \|$", skeleton, re.MULTILINE), skeleton

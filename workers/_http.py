@@ -29,6 +29,7 @@ from ._adapter import Adapter, Call, Emit, consume
 from ._body import BodyDecoder
 from ._contract import Built, Framing, Pipeline, StreamTranslator
 from ._replay import events_of, skeleton_of
+from ._tls import client_context
 from .errors import ProviderError, from_transport, invalid_response
 
 USER_AGENT = f"trunkline/{__version__}"
@@ -87,9 +88,12 @@ class HttpAdapter(Adapter):
         # needs none of it. Through an environment proxy they take the client's path
         # (httpx applies environment proxies only to a client that builds its own pool).
         self._direct = transport is not None or not _proxied(self.base_url)
-        self.transport = (transport or httpx.AsyncHTTPTransport(limits=limits)) if self._direct else None
+        # One TLS context per process (`_tls`): a forked worker finds it built.
+        tls = client_context()
+        self.transport = (transport or httpx.AsyncHTTPTransport(limits=limits, verify=tls)) if self._direct else None
         self.client = httpx.AsyncClient(
             transport=self.transport,
+            verify=tls,
             limits=limits,
             timeout=timeout,
             headers={"user-agent": USER_AGENT, "accept-encoding": ACCEPT_ENCODING, **self.config.headers},

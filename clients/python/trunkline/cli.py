@@ -365,10 +365,19 @@ def _serve(args: argparse.Namespace) -> int:
     except UsageError as exc:
         print(f"trunkline serve: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    config = args.config or os.environ.get(CONFIG_ENV) or None
+    # The fork server starts first, so that it imports the workers' code while this
+    # process imports the supervisor's (a config with a mistake is main_serve's to report).
+    from .config.loader import load_config
+    from .supervisor.forkserver import start_early
+
+    try:
+        early = start_early(load_config(config, overrides=overrides))
+    except ConfigError:
+        early = None
     from .supervisor.daemon import main_serve  # the daemon's code loads only for `serve`
 
-    config = args.config or os.environ.get(CONFIG_ENV) or None
-    return main_serve(config, _runtime_dir(args), overrides, exit_when_idle=args.exit_when_idle)
+    return main_serve(config, _runtime_dir(args), overrides, exit_when_idle=args.exit_when_idle, fork_server=early)
 
 
 def _service(args: argparse.Namespace) -> int:

@@ -1,0 +1,208 @@
+"""The fork server (`supervision.worker_start: forkserver`, the default) with the real
+daemon: a forked worker is the supervisor's child in the state a spawned one starts
+in, the fork server holds no key and one thread, killing it under load loses no
+request and workers are spawned until it is back, and `spawn` (also by reload)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+import trio
+import yaml
+
+from fakes.upstream import FakeUpstream, Reply
+from helpers import DaemonProcess, steps
+from trunkline import Client, Message, Request
+from trunkline.protocol.messages import Finish
+from trunkline.workers import _forkserver
+
+pytestmark = pytest.mark.e2e
+
+KEY = "fork-test-anthropic-key-0123456789abcdef"
+TOKEN = "fork-test-daemon-token-0123456789"
+MODEL = "anthropic:held"
+ANSWER = {
+    "id": "msg_1",
+    "type": "message",
+    "role": "assistant",
+    "model": "claude-sonnet-4-5",
+    "content": [{"type": "text", "text": "ok"}],
+    "stop_reason": "end_turn",
+    "usage": {"input_tokens": 10, "output_tokens": 1},
+}
+
+
+def children(pid: int) -> list[int]:
+    out: list[int] = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        out += [int(p) for p in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
+    return out
+
+
+def comm(pid: int) -> str:
+    return Path(f"/proc/{pid}/comm").read_text().strip()
+
+
+def status_fields(pid: int) -> dict[str, str]:
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return {k: v.strip() for k, _, v in (line.partition(":") for line in lines)}
+
+
+def fork_server_of(daemon: DaemonProcess) -> int | None:
+    assert daemon.proc is not None
+    found = [p for p in children(daemon.proc.pid) if comm(p) == "tl-forkserver"]
+    return found[0] if found else None
+
+
+async def worker_pids(client: Client) -> dict[str, int]:
+    return {w.provider: w.pid for w in (await client.status()).workers if w.pid}
+
+
+async def wait_lines(daemon: DaemonProcess, text: str, count: int) -> list[str]:
+    """The daemon's output lines holding `text`, once there are `count` (bound it with fail_after)."""
+    while len(found := [line for line in daemon.lines if text in line]) < count:
+        await trio.sleep(0.02)
+    return found
+
+
+async def restarted(client: Client, provider: str, old_pid: int) -> int:
+    """Kill `provider`'s worker and wait for its successor's `worker.up`; its pid."""
+    os.kill(old_pid, signal.SIGKILL)
+    while True:
+        ev = await client.bus_events.receive()
+        if ev.name == "worker.up" and ev.provider == provider and ev.detail != f"pid {old_pid}":
+            return int(ev.detail.removeprefix("pid "))
+
+
+@pytest.fixture
+async def upstream(nursery) -> FakeUpstream:
+    up = await FakeUpstream().start(nursery)
+    up.route("POST", "/v1/messages", Reply.json(ANSWER))
+    return up
+
+
+def anthropic_at(upstream: FakeUpstream, worker_start: str) -> dict:
+    return {
+        "providers": {"anthropic": {"base_url": upstream.base_url}},
+        "models": {MODEL: {"wire_name": "claude-sonnet-4-5", "context_window": 200000, "max_output": 64000}},
+        "supervision": {"worker_start": worker_start},
+    }
+
+
+async def test_a_forked_worker_starts_in_the_state_a_spawned_one_does(start_daemon, upstream):
+    env = {"ANTHROPIC_API_KEY": KEY, "TRUNKLINE_TOKEN": TOKEN}
+    forked = await start_daemon(anthropic_at(upstream, "forkserver"), env=env)
+    spawned = await start_daemon(anthropic_at(upstream, "spawn"), env=env)
+    seen: dict[str, dict[str, str]] = {}
+    with trio.fail_after(30):
+        for how, daemon in (("forked", forked), ("spawned", spawned)):
+            assert daemon.proc is not None
+            async with Client(daemon.runtime_dir) as client:
+                assert (await client.complete(MODEL, "hi")).text == "ok"  # its key reached the provider
+                pid = (await worker_pids(client))["anthropic"]
+            assert upstream.sent("/v1/messages")[-1].headers["x-api-key"] == KEY
+            await daemon.wait_for_line(f"provider anthropic: worker {pid} {how}")
+            fields = status_fields(pid)
+            assert int(fields["PPid"]) == daemon.proc.pid  # the supervisor waits for it, gets its status
+            assert os.getsid(pid) == pid  # a session of its own
+            assert comm(pid) == "tl-anthropic"
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            assert b"trunkline.workers" in cmdline and cmdline[-2] == b"anthropic"
+            seen[how] = {k: fields[k] for k in ("SigBlk", "SigIgn", "SigCgt", "Umask")}
+            seen[how]["cwd"] = os.readlink(f"/proc/{pid}/cwd")
+    assert seen["forked"] == seen["spawned"]
+    server = fork_server_of(forked)
+    assert server is not None and fork_server_of(spawned) is None
+    environ = Path(f"/proc/{server}/environ").read_bytes()
+    assert KEY.encode() not in environ and TOKEN.encode() not in environ  # it holds no credential
+    assert os.listdir(f"/proc/{server}/task") == [str(server)]  # one thread, after its forks too
+    fds = os.listdir(f"/proc/{server}/fd")
+    assert len(fds) == 4 and {"0", "1", "2"} < set(fds)  # stdin/out/err and its socket, no other file
+
+
+def test_the_fork_server_refuses_to_fork_while_it_has_a_thread():
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    try:
+        assert "threads; it forks only with one" in _forkserver._why_not([99])
+    finally:
+        stop.set()
+        thread.join()
+
+
+async def test_killing_the_fork_server_under_load_loses_no_request(start_daemon):
+    daemon = await start_daemon()
+    assert daemon.proc is not None
+    slow = Request(
+        model="mock:echo",
+        messages=[Message.user("x")],
+        provider_options=steps(*[{"text": f"w{i} ", "delay": 0.02} for i in range(40)], {"finish": "stop"}),
+    )
+    ends: list[object] = []
+
+    async def stream(client: Client) -> None:
+        async with client.stream(slow) as events:
+            ends.extend([ev async for ev in events][-1:])
+
+    with trio.fail_after(60):
+        await daemon.wait_for_line("fork server: ready")
+        server = fork_server_of(daemon)
+        assert server is not None
+        async with Client(daemon.runtime_dir, watch_bus=True) as client:
+            assert (await client.complete("mock:echo", "up")).text == "up"  # its worker is forked
+            async with trio.open_nursery() as load:
+                for _ in range(16):
+                    load.start_soon(stream, client)
+                while (await client.status()).in_flight < 16:
+                    await trio.sleep(0.01)
+                os.kill(server, signal.SIGKILL)
+            assert len(ends) == 16 and all(type(e) is Finish for e in ends)  # none was lost
+            assert (await client.complete("mock:echo", "still here")).text == "still here"
+
+            # While it is down, a worker that dies comes back spawned (killed again once it is
+            # back, so that the worker dies within its restart pause and the next one's import)...
+            await wait_lines(daemon, "fork server: ready", 2)
+            server = fork_server_of(daemon)
+            assert server is not None
+            os.kill(server, signal.SIGKILL)
+            await wait_lines(daemon, "fork server: restarting", 2)
+            pid = await restarted(client, "mock", (await worker_pids(client))["mock"])
+            await daemon.wait_for_line(f"provider mock: worker {pid} spawned")
+            assert (await client.complete("mock:echo", "back")).text == "back"
+
+            # ... and once it is back, forked again.
+            await wait_lines(daemon, "fork server: ready", 3)
+            pid = await restarted(client, "mock", pid)
+            await daemon.wait_for_line(f"provider mock: worker {pid} forked")
+            assert (await client.complete("mock:echo", "forked")).text == "forked"
+
+
+async def test_spawn_keeps_the_plain_start_and_a_reload_turns_the_fork_server_on(start_daemon):
+    daemon = await start_daemon({"supervision": {"worker_start": "spawn"}})
+    with trio.fail_after(60):
+        async with Client(daemon.runtime_dir, watch_bus=True) as client:
+            assert (await client.complete("mock:echo", "up")).text == "up"
+            pid = (await worker_pids(client))["mock"]
+            await daemon.wait_for_line(f"provider mock: worker {pid} spawned")
+            assert fork_server_of(daemon) is None
+
+            config = yaml.safe_load(daemon.config_path.read_text())
+            config["supervision"]["worker_start"] = "forkserver"
+            daemon.config_path.write_text(yaml.safe_dump(config))
+            assert (await client.reload()).ok
+            await daemon.wait_for_line("fork server: ready")
+            pid = await restarted(client, "mock", pid)
+            await daemon.wait_for_line(f"provider mock: worker {pid} forked")
+            assert (await client.complete("mock:echo", "hi")).text == "hi"
+
+            config["supervision"]["worker_start"] = "spawn"
+            daemon.config_path.write_text(yaml.safe_dump(config))
+            assert (await client.reload()).ok
+            pid = await restarted(client, "mock", pid)
+            await daemon.wait_for_line(f"provider mock: worker {pid} spawned")
+            assert (await client.complete("mock:echo", "hi")).text == "hi"
