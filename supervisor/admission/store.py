@@ -48,7 +48,7 @@ class Candidate:
     limits: Limits = Limits()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Ticket:
     """One request asking to be admitted. `key`: the client key's name ("" for a
     connection with no named key: no key limits apply, and `key_limits` is empty).
@@ -63,12 +63,14 @@ class Ticket:
     candidates: tuple[Candidate, ...]
     tokens: int
     now: float
+    # Not frozen, like every value built per request here: a frozen dataclass costs
+    # several microseconds more to build, and a submit builds one.
     #: Claim the request id for this daemon (False: the caller knows it is new, or
     #: idempotency is not shared).
     claim: bool = True
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Admitted:
     """`deployment`: the index in `Ticket.candidates` that took it (None without candidates)."""
 
@@ -77,7 +79,7 @@ class Admitted:
     skipped: tuple[tuple[str, str], ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Refused:
     """Over a limit (`rate_limit`, with `retry_after_s`) or a budget (`quota_exceeded`,
     with `resets_at`: the wall-clock second the budget's day or month ends). `scope`
@@ -91,7 +93,7 @@ class Refused:
     resets_at: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Duplicate:
     """The request id was already claimed by `daemon` (this daemon's id, or another's)."""
 
@@ -101,7 +103,7 @@ class Duplicate:
 Decision = Admitted | Refused | Duplicate
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Settlement:
     """What an admitted request really cost. `tokens`: the real input + output count
     (the difference from the ticket's estimate corrects `tpm`); `cost_usd`: the

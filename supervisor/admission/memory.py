@@ -1,0 +1,429 @@
+"""The admission store in the daemon's memory: the embedded default, and what a daemon
+whose shared store is unreachable decides on meanwhile.
+
+Nothing here awaits: `admit_now` answers in the step that asked, so a submit stays one
+synchronous pass through the router. The async methods exist to share the contract
+with the Redis store.
+"""
+
+from __future__ import annotations
+
+import calendar
+import time
+from collections import deque
+
+from .store import (
+    Admitted,
+    Candidate,
+    Decision,
+    Duplicate,
+    Limits,
+    Refused,
+    ScopeUse,
+    Settlement,
+    StoreHealth,
+    Ticket,
+)
+
+#: Seconds in the rate windows: `rpm` and `tpm` count the current second and the 59 before.
+WINDOW_S = 60
+#: How long a parallel slot is assumed to take to free when one is asked for (unknown).
+PARALLEL_RETRY_S = 1.0
+
+
+def day_of(now: float) -> int:
+    return int(now // 86400)
+
+
+def month_of(now: float) -> int:
+    t = time.gmtime(now)
+    return t.tm_year * 12 + t.tm_mon - 1
+
+
+def day_end(day: int) -> float:
+    return float((day + 1) * 86400)
+
+
+def month_end(month: int) -> float:
+    year, index = divmod(month + 1, 12)
+    return float(calendar.timegm((year, index + 1, 1, 0, 0, 0)))
+
+
+class Scope:
+    """One client key's or deployment's counters."""
+
+    __slots__ = (
+        "buckets",
+        "cooldown_until",
+        "day",
+        "failures",
+        "in_flight",
+        "month",
+        "requests",
+        "tokens",
+        "usd_day",
+        "usd_month",
+    )
+
+    def __init__(self) -> None:
+        #: [second, requests, tokens], oldest first; only seconds of the window stay.
+        self.buckets: deque[list[int]] = deque()
+        self.requests = 0
+        self.tokens = 0
+        self.in_flight = 0
+        self.day = -1
+        self.usd_day = 0.0
+        self.month = -1
+        self.usd_month = 0.0
+        self.cooldown_until = 0.0
+        self.failures: deque[float] = deque()
+
+    def expire(self, second: int) -> None:
+        buckets = self.buckets
+        oldest = second - WINDOW_S
+        while buckets and buckets[0][0] <= oldest:
+            _, requests, tokens = buckets.popleft()
+            self.requests -= requests
+            self.tokens -= tokens
+
+    def count(self, second: int, requests: int, tokens: int) -> None:
+        buckets = self.buckets
+        if buckets and buckets[-1][0] == second:
+            last = buckets[-1]
+            last[1] += requests
+            last[2] += tokens
+        else:
+            buckets.append([second, requests, tokens])
+        self.requests += requests
+        self.tokens += tokens
+
+    def correct(self, second: int, requests: int, tokens: int) -> None:
+        """Change what was counted in `second`, if that second is still in the window."""
+        for bucket in reversed(self.buckets):
+            if bucket[0] == second:
+                bucket[1] += requests
+                bucket[2] += tokens
+                self.requests += requests
+                self.tokens += tokens
+                return
+            if bucket[0] < second:
+                return
+
+    def freed_after(self, now: float, requests: int, tokens: int) -> float:
+        """Seconds until enough of the window has left for `requests` and `tokens` more
+        to fit (the caller knows they do not fit now)."""
+        need_requests, need_tokens = requests, tokens
+        for second, r, t in self.buckets:
+            need_requests -= r
+            need_tokens -= t
+            if need_requests <= 0 and need_tokens <= 0:
+                return max(second + WINDOW_S - now, 0.001)
+        return float(WINDOW_S)
+
+    def spent(self, now: float) -> tuple[float, float]:
+        """USD spent today and this month (UTC); a month can only turn with a day."""
+        day = day_of(now)
+        if day != self.day:
+            self.day, self.usd_day = day, 0.0
+            month = month_of(now)
+            if month != self.month:
+                self.month, self.usd_month = month, 0.0
+        return self.usd_day, self.usd_month
+
+    def spend(self, now: float, usd: float) -> None:
+        self.spent(now)
+        self.usd_day += usd
+        self.usd_month += usd
+
+
+def _over(scope: Scope, limits: Limits, now: float, second: int, tokens: int, what: str) -> Refused | str | None:
+    """Why `scope` cannot take one more request of `tokens`: a refusal for a budget, the
+    limit's name for a rate or parallel limit (the caller words it), or None."""
+    if limits.usd_per_day is not None or limits.usd_per_month is not None:
+        usd_day, usd_month = scope.spent(now)
+        if limits.usd_per_day is not None and usd_day >= limits.usd_per_day:
+            resets = day_end(scope.day)
+            return Refused(
+                "quota_exceeded",
+                f"{what} has spent ${usd_day:.4f} today, its budget (usd_per_day = {limits.usd_per_day:g}); "
+                f"it resets at {_utc(resets)}",
+                what,
+                resets_at=resets,
+            )
+        if limits.usd_per_month is not None and usd_month >= limits.usd_per_month:
+            resets = month_end(scope.month)
+            return Refused(
+                "quota_exceeded",
+                f"{what} has spent ${usd_month:.4f} this month, its budget (usd_per_month = "
+                f"{limits.usd_per_month:g}); it resets at {_utc(resets)}",
+                what,
+                resets_at=resets,
+            )
+    if limits.rpm is not None or limits.tpm is not None:
+        scope.expire(second)
+        if limits.rpm is not None and scope.requests + 1 > limits.rpm:
+            return "rpm"
+        if limits.tpm is not None and scope.tokens + tokens > limits.tpm:
+            return "tpm"
+    if limits.parallel is not None and scope.in_flight + 1 > limits.parallel:
+        return "parallel"
+    return None
+
+
+def _rate_refusal(scope: Scope, limits: Limits, which: str, what: str, now: float, tokens: int) -> Refused:
+    if which == "parallel":
+        return Refused(
+            "rate_limit",
+            f"{what} has {scope.in_flight} requests running, its limit (parallel = {limits.parallel}); "
+            "submit again when one has ended",
+            what,
+            retry_after_s=PARALLEL_RETRY_S,
+        )
+    if which == "rpm":
+        wait = scope.freed_after(now, scope.requests + 1 - (limits.rpm or 0), 0)
+        return Refused(
+            "rate_limit",
+            f"{what} has made {scope.requests} requests in the last minute, its limit (rpm = {limits.rpm}); "
+            f"retry in {wait:.1f} s",
+            what,
+            retry_after_s=round(wait, 3),
+        )
+    tpm = limits.tpm or 0
+    if tokens > tpm:
+        return Refused(
+            "rate_limit",
+            f"this request's estimated {tokens} tokens exceed {what}'s whole limit (tpm = {tpm}): "
+            "it can never be admitted; ask for fewer output tokens or send less",
+            what,
+        )
+    wait = scope.freed_after(now, 0, scope.tokens + tokens - tpm)
+    return Refused(
+        "rate_limit",
+        f"{what} has used {scope.tokens} tokens in the last minute and this request needs about {tokens}, "
+        f"over its limit (tpm = {tpm}); retry in {wait:.1f} s",
+        what,
+        retry_after_s=round(wait, 3),
+    )
+
+
+def _utc(at: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
+
+
+class _Held:
+    """What an admitted request holds until it is settled or released."""
+
+    __slots__ = ("deployment", "key", "second", "tokens")
+
+    def __init__(self, key: str, deployment: str | None, second: int, tokens: int) -> None:
+        self.key = key
+        self.deployment = deployment
+        self.second = second
+        self.tokens = tokens
+
+
+class MemoryStore:
+    """`AdmissionStore` in this process. `daemon`: this daemon's id (claims name it);
+    `claim_s`: how long a request id stays claimed (`replay.keep_s`)."""
+
+    kind = "memory"
+
+    def __init__(self, *, daemon: str = "local", claim_s: float = 300.0, max_claims: int = 100_000) -> None:
+        self.daemon = daemon
+        self.claim_s = claim_s
+        self.max_claims = max_claims
+        self.keys: dict[str, Scope] = {}
+        self.deployments: dict[str, Scope] = {}
+        self.held: dict[str, _Held] = {}
+        #: request id -> (daemon, until), oldest first (dicts keep insertion order).
+        self.claims: dict[str, tuple[str, float]] = {}
+
+    # -- the contract -------------------------------------------------------------------
+
+    async def admit(self, ticket: Ticket) -> Decision:
+        return self.admit_now(ticket)
+
+    async def settle(self, settlement: Settlement) -> None:
+        self.settle_now(settlement)
+
+    async def release(self, request_id: str, key: str, deployment: str | None, estimated_tokens: int) -> None:
+        self.release_now(request_id)
+
+    async def failure(self, deployment: str, now: float, *, threshold: int, window_s: float, cooldown_s: float) -> bool:
+        return self.failure_now(deployment, now, threshold=threshold, window_s=window_s, cooldown_s=cooldown_s)
+
+    async def cooldown(self, deployment: str, until: float) -> None:
+        self.cooldown_now(deployment, until)
+
+    async def use(self, scopes: list[str], now: float) -> list[ScopeUse]:
+        return self.use_now(scopes, now)
+
+    def health(self) -> StoreHealth:
+        return StoreHealth(kind="memory")
+
+    # -- the same, answered at once -------------------------------------------------------
+
+    def admit_now(self, ticket: Ticket) -> Decision:
+        now = ticket.now
+        request_id = ticket.request_id
+        if ticket.claim:
+            claimed = self.claims.get(request_id)
+            if claimed is not None and claimed[1] > now:
+                return Duplicate(claimed[0])
+        second = int(now)
+        tokens = ticket.tokens
+        key_scope: Scope | None = None
+        if ticket.key:
+            key_scope = self.keys.get(ticket.key)
+            if key_scope is None:
+                key_scope = self.keys[ticket.key] = Scope()
+            limits = ticket.key_limits
+            if not limits.empty:
+                what = f"key {ticket.key!r}"
+                over = _over(key_scope, limits, now, second, tokens, what)
+                if isinstance(over, Refused):
+                    return over
+                if over is not None:
+                    return _rate_refusal(key_scope, limits, over, what, now, tokens)
+        chosen: int | None = None
+        chosen_scope: Scope | None = None
+        skipped: list[tuple[str, str]] = []
+        refusal: Refused | None = None
+        for index, candidate in enumerate(ticket.candidates):
+            scope = self.deployments.get(candidate.name)
+            if scope is None:
+                scope = self.deployments[candidate.name] = Scope()
+            if scope.cooldown_until > now:
+                skipped.append((candidate.name, "cooldown"))
+                refusal = _soonest(refusal, _cooling(candidate, scope.cooldown_until - now))
+                continue
+            limits = candidate.limits
+            if not limits.empty:
+                what = f"deployment {candidate.name!r}"
+                over = _over(scope, limits, now, second, tokens, what)
+                if over is not None:
+                    refused = (
+                        over if isinstance(over, Refused) else _rate_refusal(scope, limits, over, what, now, tokens)
+                    )
+                    skipped.append((candidate.name, over if isinstance(over, str) else "budget"))
+                    refusal = _soonest(refusal, refused)
+                    continue
+            chosen, chosen_scope = index, scope
+            break
+        if ticket.candidates and chosen is None:
+            assert refusal is not None
+            return refusal
+        if key_scope is not None:
+            key_scope.count(second, 1, tokens)
+            key_scope.in_flight += 1
+        deployment: str | None = None
+        if chosen_scope is not None and chosen is not None:
+            chosen_scope.count(second, 1, tokens)
+            chosen_scope.in_flight += 1
+            deployment = ticket.candidates[chosen].name
+        self.held[request_id] = _Held(ticket.key, deployment, second, tokens)
+        if ticket.claim:
+            self._claim(request_id, now)
+        return Admitted(chosen, tuple(skipped))
+
+    def settle_now(self, settlement: Settlement) -> None:
+        held = self.held.pop(settlement.request_id, None)
+        if held is None:  # settled already, or never admitted here
+            return
+        delta = settlement.tokens - held.tokens
+        for scope in self._scopes_of(held):
+            scope.in_flight -= 1
+            if delta:
+                scope.correct(held.second, 0, delta)
+            if settlement.cost_usd:
+                scope.spend(settlement.now, settlement.cost_usd)
+
+    def release_now(self, request_id: str) -> None:
+        held = self.held.pop(request_id, None)
+        if held is None:
+            return
+        for scope in self._scopes_of(held):
+            scope.in_flight -= 1
+            scope.correct(held.second, -1, -held.tokens)
+
+    def failure_now(self, deployment: str, now: float, *, threshold: int, window_s: float, cooldown_s: float) -> bool:
+        scope = self.deployments.get(deployment)
+        if scope is None:
+            scope = self.deployments[deployment] = Scope()
+        failures = scope.failures
+        while failures and failures[0] <= now - window_s:
+            failures.popleft()
+        failures.append(now)
+        if len(failures) >= threshold and scope.cooldown_until <= now:
+            scope.cooldown_until = now + cooldown_s
+            failures.clear()
+            return True
+        return False
+
+    def cooldown_now(self, deployment: str, until: float) -> None:
+        scope = self.deployments.get(deployment)
+        if scope is None:
+            scope = self.deployments[deployment] = Scope()
+        scope.cooldown_until = max(scope.cooldown_until, until)
+
+    def use_now(self, scopes: list[str], now: float) -> list[ScopeUse]:
+        found: list[ScopeUse] = []
+        second = int(now)
+        for name in scopes:
+            kind, _, ident = name.partition(":")
+            scope = (self.keys if kind == "key" else self.deployments).get(ident)
+            if scope is None:
+                found.append(ScopeUse(name))
+                continue
+            scope.expire(second)
+            usd_day, usd_month = scope.spent(now)
+            found.append(
+                ScopeUse(
+                    name,
+                    requests_last_minute=max(scope.requests, 0),
+                    tokens_last_minute=max(scope.tokens, 0),
+                    in_flight=scope.in_flight,
+                    usd_today=usd_day,
+                    usd_this_month=usd_month,
+                    cooldown_until=scope.cooldown_until if scope.cooldown_until > now else None,
+                )
+            )
+        return found
+
+    # -- inside ---------------------------------------------------------------------------
+
+    def _scopes_of(self, held: _Held) -> list[Scope]:
+        scopes: list[Scope] = []
+        if held.key and held.key in self.keys:
+            scopes.append(self.keys[held.key])
+        if held.deployment is not None and held.deployment in self.deployments:
+            scopes.append(self.deployments[held.deployment])
+        return scopes
+
+    def _claim(self, request_id: str, now: float) -> None:
+        claims = self.claims
+        if len(claims) >= self.max_claims:
+            # The oldest claims are the first to expire: let the expired ones go, and if
+            # none has, the oldest (a bounded table beats an exact one under a flood).
+            for old in list(claims)[: max(len(claims) // 8, 1)]:
+                del claims[old]
+        claims[request_id] = (self.daemon, now + self.claim_s)
+
+
+def _cooling(candidate: Candidate, wait: float) -> Refused:
+    return Refused(
+        "unavailable",
+        f"deployment {candidate.name!r} is cooling down after failing; retry in {wait:.1f} s",
+        f"deployment {candidate.name!r}",
+        retry_after_s=round(wait, 3),
+    )
+
+
+def _soonest(current: Refused | None, new: Refused) -> Refused:
+    """Of two refusals, the one a client should hear: the one that frees soonest (a
+    budget's, which frees only when it resets, last)."""
+    if current is None:
+        return new
+    if new.retry_after_s is not None and (current.retry_after_s is None or new.retry_after_s < current.retry_after_s):
+        return new
+    return current
