@@ -2,6 +2,7 @@
 the daemon's own cost, outside the full benchmark.
 
     .venv/bin/python -m bench.cpu_split [--count 3000] [--load complete|stream] [--model fake:gpt-4o-mini]
+                                        [--worker-start forkserver|spawn]
     .venv/bin/python -m bench.cpu_split --skeleton [--count 3000]
 
 Prints CPU µs per operation for the client, the supervisor and each worker, each
@@ -40,7 +41,15 @@ def thread_cpu(pid: int) -> dict[int, float]:
     return out
 
 
-async def main(count: int, load: str, model: str, concurrency: int, warmup_concurrency: int, skeleton: bool) -> None:
+async def main(
+    count: int,
+    load: str,
+    model: str,
+    concurrency: int,
+    warmup_concurrency: int,
+    skeleton: bool,
+    worker_start: str | None = None,
+) -> None:
     upstream = await LineProcess([sys.executable, "-m", "bench.upstream"], cwd=str(REPO)).start()
     port = int((await upstream.readline()).split()[1])
     try:
@@ -54,7 +63,8 @@ async def main(count: int, load: str, model: str, concurrency: int, warmup_concu
                     await skel.stop()
                 nursery.cancel_scope.cancel()
             return
-        daemon = await Daemon(port, REPO / "bench" / "results" / "cpu_split.log").start()
+        extra = {"supervision": {"worker_start": worker_start}} if worker_start else {}
+        daemon = await Daemon(port, REPO / "bench" / "results" / "cpu_split.log", extra=extra).start()
         try:
             async with Client(daemon.runtime_dir, client_name="bench-cpu") as client:
                 ops = TrunklineOps(client)
@@ -109,5 +119,8 @@ if __name__ == "__main__":
     p.add_argument("--concurrency", type=int, default=1)
     p.add_argument("--warmup-concurrency", type=int, default=0)
     p.add_argument("--skeleton", action="store_true", help="the skeleton instead of trunkline")
+    p.add_argument(
+        "--worker-start", choices=["forkserver", "spawn"], help="supervision.worker_start (default: the config's)"
+    )
     a = p.parse_args()
-    trio.run(main, a.count, a.load, a.model, a.concurrency, a.warmup_concurrency, a.skeleton)
+    trio.run(main, a.count, a.load, a.model, a.concurrency, a.warmup_concurrency, a.skeleton, a.worker_start)

@@ -147,6 +147,11 @@ class ForkedProcess:
                 return  # exited before its first parent did: ours in a moment
             result = None
             self._code = 0  # reaped elsewhere: its status is lost (as subprocess says)
+        else:
+            # Ours now: `wait` goes back to sleeping on the pidfd. (Left set, it went on
+            # polling every millisecond for the worker's whole life: a quarter of a core
+            # with the daemon idle, and every event relayed paid for the wake-ups.)
+            self._unadopted_since = None
         if result is not None:
             code = result.si_status
             self._code = code if result.si_code == os.CLD_EXITED else -code
