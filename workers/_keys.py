@@ -25,10 +25,8 @@ class WorkerKeys:
         self.values = config.api_keys()
         self.clock = clock
         self.resting_until = [-math.inf] * len(self.names)
-
-    @property
-    def several(self) -> bool:
-        return len(self.names) > 1
+        #: Keys to move between (`keys_env` with more than one): only then do failures rest one.
+        self.several = len(self.names) > 1
 
     def problem(self, index: int) -> ProviderError | None:
         """Why key `index` cannot authenticate a job, or None. A provider without keys

@@ -371,7 +371,13 @@ class JobRunner:
                 key_index=key,
             )
             self.calls[job.request_id] = call
-            self.outbox.bus("llm.call_started", attempt_id=call.attempt_id, attempt=call.attempt, **common)
+            self.outbox.bus(
+                "llm.call_started",
+                attempt_id=call.attempt_id,
+                attempt=call.attempt,
+                detail=f"key {keys.names[key]}" if keys.several else None,
+                **common,
+            )
             started_ns = trace.now_ns() if trace.ENABLED else 0
             try:
                 if job.stream:
