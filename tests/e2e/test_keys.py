@@ -6,6 +6,7 @@ both start modes, and no key's value in the daemon's output, events or errors.""
 from __future__ import annotations
 
 import itertools
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -131,13 +132,20 @@ async def test_a_key_answering_429_rests_for_its_retry_after_while_every_request
                 for _ in range(6):
                     nursery.start_soon(one)
             anthropic = await anthropic_status(client)
+        shown = await trio.run_process(
+            [sys.executable, "-m", "trunkline.cli", "status", "--runtime-dir", str(daemon.runtime_dir)],
+            capture_stdout=True,
+        )
     assert answers == ["ok"] * 9
     assert keys_seen(upstream).count("A") == len(a_requests) == 1  # its first answer rested it: no request since
     assert keys_seen(upstream).count("B") == 9
     key_a, key_b = anthropic.api_keys
     assert key_a.last_error == "rate_limit" and key_a.cooling_s is not None and 50 < key_a.cooling_s <= 60
     assert key_b.cooling_s is None and key_b.requests == 8  # the supervisor gave the other eight to B
-    assert_no_secret(daemon, anthropic)
+    line = next(x for x in shown.stdout.decode().splitlines() if x.startswith("anthropic: "))
+    assert line.startswith("anthropic: 2 keys: TL_E2E_KEY_A 1 requests, resting ")
+    assert line.endswith("s after rate_limit; TL_E2E_KEY_B 8 requests")
+    assert_no_secret(daemon, anthropic, shown.stdout)
 
 
 async def test_when_every_key_rests_a_request_is_refused_before_any_call(start_daemon, upstream):
