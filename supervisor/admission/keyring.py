@@ -11,9 +11,8 @@ their variables here and everywhere: the supervisor never reads a key's value.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
-
-import trio
 
 from ...config.loader import KEY_FAILURES, ProviderConfig
 from ...protocol.messages import RETRYABLE, ApiKeyStatus, ErrorClass, ErrorInfo
@@ -22,8 +21,8 @@ from ...protocol.messages import RETRYABLE, ApiKeyStatus, ErrorClass, ErrorInfo
 class Keyring:
     """The keys of one provider, by index (`Job.key_index`). `usable[i]`: key i's variable
     is set (a key that is not set is never picked). `cooldown(error_class,
-    retry_after_s)` says how long a key rests after such an answer; `clock` is the
-    supervisor's (trio's) clock."""
+    retry_after_s)` says how long a key rests after such an answer. The clock is
+    monotonic, not trio's: the metrics read `use` on the scrape's thread."""
 
     def __init__(
         self,
@@ -31,7 +30,7 @@ class Keyring:
         names: list[str],
         usable: list[bool],
         cooldown: Callable[[str, float | None], float],
-        clock: Callable[[], float] = trio.current_time,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.provider = provider
         self.names = names

@@ -6,12 +6,15 @@ both start modes, and no key's value in the daemon's output, events or errors.""
 from __future__ import annotations
 
 import itertools
+import socket
 import sys
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import trio
+from prometheus_client.parser import text_string_to_metric_families
 
 from fakes.messages_api import anthropic_answer
 from fakes.upstream import FakeUpstream, Recorded, Reply
@@ -63,6 +66,20 @@ def environ(pid: int) -> dict[str, str]:
 def assert_no_secret(daemon: DaemonProcess, *said: Any) -> None:
     text = daemon.output() + "".join(repr(s) for s in said)
     assert not [s for s in SECRETS if s in text]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def samples(text: str) -> list[tuple[str, dict[str, str], float]]:
+    return [(s.name, s.labels, s.value) for family in text_string_to_metric_families(text) for s in family.samples]
+
+
+def value(found: list[tuple[str, dict[str, str], float]], name: str, **labels: str) -> float:
+    return sum(v for n, have, v in found if n == name and labels.items() <= have.items())
 
 
 @pytest.fixture
@@ -120,7 +137,8 @@ async def test_a_key_answering_429_rests_for_its_retry_after_while_every_request
         return anthropic_answer("ok")(request)
 
     upstream.route("POST", "/v1/messages", reply)
-    daemon = await start_daemon(config(upstream), env=ENV)
+    port = free_port()
+    daemon = await start_daemon({**config(upstream), "metrics": {"listen": f"127.0.0.1:{port}"}}, env=ENV)
     with trio.fail_after(60):
         async with Client(daemon.runtime_dir) as client:
             answers = [(await client.complete(MODEL, "hi")).text for _ in range(3)]
@@ -136,6 +154,8 @@ async def test_a_key_answering_429_rests_for_its_retry_after_while_every_request
             [sys.executable, "-m", "trunkline.cli", "status", "--runtime-dir", str(daemon.runtime_dir)],
             capture_stdout=True,
         )
+        async with httpx.AsyncClient() as http:
+            found = samples((await http.get(f"http://127.0.0.1:{port}/metrics")).text)
     assert answers == ["ok"] * 9
     assert keys_seen(upstream).count("A") == len(a_requests) == 1  # its first answer rested it: no request since
     assert keys_seen(upstream).count("B") == 9
@@ -145,7 +165,12 @@ async def test_a_key_answering_429_rests_for_its_retry_after_while_every_request
     line = next(x for x in shown.stdout.decode().splitlines() if x.startswith("anthropic: "))
     assert line.startswith("anthropic: 2 keys: TL_E2E_KEY_A 1 requests, resting ")
     assert line.endswith("s after rate_limit; TL_E2E_KEY_B 8 requests")
-    assert_no_secret(daemon, anthropic, shown.stdout)
+    a, b = {"provider": "anthropic", "key": "TL_E2E_KEY_A"}, {"provider": "anthropic", "key": "TL_E2E_KEY_B"}
+    assert value(found, "trunkline_provider_key_requests_total", **a) == 1
+    assert value(found, "trunkline_provider_key_requests_total", **b) == 8
+    assert value(found, "trunkline_provider_key_resting", **a) == 1
+    assert value(found, "trunkline_provider_key_resting", **b) == 0
+    assert_no_secret(daemon, anthropic, shown.stdout, found)
 
 
 async def test_when_every_key_rests_a_request_is_refused_before_any_call(start_daemon, upstream):
