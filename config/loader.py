@@ -139,6 +139,13 @@ class ReplayConfig(_Section):
     max_bytes: int = 64 * 1024 * 1024
 
 
+#: The longest a key rests on a Retry-After (a daily quota's says when the day ends).
+KEY_COOLDOWN_CAP_S = 86400.0
+#: Error classes that say something about the key a request used (429, 401, 403): with
+#: several keys (`keys_env`), that key rests and the request moves to another.
+KEY_FAILURES = frozenset({"rate_limit", "authentication", "access_denied"})
+
+
 class ProviderConfig(_Section):
     """One provider instance; several instances may share a `type`."""
 
@@ -146,6 +153,13 @@ class ProviderConfig(_Section):
     enabled: bool = True
     #: The environment variable holding the API key, or several names: the first one set wins.
     api_key_env: str | list[str] | None = None
+    #: Several variables, each holding a key of its own, all used in turn (the supervisor
+    #: picks one per request and leaves a key alone while it cools down after a 429 or a
+    #: 401/403). Replaces `api_key_env` (a file may give one or the other).
+    keys_env: list[str] = msgspec.field(default_factory=list)
+    #: How long a key of `keys_env` is left alone after a 429 that gives no Retry-After,
+    #: or after a 401/403.
+    key_cooldown_s: float = 60.0
     base_url: str | None = None
     #: An environment variable that, when set, replaces `base_url`. The shipped providers
     #: name the one their official SDK reads (ANTHROPIC_BASE_URL, OPENAI_BASE_URL,
@@ -158,17 +172,37 @@ class ProviderConfig(_Section):
     options: dict[str, Any] = msgspec.field(default_factory=dict)
 
     def key_env_names(self) -> list[str]:
+        """Every variable that may hold one of this provider's keys (its worker inherits them)."""
+        if self.keys_env:
+            return list(self.keys_env)
         if self.api_key_env is None:
             return []
         return [self.api_key_env] if isinstance(self.api_key_env, str) else list(self.api_key_env)
 
+    def key_names(self) -> list[str]:
+        """The provider's keys by index (`Job.key_index`), each named by its variable:
+        every one of `keys_env`, or the one key of `api_key_env` (the first variable set,
+        else the first named)."""
+        if self.keys_env:
+            return list(self.keys_env)
+        names = self.key_env_names()
+        return [next((n for n in names if os.environ.get(n)), names[0])] if names else []
+
+    def api_keys(self) -> list[str | None]:
+        """The keys' values by index, None for a variable that is not set (or empty)."""
+        return [os.environ.get(name) or None for name in self.key_names()]
+
     def api_key(self) -> str | None:
-        """The key from the first of `api_key_env` that is set (and not empty)."""
-        for name in self.key_env_names():
-            value = os.environ.get(name)
-            if value:
-                return value
-        return None
+        """The first key that is set: `api_key_env`'s (the first variable set wins), or the
+        first of `keys_env` that is set."""
+        return next((key for key in self.api_keys() if key), None)
+
+    def key_cooldown(self, error_class: str, retry_after_s: float | None) -> float:
+        """How long one of its keys rests after answering `error_class`: what a 429's
+        Retry-After asks (a day at most), else `key_cooldown_s`."""
+        if error_class == "rate_limit" and retry_after_s is not None and retry_after_s > 0:
+            return min(retry_after_s, KEY_COOLDOWN_CAP_S)
+        return self.key_cooldown_s
 
     def needs_key(self) -> bool:
         return bool(self.key_env_names())
@@ -578,6 +612,8 @@ def load_config(
     providers = merged.get("providers")
     if isinstance(providers, dict):
         for key, value in providers.items():
+            if isinstance(value, dict) and value.get("keys_env"):
+                providers[key] = _keys_replace_key(key, value, user, user_path)
             try:
                 msgspec.convert(value, ProviderConfig)
             except msgspec.ValidationError as exc:
@@ -599,6 +635,50 @@ def load_config(
     config.overrides = overrides or {}
     _check(config, user_path or DEFAULTS_PATH)
     return config
+
+
+def _keys_replace_key(
+    name: str, provider: dict[str, Any], user: dict[str, Any], user_path: Path | None
+) -> dict[str, Any]:
+    """A provider that lists `keys_env` uses those keys and no other: the `api_key_env`
+    the shipped defaults give it is dropped. A file that gives both is refused, since
+    they disagree on what a second variable means (a fallback, or one more key)."""
+    mine = (user.get("providers") or {}).get(name)
+    if isinstance(mine, dict) and mine.get("api_key_env") is not None and mine.get("keys_env"):
+        raise ConfigError(
+            f"config error in {user_path} at `providers.{name}.keys_env`: give api_key_env (one key: the first "
+            "variable set) or keys_env (every variable a key of its own, used in turn), not both"
+        )
+    return {k: v for k, v in provider.items() if k != "api_key_env"}
+
+
+#: What an environment variable's name may be (`keys_env`).
+_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _check_keys(name: str, provider: ProviderConfig, config: Config, source: Path) -> None:
+    """`keys_env` names variables, each once; the ones not set are left out (said by
+    name, never by value), and none set leaves the provider not configured as a missing
+    `api_key_env` does."""
+    where = f"config error in {source} at `providers.{name}"
+    seen: set[str] = set()
+    for variable in provider.keys_env:
+        if not _VARIABLE.fullmatch(variable):
+            raise ConfigError(f"{where}.keys_env`: {variable!r} is not an environment variable name")
+        if variable in seen:
+            raise ConfigError(f"{where}.keys_env`: {variable} is listed twice")
+        seen.add(variable)
+    if not (math.isfinite(provider.key_cooldown_s) and provider.key_cooldown_s > 0):
+        raise ConfigError(
+            f"{where}.key_cooldown_s`: must be a positive number of seconds, got {provider.key_cooldown_s}"
+        )
+    missing = [variable for variable in provider.keys_env if not os.environ.get(variable)]
+    if provider.enabled and missing and len(missing) < len(provider.keys_env):
+        used = len(provider.keys_env) - len(missing)
+        config.notices.append(
+            f"providers.{name}: {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not set: "
+            f"it uses {used} of its {len(provider.keys_env)} keys"
+        )
 
 
 _ENDPOINT = re.compile(r"^(?:ipc://.+|(?:tcp|tls\+tcp)://(?:\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.*-]*):\d{1,5})$")
@@ -760,6 +840,7 @@ def _check(config: Config, source: Path) -> None:
             if problem:
                 raise ConfigError(f"config error in {source} at `providers.{name}.base_url`: {problem}")
         _check_env_base_url(name, provider, config, source)
+        _check_keys(name, provider, config, source)
         version = provider.options.get("anthropic_version")
         if provider.type == "anthropic" and version is not None and version not in ANTHROPIC_VERSIONS:
             raise ConfigError(

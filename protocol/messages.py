@@ -620,6 +620,21 @@ class WorkerStatus(Data, kw_only=True):
     last_error: str | None = None
     last_heartbeat_s: float | None = None
     unreachable: str | None = None
+    #: Its keys when it has several (`providers.<name>.keys_env`), in index order.
+    api_keys: list[ApiKeyStatus] = msgspec.field(default_factory=list)
+
+
+class ApiKeyStatus(Data, kw_only=True):
+    """One of a provider's keys, named by its environment variable (never by its value).
+    `requests`: requests given this key since the daemon started; `cooling_s`: how long
+    it still rests after a 429 or a 401/403 (`last_error` says which), else null; a key
+    whose variable is not set is never used (`set` false)."""
+
+    variable: str
+    set: bool = True
+    requests: int = 0
+    cooling_s: float | None = None
+    last_error: str | None = None
 
 
 class Limits(Data, kw_only=True):
@@ -1013,6 +1028,10 @@ class Job(Msg, tag="job", kw_only=True):
     #: reload changed them since the worker started; null: the worker's own.
     retry: dict[str, Any] | None = None
     timeouts: dict[str, Any] | None = None
+    #: Which of the provider's keys authenticates it (an index into `keys_env`; 0: the one
+    #: key of a provider that has one). The worker may move to another of its keys for a
+    #: retry after a 429 or a 401/403 (see `KeyFailed`).
+    key_index: int = 0
 
 
 class StopJob(Msg, tag="stop_job", kw_only=True):
@@ -1090,4 +1109,14 @@ class Progress(Msg, tag="progress", kw_only=True):
     model: str = ""
 
 
-FromWorker = WorkerUp | Heartbeat | Relay | RelayBatch | CallResult | Progress
+class KeyFailed(Msg, tag="key_failed", kw_only=True):
+    """One of the provider's keys was answered 429 (`rate_limit`) or 401/403
+    (`authentication`): the supervisor rests it (`retry_after_s`, the provider's
+    Retry-After, or the provider's `key_cooldown_s`) and gives its next jobs another."""
+
+    key_index: int
+    error_class: ErrorClass
+    retry_after_s: float | None = None
+
+
+FromWorker = WorkerUp | Heartbeat | Relay | RelayBatch | CallResult | Progress | KeyFailed

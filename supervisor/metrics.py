@@ -22,6 +22,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ..protocol.messages import RETRYABLE, AnyEvent, BusEvent, ErrorEvent, ErrorInfo, Finish, Response
+from .admission.keyring import Keyring
 from .requests import OTHER_MODEL, RequestTable
 from .slot import State
 
@@ -90,6 +91,7 @@ class _Live(Collector):
         yield states
         yield up
         yield restarts
+        yield from _key_use(slots)
         yield GaugeMetricFamily(
             "trunkline_replay_requests",
             "Requests whose events are kept for replay",
@@ -98,6 +100,25 @@ class _Live(Collector):
         yield GaugeMetricFamily(
             "trunkline_replay_ended_bytes", "Bytes the replay rings of ended requests hold", value=table.ended_bytes
         )
+
+
+def _key_use(slots: list[tuple[str, Worker]]) -> Iterator[Metric]:
+    """Each key of the providers that have several (`keys_env`), by its variable."""
+    given = CounterMetricFamily(
+        "trunkline_provider_key_requests", "Requests given each key of a provider", labels=["provider", "key"]
+    )
+    resting = GaugeMetricFamily(
+        "trunkline_provider_key_resting",
+        "1 while a provider's key rests after a 429, 401 or 403 (no request is given it)",
+        labels=["provider", "key"],
+    )
+    for name, slot in slots:
+        keyring: Keyring | None = getattr(slot, "keyring", None)  # the front door's processes have none
+        for key in keyring.use() if keyring is not None else []:
+            given.add_metric([name, key.variable], key.requests)
+            resting.add_metric([name, key.variable], 1 if key.cooling_s is not None else 0)
+    yield given
+    yield resting
 
 
 class DaemonMetrics:

@@ -420,6 +420,9 @@ class Router:
         over = self.over_client_limits(pipe_id, size)
         if over is not None:
             return Rejected(request_id=msg.request_id, error=over)
+        key = slot.keyring.next_key() if slot.keyring is not None else 0
+        if isinstance(key, ErrorInfo):
+            return Rejected(request_id=msg.request_id, error=key)
         operation_id = msg.operation_id or msg.request_id
         state = RequestState(
             msg.request_id,
@@ -443,6 +446,7 @@ class Router:
             model=resolved,
             stream=msg.stream,
             operation_id=operation_id,
+            key_index=key,
         )
         if slot.name in self.job_policies:  # a reload changed them since the worker started
             job.retry, job.timeouts = self.job_policies[slot.name]

@@ -31,6 +31,7 @@ from ..protocol.messages import (
     EstimateTokens,
     Heartbeat,
     Job,
+    KeyFailed,
     Progress,
     Relay,
     RelayBatch,
@@ -41,6 +42,7 @@ from ..protocol.messages import (
     WorkerUp,
 )
 from . import spawn
+from .admission.keyring import Keyring
 from .forkserver import ForkServer
 from .requests import RequestState, RequestTable
 from .tree import Intensity
@@ -135,6 +137,8 @@ class WorkerSlot:
         self._proc: spawn.WorkerProcess | None = None
         self._stopping = trio.Event()
         self.intensity = Intensity(terms.supervision.max_restarts, terms.supervision.restart_window_s)
+        #: Its keys, given to its jobs in turn, when it has several (else None).
+        self.keyring = Keyring.of(name, config)
 
     def reconfigure(self, terms: SlotTerms) -> None:
         """A reload's terms: supervision from now on, the rest for the next worker started.
@@ -157,6 +161,7 @@ class WorkerSlot:
             last_error=self.last_error,
             last_heartbeat_s=round(now - self.last_heartbeat, 3) if self.last_heartbeat is not None else None,
             unreachable=self.unreachable if self.state == "running" else None,
+            api_keys=self.keyring.use() if self.keyring is not None else [],
         )
 
     # -- sending to the worker -----------------------------------------------
@@ -325,6 +330,8 @@ class WorkerSlot:
             self.last_heartbeat = trio.current_time()
             self._up.set()
             self.events.bus("worker.up", provider=self.name, detail=f"pid {msg.pid}")
+        elif isinstance(msg, KeyFailed) and self.keyring is not None:
+            self.keyring.failed(msg.key_index, msg.error_class, msg.retry_after_s)
 
     def _relay(self, relay: Relay) -> None:
         try:

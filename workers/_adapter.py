@@ -23,6 +23,7 @@ from ..protocol.accumulate import StreamAccumulator
 from ..protocol.messages import Event, Job, Message, ModelInfo, RateLimit, Request, Response, WarningInfo
 from ..protocol.provider_options import Options
 from ..protocol.tokens import estimate_request_tokens
+from ._keys import WorkerKeys
 from .errors import ProviderError
 
 if TYPE_CHECKING:
@@ -87,6 +88,8 @@ class Call:
     #: The request's provider options for this provider, decoded once (the runtime decodes
     #: them once per job; `Adapter.build` decodes them here when nobody has).
     options: Options | None = None
+    #: Which of the provider's keys authenticates this attempt (`WorkerKeys`).
+    key_index: int = 0
 
     @property
     def attempt_id(self) -> str:
@@ -116,12 +119,17 @@ class Adapter:
         self.config = config
         self.retry = retry
         self.timeouts = timeouts
+        #: Every key of the provider, by index; `api_key` is the one used outside jobs
+        #: (a readiness check, a token count).
+        self.keys = WorkerKeys(config)
         self.api_key = config.api_key()
         self.max_response_bytes = MAX_RESPONSE_BYTES
+        self._secrets = tuple(key for key in self.keys.values if key)
 
     @property
     def secrets(self) -> tuple[str, ...]:
-        return (self.api_key,) if self.api_key else ()
+        """Every key's value: redacted from whatever leaves the worker."""
+        return self._secrets
 
     def make_tool_id(self, canonical: str) -> str:
         """A provider id for a tool call that came from elsewhere. Canonical ids

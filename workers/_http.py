@@ -107,12 +107,21 @@ class HttpAdapter(Adapter):
         }
         self._timeout = timeout.as_dict()
         self._urls: dict[str, httpx.URL] = {}
+        #: Each key's credentials header, by key index, made once (the pool is shared; only
+        #: the header differs between the jobs of two keys).
+        self._auth = [self.credentials(key) if key else {} for key in self.keys.values] or [{}]
 
     # -- what a provider supplies ----------------------------------------------------
 
-    def auth_headers(self) -> dict[str, str]:
-        """Credentials for every request (never logged)."""
+    def credentials(self, key: str) -> dict[str, str]:
+        """The header that carries `key` (never logged)."""
         return {}
+
+    def auth_headers(self, call: Call | None = None) -> dict[str, str]:
+        """Credentials for a request: the call's key, else (outside jobs) the provider's first."""
+        if call is not None:
+            return self._auth[call.key_index]
+        return self.credentials(self.api_key) if self.api_key else {}
 
     def classify(self, status: int, headers: httpx.Headers, body: bytes) -> ProviderError:
         """An error response as a ProviderError (each provider's `errors.classify`)."""
@@ -124,7 +133,7 @@ class HttpAdapter(Adapter):
     # -- calling -----------------------------------------------------------------------
 
     def headers_for(self, call: Call, extra: dict[str, str] | None = None) -> dict[str, str]:
-        headers = {"content-type": "application/json", **self.auth_headers()}
+        headers = {"content-type": "application/json", **self._auth[call.key_index]}
         if self.idempotency_header:
             headers[self.idempotency_header] = idempotency_key(call.operation_id)
         if extra:
@@ -280,7 +289,7 @@ class HttpAdapter(Adapter):
         idle = call.deadlines.stream_idle_s
         # A GET carries no body, so no content type, and changes nothing: no idempotency key.
         headers = (
-            self.headers_for(call, leg.headers) if leg.body is not None else {**self.auth_headers(), **leg.headers}
+            self.headers_for(call, leg.headers) if leg.body is not None else {**self.auth_headers(call), **leg.headers}
         )
         try:
             async with self._send(leg.path, leg.body, headers) as response:

@@ -33,6 +33,7 @@ from ..protocol.messages import (
     EstimateTokens,
     Heartbeat,
     Job,
+    KeyFailed,
     Msg,
     Progress,
     Relay,
@@ -333,8 +334,20 @@ class JobRunner:
             emitter.fail(self._info(err))
             return
         emitter.service_tier = provider_options.service_tier(options)
+        keys = adapter.keys
+        key = job.key_index
+        problem = keys.problem(key)
+        if problem is not None:
+            emitter.fail(self._info(problem))
+            return
+        tried: set[int] = set()  # keys this job moved away from
+        if keys.several and keys.resting(key):
+            # Rested here since the supervisor chose it (a 429 it had not heard of yet).
+            other = keys.another(key, tried)
+            key = key if other is None else other
         wire_ids = self._wire_ids(job)
         retries = 0
+        attempt = 0
         common = {
             "request_id": job.request_id,
             "provider": adapter.name,
@@ -344,19 +357,27 @@ class JobRunner:
         while True:
             # The call shares the emitter's warning list, so what the request translator
             # notes is in `stream_start` and in the final response.
+            attempt += 1
             call = Call(
                 job,
                 adapter.name,
-                retries + 1,
+                attempt,
                 job.operation_id,
                 deadlines,
                 wire_ids,
                 warnings=emitter.warnings,
                 backlog=self.outbox if job.stream else None,
                 options=options,
+                key_index=key,
             )
             self.calls[job.request_id] = call
-            self.outbox.bus("llm.call_started", attempt_id=call.attempt_id, attempt=call.attempt, **common)
+            self.outbox.bus(
+                "llm.call_started",
+                attempt_id=call.attempt_id,
+                attempt=call.attempt,
+                detail=f"key {keys.names[key]}" if keys.several else None,
+                **common,
+            )
             started_ns = trace.now_ns() if trace.ENABLED else 0
             try:
                 if job.stream:
@@ -427,6 +448,27 @@ class JobRunner:
                     self._info(error, "the stream had already begun, so it was not retried" if error.retryable else "")
                 )
                 return
+            if keys.failed(key, error):
+                # Before the job's end reaches the supervisor, so its next job gets another key.
+                self.outbox.push(
+                    KeyFailed(key_index=key, error_class=error.error_class, retry_after_s=error.retry_after)
+                )
+                tried.add(key)
+                other = keys.another(key, tried)
+                if other is not None and not error.output:
+                    # A 429, 401 or 403 produced nothing to bill: the next key at once beats
+                    # waiting out this one's Retry-After (and is no retry of the same call).
+                    self.outbox.bus(
+                        "llm.retrying",
+                        wait_s=0.0,
+                        error_class=error.error_class,
+                        attempt=call.attempt + 1,
+                        retry_count=retries,
+                        detail=f"with key {keys.names[other]}: {keys.names[key]} rests",
+                        **common,
+                    )
+                    key = other
+                    continue
             decision = decide(
                 error,
                 retries,

@@ -177,6 +177,7 @@ SAMPLES: list[m.Msg] = [
         generation=3,
         retry={"max_retries": 0},
         timeouts={"request_s": 5.0},
+        key_index=1,
     ),
     m.StopJob(request_id="r"),
     m.CheckReady(call_id=1, model=MODEL),
@@ -193,6 +194,7 @@ SAMPLES: list[m.Msg] = [
     ),
     m.CallResult(call_id=1, ok=False, error=ERROR, input_tokens=4),
     m.Progress(request_id="r", content=[m.TextPart(text="so far")], model="m"),
+    m.KeyFailed(key_index=1, error_class="rate_limit", retry_after_s=30.0),
     *list(REQUEST.messages[1].content + REQUEST.messages[2].content + REQUEST.messages[3].content),
 ]
 

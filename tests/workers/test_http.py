@@ -21,18 +21,21 @@ from trunkline.workers.errors import HTTPX_EXC_MAP, ProviderError, from_transpor
 class PlainAdapter(HttpAdapter):
     provider_type = "plain"
 
-    def auth_headers(self) -> dict[str, str]:
-        return {"authorization": f"Bearer {self.api_key}"}
+    def credentials(self, key: str) -> dict[str, str]:
+        return {"authorization": f"Bearer {key}"}
 
     def classify(self, status, headers, body):
         return ProviderError(status_class(status), body.decode(), status=status, retry_after=parse_retry_after(headers))
 
 
+@pytest.fixture(autouse=True)
+def plain_key(monkeypatch):
+    monkeypatch.setenv("PLAIN_TEST_KEY", "sk-test-secret-value-123456")
+
+
 def make(base_url: str, **timeouts) -> PlainAdapter:
-    config = ProviderConfig(type="mock", base_url=base_url, headers={"x-team": "blue"})
-    adapter = PlainAdapter("plain", config, RetryPolicy(), TimeoutPolicy(**timeouts))
-    adapter.api_key = "sk-test-secret-value-123456"
-    return adapter
+    config = ProviderConfig(type="mock", base_url=base_url, headers={"x-team": "blue"}, api_key_env="PLAIN_TEST_KEY")
+    return PlainAdapter("plain", config, RetryPolicy(), TimeoutPolicy(**timeouts))
 
 
 def call(attempt: int = 1) -> Call:

@@ -44,8 +44,8 @@ class AnthropicAdapter(HttpAdapter):
     build_request = staticmethod(request.build)
     default_base_url = "https://api.anthropic.com"
 
-    def auth_headers(self) -> dict[str, str]:
-        return {"x-api-key": self.api_key} if self.api_key else {}
+    def credentials(self, key: str) -> dict[str, str]:
+        return {"x-api-key": key}
 
     def classify(self, status: int, headers: httpx.Headers, body: bytes) -> ProviderError:
         return errors.classify(status, headers, body)

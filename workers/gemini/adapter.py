@@ -26,8 +26,8 @@ class GeminiAdapter(HttpAdapter):
     default_base_url = "https://generativelanguage.googleapis.com"
     idempotency_header = None  # Gemini has none; a custom header would only be noise
 
-    def auth_headers(self) -> dict[str, str]:
-        return {"x-goog-api-key": self.api_key} if self.api_key else {}
+    def credentials(self, key: str) -> dict[str, str]:
+        return {"x-goog-api-key": key}
 
     def classify(self, status: int, headers: httpx.Headers, body: bytes) -> ProviderError:
         return errors.classify(status, headers, body)

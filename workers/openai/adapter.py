@@ -72,8 +72,8 @@ class OpenAIAdapter(HttpAdapter):
     def __init__(self, name: str, config: ProviderConfig, *args: Any, **kwargs: Any) -> None:
         super().__init__(name, _from_env(config), *args, **kwargs)
 
-    def auth_headers(self) -> dict[str, str]:
-        return {"authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+    def credentials(self, key: str) -> dict[str, str]:
+        return {"authorization": f"Bearer {key}"}
 
     def classify(self, status: int, headers: httpx.Headers, body: bytes) -> ProviderError:
         return errors.classify(status, headers, body)
@@ -159,7 +159,7 @@ class OpenAIAdapter(HttpAdapter):
 
     async def ready(self, model: ModelInfo) -> None:
         if not self.api_key:
-            raise ProviderError("not_configured", f"no API key: set {self.config.api_key_env}")
+            raise ProviderError("not_configured", f"no API key: set {self.config.key_hint()}")
         await self.get_json(f"/models/{model.wire_name}")
 
     def count_tokens(self, req: Request, model: ModelInfo) -> int:

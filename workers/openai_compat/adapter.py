@@ -51,8 +51,8 @@ class OpenAICompatAdapter(HttpAdapter):
         #: The options `request.build` reads: the config's, over what the host implies.
         self.instance = instance_options(self.base_url, self.config.options)
 
-    def auth_headers(self) -> dict[str, str]:
-        return {"authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+    def credentials(self, key: str) -> dict[str, str]:
+        return {"authorization": f"Bearer {key}"}
 
     def classify(self, status: int, headers: httpx.Headers, body: bytes) -> ProviderError:
         return errors.classify(status, headers, body)

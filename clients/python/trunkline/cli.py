@@ -30,6 +30,7 @@ from .config.names import did_you_mean
 from .errors import DaemonNotRunning, DaemonUnavailable, TLSError, TrunklineError, error_from_info
 from .protocol import __version__
 from .protocol.messages import (
+    ApiKeyStatus,
     BusEvent,
     ErrorEvent,
     ErrorInfo,
@@ -274,7 +275,18 @@ async def _status(args: argparse.Namespace) -> int:
             )
         )
     _table(rows)
+    for w in report.workers:
+        if w.api_keys:
+            print(f"{w.provider}: {len(w.api_keys)} keys: " + "; ".join(_key_use(k) for k in w.api_keys))
     return 0
+
+
+def _key_use(key: ApiKeyStatus) -> str:
+    """One of a provider's keys in `status`: its variable, its requests, and why it rests."""
+    if not key.set:
+        return f"{key.variable} not set"
+    resting = f", resting {key.cooling_s:.0f}s after {key.last_error}" if key.cooling_s is not None else ""
+    return f"{key.variable} {key.requests} requests{resting}"
 
 
 def bus_line(ev: BusEvent) -> str:
