@@ -365,6 +365,10 @@ def _response_attributes(response: Response) -> dict[str, Any]:
         out["gen_ai.response.id"] = response.id
     if response.model:
         out["gen_ai.response.model"] = response.model
+    if response.deployment is not None:
+        out["trunkline.deployment"] = response.deployment
+        if response.fallbacks:
+            out["trunkline.fallbacks"] = [f"{f.deployment}: {f.error_class}" for f in response.fallbacks]
     for key, value in (
         ("gen_ai.usage.cache_read.input_tokens", usage.cache_read_tokens),
         ("gen_ai.usage.cache_creation.input_tokens", usage.cache_write_tokens),
