@@ -174,6 +174,15 @@ class Daemon:
         self.events.routing = routing
         return routing
 
+    def _reroute(self, config: Config) -> None:
+        """A reload's routes, from the next request (what the store and this daemon know
+        of each deployment, its use and cooldown, stays)."""
+        routing = self.router.routing
+        if routing is not None:
+            routing.routes = build_routes(config, self.catalog)
+        elif config.routes:
+            self.router.routing = self._routing(config)
+
     # -- reload ----------------------------------------------------------------------
 
     def reload(self) -> ReloadResult:
@@ -210,6 +219,7 @@ class Daemon:
         self.config = change.config
         self.catalog = change.catalog
         self.router.reconfigure(change.catalog, change.job_policies)
+        self._reroute(change.config)
         for name, slot in self.slots.items():
             slot.reconfigure(SlotTerms.of(change.config, name))
         self.forks.want(change.config.supervision.worker_start == "forkserver")

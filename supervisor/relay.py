@@ -84,7 +84,10 @@ class EventRelay:
         self.pub.publish(frame)
 
     def bus(self, name: str, **fields: Any) -> None:
-        self.publish(frame_event(BUS_TOPIC, BusEvent(name=name, **fields)))
+        event = BusEvent(name=name, **fields)
+        self.publish(frame_event(BUS_TOPIC, event))
+        if event.request_id and (self.metrics is not None or self.telemetry is not None):
+            self._observe_bus(event)  # a request's own (a route's fallback): on its span
 
     def relay(self, msg: Relay) -> None:
         """Publish a worker's frames and keep them for replay; drop those of requests

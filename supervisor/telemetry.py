@@ -253,6 +253,14 @@ class Telemetry:
             if event.wait_s is not None:
                 attrs["trunkline.wait_s"] = event.wait_s
             span.events.append(Event("trunkline.retry" if name == "llm.retrying" else "trunkline.rate_limited", attrs))
+        elif name == "route.fallback":
+            attrs = {
+                "trunkline.route": event.route or "",
+                "trunkline.deployment": event.deployment or "",
+                "trunkline.next_deployment": event.next_deployment or "",
+                "error.type": event.error_class or "other",
+            }
+            span.events.append(Event("trunkline.fallback", attrs))
 
     def first_event(self, state: RequestState, seconds: float) -> None:
         """A stream's first chunk, `seconds` after its submit; the daemon then calls

@@ -301,6 +301,7 @@ class Routing:
         state.job, state.job_bytes = moved, None
         state.resolved = after.info
         state.model = after.info.id
+        state.progress = None  # the failed deployment's gathered content is not this one's
         self.slots[after.provider].send(moved)
         return True
 

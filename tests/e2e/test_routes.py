@@ -9,15 +9,20 @@ cools a deployment; weights split the traffic."""
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Callable
 from typing import Any
 
+import httpx
 import pytest
 import trio
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from fakes import chat_completions as cc
 from fakes.upstream import FakeUpstream, Recorded, Reply
 from trunkline import Client
+from trunkline.errors import TrunklineError
 from trunkline.protocol.messages import BusEvent, ErrorEvent, StreamStart
 
 pytestmark = pytest.mark.e2e
@@ -63,6 +68,23 @@ async def two_deployments(
     }
     daemon = await start_daemon(config)
     return daemon, a, b
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def scraped(port: int) -> list[tuple[str, dict[str, str], float]]:
+    async with httpx.AsyncClient() as http:
+        text = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
+    return [(s.name, s.labels, s.value) for family in text_string_to_metric_families(text) for s in family.samples]
+
+
+def value(found: list[tuple[str, dict[str, str], float]], name: str, **labels: str) -> float:
+    """The sum of the samples named `name` whose labels include `labels` (0 when none)."""
+    return sum(v for n, have, v in found if n == name and labels.items() <= have.items())
 
 
 async def next_bus(client: Client, name: str) -> BusEvent:
@@ -177,3 +199,92 @@ async def test_a_route_name_answers_model_lookups(start_daemon, nursery):
             info = await client.get_model_info("smart")
     assert info is not None and info.id == "smart" and info.provider == "fa"
     assert "a (fa:model-a)" in info.display_name and "b (fb:model-b)" in info.display_name
+
+
+def throttling(text: str, remaining: int, limit: int = 1000) -> Callable[[Recorded], Reply]:
+    """A healthy upstream whose rate-limit headers say how little of its window is left."""
+    healthy = answer(text)
+
+    def reply(request: Recorded) -> Reply:
+        out = healthy(request)
+        out.headers.update(
+            {
+                "x-ratelimit-limit-requests": str(limit),
+                "x-ratelimit-remaining-requests": str(remaining),
+                "x-ratelimit-reset-requests": "5m0s",
+            }
+        )
+        return out
+
+    return reply
+
+
+async def test_rate_limit_headers_saying_little_is_left_lower_a_deployments_share(start_daemon, nursery):
+    daemon, a, b = await two_deployments(start_daemon, nursery, {})
+    a.route("POST", PATH, throttling("from a", remaining=2))  # 0.2 % left: its share falls to 5 %
+    b.route("POST", PATH, throttling("from b", remaining=900))
+    served: list[str] = []
+    with trio.fail_after(60):
+        async with Client(daemon.runtime_dir) as client:
+            for _ in range(80):
+                response = await client.complete("smart", "hi")
+                served.append(response.deployment or "?")
+    assert "a" in served, "a was never drawn: nothing to learn its headers from"
+    after = served[served.index("a") + 1 :]
+    # Equal weights would give a half of what follows; lowered to 1/21 it gets ~5 % (sd
+    # under 3 of ~79 requests): at most 12 leaves 3+ sd of room and is far from half.
+    assert after.count("a") <= 12 and len(after) - after.count("a") >= len(after) - 12, served
+
+
+async def test_fallbacks_and_cooldowns_are_in_the_metrics_and_a_reload_changes_the_routes(start_daemon, nursery):
+    port = free_port()
+    route = {"strategy": "priority", "b": {"priority": 1}, "breaker": {"failures": 1, "cooldown_s": 600}}
+    daemon, a, b = await two_deployments(start_daemon, nursery, route, metrics={"listen": f"127.0.0.1:{port}"})
+    a.route("POST", PATH, BROKEN)
+    b.route("POST", PATH, answer("from b"))
+    with trio.fail_after(30):
+        async with Client(daemon.runtime_dir) as client:
+            await client.complete("smart", "hi")  # a fails, is cooled (1 failure), b serves
+            await client.complete("smart", "hi")  # b, straight
+            found = await scraped(port)
+            # A reload that puts only b in the route: it serves the next request as `smart/1`.
+            config = yaml.safe_load(daemon.config_path.read_text())
+            config["routes"]["smart"]["deployments"] = [{"provider": "fb", "model": "model-b"}]
+            daemon.config_path.write_text(yaml.safe_dump(config))
+            assert (await client.reload()).ok
+            reloaded = await client.complete("smart", "hi")
+    assert value(found, "trunkline_route_fallbacks_total", route="smart", from_deployment="a", to_deployment="b") == 1
+    assert value(found, "trunkline_route_fallbacks_total", error_class="server_error") == 1
+    assert value(found, "trunkline_route_cooldowns_total", route="smart", deployment="a") == 1
+    assert value(found, "trunkline_route_requests_total", route="smart", deployment="b", outcome="stop") == 2
+    assert value(found, "trunkline_route_requests_total", deployment="a") == 0  # it never ended a request
+    assert reloaded.deployment == "smart/1" and reloaded.text == "from b"
+    assert len(a.sent(PATH)) == 1
+
+
+async def test_a_deployment_whose_provider_cannot_serve_is_skipped(start_daemon, nursery):
+    b = await FakeUpstream().start(nursery)
+    b.route("POST", PATH, answer("from b"))
+    deployments = [
+        {"id": "nowhere", "provider": "fc", "model": "m"},  # no base_url: not configured
+        {"id": "b", "provider": "fb", "model": "model-b", "priority": 1},
+    ]
+    config = {
+        "providers": {
+            "fb": {"type": "openai_compat", "base_url": b.base_url + "/v1"},
+            "fc": {"type": "openai_compat"},
+        },
+        "routes": {
+            "smart": {"strategy": "priority", "deployments": deployments},
+            "dark": {"deployments": [{"provider": "fc", "model": "m"}]},
+        },
+    }
+    daemon = await start_daemon(config)
+    with trio.fail_after(20):
+        async with Client(daemon.runtime_dir) as client:
+            response = await client.complete("smart", "hi")
+            with pytest.raises(TrunklineError) as caught:
+                await client.complete("dark", "hi")
+    assert response.deployment == "b" and response.fallbacks == []
+    assert caught.value.error_class == "unavailable"
+    assert "dark/1" in str(caught.value) and "not configured" in str(caught.value)
