@@ -29,16 +29,14 @@ from ...protocol.messages import (
     ErrorEvent,
     ErrorInfo,
     FallbackInfo,
-    Finish,
     ModelInfo,
     RateLimit,
     Request,
-    Response,
     Submit,
     Timeouts,
 )
 from ...protocol.tokens import estimate_request_tokens
-from .selection import Option, Strategy, order
+from .selection import Option, Selector, Strategy
 from .store import Admitted, Candidate, Decision, Limits, Refused, Settlement, Ticket
 
 if TYPE_CHECKING:
@@ -54,6 +52,10 @@ LOW_SHARE = 0.1
 MIN_SHARE = 0.05
 #: How long a lowered share holds when the provider did not say when its window resets.
 SHARE_HOLD_S = 60.0
+#: Slot states in which a deployment is skipped at submit, like one cooling down.
+_CANNOT_SERVE = ("not_configured", "unavailable")
+#: The key limits of a route's ticket until client keys come (none).
+_NO_KEY_LIMITS = Limits()
 #: Characters of a failed deployment's error message kept on the response's `fallbacks`.
 FALLBACK_MESSAGE_CHARS = 500
 
@@ -85,6 +87,8 @@ class Deployment:
     key_index: int
     #: The provider's whole-request timeout, which bounds a request's fallbacks too.
     request_s: float
+    #: What the admission ticket names it as (made once, not per request).
+    candidate: Candidate
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +96,7 @@ class Route:
     name: str
     strategy: Strategy
     deployments: tuple[Deployment, ...]
-    options: tuple[Option, ...]
+    selector: Selector
     fallback: bool
     fallback_on: frozenset[str]
     breaker: BreakerConfig
@@ -118,14 +122,16 @@ def build_routes(config: Config, catalog: Catalog) -> dict[str, Route]:
                     limits=Limits(rpm=d.limits.rpm, tpm=d.limits.tpm, parallel=d.limits.parallel),
                     key_index=keys.index(d.key_env) if d.key_env in keys else 0,
                     request_s=config.provider_timeouts(d.provider).request_s,
+                    candidate=Candidate(d.id, Limits(rpm=d.limits.rpm, tpm=d.limits.tpm, parallel=d.limits.parallel)),
                 )
             )
         routes[name] = Route(
             name=name,
             strategy=route.strategy,
             deployments=tuple(deployments),
-            options=tuple(
-                Option(d.id, c.weight, c.priority) for d, c in zip(deployments, route.deployments, strict=True)
+            selector=Selector(
+                route.strategy,
+                [Option(d.id, c.weight, c.priority) for d, c in zip(deployments, route.deployments, strict=True)],
             ),
             fallback=route.fallback,
             fallback_on=frozenset(route.fallback_on),
@@ -202,11 +208,21 @@ class Routing:
         route = self.routes.get(request.model)
         if route is None:
             return None
-        now = time.time()
-        cooling = {d.id for d in route.deployments if self.cooling.get(d.id, 0.0) > now}
-        share = {d.id: s[0] for d in route.deployments if (s := self.share.get(d.id)) is not None and s[1] > now}
-        ranked = order(route.strategy, route.options, self.rng, busy=self.busy, cooling=cooling, share=share)
-        ready = [route.deployments[i] for i in ranked if self._can_serve(route.deployments[i])]
+        # What this daemon knows of cooldowns and shares is looked at only when it knows any.
+        cooling: set[str] = set()
+        share: dict[str, float] = {}
+        if self.cooling or self.share:
+            now = time.time()
+            cooling = {d.id for d in route.deployments if self.cooling.get(d.id, 0.0) > now}
+            share = {d.id: s[0] for d in route.deployments if (s := self.share.get(d.id)) is not None and s[1] > now}
+        deployments = route.deployments
+        slots = self.slots
+        ready = []
+        for i in route.selector.order(self.rng, busy=self.busy, cooling=cooling, share=share):
+            deployment = deployments[i]
+            slot = slots.get(deployment.provider)
+            if slot is not None and slot.state not in _CANNOT_SERVE:
+                ready.append(deployment)
         if not ready:
             why = "; ".join(f"{d.id}: {self._state_of(d)}" for d in route.deployments)
             return _error("unavailable", f"no deployment of route {route.name!r} can serve now ({why})")
@@ -311,35 +327,25 @@ class Routing:
         run: RouteRun = state.route
         deployment = run.deployment
         self._not_busy(deployment)
-        response: Response | None = None
         outcome = "ended"
         now = time.time()
+        tokens, cost = 0, None
         if state.ring:
             try:
-                event = decode_event(split_frame(state.ring[-1])[1])
+                terminal = _terminals.decode(split_frame(state.ring[-1])[1])
             except Exception:  # noqa: BLE001 - the end is recorded whatever the frame
-                event = None
-            if type(event) is Finish:
-                response = event.response
-                outcome = response.finish_reason.reason
-                if response.rate_limit is not None:
-                    self._note_share(deployment, response.rate_limit, now)
-            elif type(event) is ErrorEvent:
-                response = event.partial
+                terminal = _Terminal()
+            answer = terminal.response if terminal.type == "finish" else terminal.partial
+            if answer is not None:
+                tokens, cost = answer.usage.input_tokens + answer.usage.output_tokens, answer.cost_usd
+            if terminal.type == "finish" and terminal.response is not None:
+                outcome = terminal.response.finish_reason.reason
+                if terminal.response.rate_limit is not None:
+                    self._note_share(deployment, terminal.response.rate_limit, now)
+            elif terminal.type == "error" and terminal.error is not None:
                 outcome = "error"
-                self._failed(run.route, deployment, event.error, now)
-        usage = response.usage if response is not None else None
-        self.store.settle_now(
-            Settlement(
-                state.request_id,
-                "",
-                deployment.id,
-                run.tokens,
-                usage.input_tokens + usage.output_tokens if usage is not None else 0,
-                response.cost_usd if response is not None else None,
-                now,
-            )
-        )
+                self._failed(run.route, deployment, terminal.error, now)
+        self.store.settle_now(Settlement(state.request_id, "", deployment.id, run.tokens, tokens, cost, now))
         if state.span is not None:
             state.span.attributes["trunkline.route"] = run.route.name
         if self.metrics is not None:
@@ -356,8 +362,8 @@ class Routing:
             Ticket(
                 request_id=request_id,
                 key="",
-                key_limits=Limits(),
-                candidates=tuple(Candidate(d.id, d.limits) for d in candidates),
+                key_limits=_NO_KEY_LIMITS,
+                candidates=tuple([d.candidate for d in candidates]),
                 tokens=tokens,
                 now=time.time(),
                 claim=False,
@@ -419,7 +425,7 @@ class Routing:
 
     def _can_serve(self, deployment: Deployment) -> bool:
         slot = self.slots.get(deployment.provider)
-        return slot is not None and slot.state not in ("not_configured", "unavailable")
+        return slot is not None and slot.state not in _CANNOT_SERVE
 
     def _state_of(self, deployment: Deployment) -> str:
         slot = self.slots.get(deployment.provider)
@@ -445,6 +451,35 @@ class Routing:
         first = route.deployments[0].info
         ids = ", ".join(f"{d.id} ({d.info.id})" for d in route.deployments)
         return msgspec.structs.replace(first, id=name, display_name=f"route {name}: {ids}", aliases=[])
+
+
+class _Reason(msgspec.Struct):
+    reason: str = "other"
+
+
+class _Tokens(msgspec.Struct):
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class _Answer(msgspec.Struct):
+    finish_reason: _Reason = msgspec.field(default_factory=_Reason)
+    usage: _Tokens = msgspec.field(default_factory=_Tokens)
+    cost_usd: float | None = None
+    rate_limit: RateLimit | None = None
+
+
+class _Terminal(msgspec.Struct):
+    """What a routed request's end settles and tells the breaker, read from its terminal
+    frame without its content (a whole response's text is most of it)."""
+
+    type: str = ""
+    response: _Answer | None = None
+    partial: _Answer | None = None
+    error: ErrorInfo | None = None
+
+
+_terminals = msgspec.msgpack.Decoder(_Terminal)
 
 
 def _estimate(request: Request) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 
-from trunkline.supervisor.admission.selection import Option, Strategy, order
+from trunkline.supervisor.admission.selection import Option, Selector, Strategy, order
 
 THREE = [Option("a", weight=6), Option("b", weight=3), Option("c", weight=1)]
 
@@ -65,3 +65,23 @@ def test_deployments_cooling_down_go_last_in_their_order():
 
 def test_no_options_no_order():
     assert order("weighted", [], random.Random(0)) == []
+
+
+def test_the_prepared_selector_orders_as_order_does_for_the_same_draws():
+    options = [
+        Option("a", weight=6),
+        Option("b", weight=3, priority=1),
+        Option("c", weight=1),
+        Option("d", weight=2, priority=1),
+        Option("e", weight=0.5, priority=2),
+    ]
+    strategies: tuple[Strategy, ...] = ("weighted", "least_busy", "priority")
+    for strategy in strategies:
+        selector = Selector(strategy, options)
+        ours, theirs = random.Random(11), random.Random(11)
+        for n in range(2000):
+            cooling = {"c"} if n % 3 == 0 else set()
+            busy = {"b": 2} if n % 5 == 0 else {}
+            assert selector.order(ours, busy=busy, cooling=cooling) == order(
+                strategy, options, theirs, busy=busy, cooling=cooling
+            ), (strategy, n)
