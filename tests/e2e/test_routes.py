@@ -4,7 +4,8 @@ OpenAI-compatible provider in front of its own fake upstream on 127.0.0.1.
 Fallback from a deployment that answers 529 to a healthy one; a stream that already
 sent content is never switched; the circuit breaker (failures cool a deployment, the
 next requests skip it, after its cooldown it is tried again); a 429 with Retry-After
-cools a deployment; weights split the traffic."""
+cools a deployment; rate-limit headers lower a share; weights split the traffic; the
+metrics, the span and a reload."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import httpx
 import pytest
 import trio
 import yaml
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from prometheus_client.parser import text_string_to_metric_families
 
 from fakes import chat_completions as cc
@@ -288,3 +290,42 @@ async def test_a_deployment_whose_provider_cannot_serve_is_skipped(start_daemon,
     assert response.deployment == "b" and response.fallbacks == []
     assert caught.value.error_class == "unavailable"
     assert "dark/1" in str(caught.value) and "not configured" in str(caught.value)
+
+
+def otlp_value(any_value: Any) -> Any:
+    kind = any_value.WhichOneof("value")
+    if kind == "array_value":
+        return [otlp_value(v) for v in any_value.array_value.values]
+    return getattr(any_value, kind)
+
+
+async def test_the_span_names_the_route_the_deployment_and_each_fallback(start_daemon, nursery):
+    collector = await FakeUpstream().start(nursery)
+    accepted = Reply(200, {"content-type": "application/x-protobuf"}, [])
+    collector.route("POST", "/v1/traces", accepted)
+    collector.route("POST", "/v1/metrics", accepted)
+    route = {"strategy": "priority", "b": {"priority": 1}}
+    daemon, a, b = await two_deployments(start_daemon, nursery, route, telemetry={"otlp_endpoint": collector.base_url})
+    a.route("POST", PATH, OVERLOADED)
+    b.route("POST", PATH, answer("from b"))
+    with trio.fail_after(30):
+        async with Client(daemon.runtime_dir) as client:
+            assert (await client.complete("smart", "hi")).deployment == "b"
+        assert await daemon.stop() == 0  # its exit sends what the batch holds
+    (span,) = [
+        span
+        for post in collector.sent("/v1/traces")
+        for rs in ExportTraceServiceRequest.FromString(post.body).resource_spans
+        for ss in rs.scope_spans
+        for span in ss.spans
+    ]
+    attrs = {kv.key: otlp_value(kv.value) for kv in span.attributes}
+    assert attrs["trunkline.route"] == "smart" and attrs["trunkline.deployment"] == "b"
+    assert attrs["trunkline.fallbacks"] == ["a: rate_limit"]
+    (fallback,) = [event for event in span.events if event.name == "trunkline.fallback"]
+    assert {kv.key: otlp_value(kv.value) for kv in fallback.attributes} == {
+        "trunkline.route": "smart",
+        "trunkline.deployment": "a",
+        "trunkline.next_deployment": "b",
+        "error.type": "rate_limit",
+    }
