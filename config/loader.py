@@ -357,6 +357,56 @@ class TelemetryConfig(_Section):
         return (self.enabled or self.otlp_endpoint is not None) and (self.traces or self.metrics)
 
 
+# -- routes (issue 31): a model name served by several deployments ---------------------
+
+#: Error classes a route falls back on unless its `fallback_on` says otherwise (a
+#: `timeout` only when listed: a slow generation is often slow anywhere, and billed).
+FALLBACK_ON_DEFAULT = ("rate_limit", "server_error", "unavailable", "network")
+#: Classes a `fallback_on` may name: those a second try elsewhere can cure.
+FALLBACK_CLASSES = ("rate_limit", "server_error", "unavailable", "network", "timeout", "model_not_loaded")
+
+
+class DeploymentLimits(_Section):
+    """A deployment's own limits (None: none): requests and tokens per minute (a sliding
+    60-second window), requests in parallel."""
+
+    rpm: int | None = None
+    tpm: int | None = None
+    parallel: int | None = None
+
+
+class DeploymentConfig(_Section):
+    """One way to serve a route: a provider instance and its model. `id` defaults to
+    `<route>/<n>` (n from 1); `key_env` names one of the provider's `keys_env` variables
+    when it has several keys; `weight` is its share (strategy weighted), `priority` its
+    rank (strategy priority, lowest first)."""
+
+    provider: str
+    model: str
+    id: str | None = None
+    key_env: str | None = None
+    weight: float = 1.0
+    priority: int = 0
+    limits: DeploymentLimits = msgspec.field(default_factory=DeploymentLimits)
+
+
+class BreakerConfig(_Section):
+    """The circuit breaker: `failures` retryable failures of a deployment within
+    `window_s` cool it for `cooldown_s`, then it is tried again."""
+
+    failures: int = 3
+    window_s: float = 60.0
+    cooldown_s: float = 30.0
+
+
+class RouteConfig(_Section):
+    strategy: Literal["weighted", "least_busy", "priority"] = "weighted"
+    deployments: list[DeploymentConfig] = msgspec.field(default_factory=list)
+    fallback: bool = True
+    fallback_on: list[str] = msgspec.field(default_factory=lambda: list(FALLBACK_ON_DEFAULT))
+    breaker: BreakerConfig = msgspec.field(default_factory=BreakerConfig)
+
+
 class Config(_Section):
     runtime_dir: str | None = None
     state_dir: str | None = None
@@ -375,6 +425,8 @@ class Config(_Section):
     #: Extra catalog entries (for example models of a local server), by canonical id;
     #: each is written as `ModelInfo` without what its id and the catalog give.
     models: dict[str, ModelInfo] = msgspec.field(default_factory=dict)
+    #: Routes: model names served by several deployments, with fallbacks (see RouteConfig).
+    routes: dict[str, RouteConfig] = msgspec.field(default_factory=dict)
     #: Which file each top-level value came from (for messages), not read from YAML.
     source: str = ""
     #: Settings given on `trunkline serve`'s command line, laid over the file's (a reload
@@ -618,6 +670,13 @@ def load_config(
                 msgspec.convert(value, ProviderConfig)
             except msgspec.ValidationError as exc:
                 raise _explain(exc, user, user_path, prefix=f"providers.{key}", root=ProviderConfig) from None
+    routes = merged.get("routes")
+    if isinstance(routes, dict):
+        for key, value in routes.items():
+            try:
+                msgspec.convert(value, RouteConfig)
+            except msgspec.ValidationError as exc:
+                raise _explain(exc, user, user_path, prefix=f"routes.{key}", root=RouteConfig) from None
     models = merged.get("models")
     if isinstance(models, dict):
         entries: dict[str, ModelInfo] = {}
@@ -847,6 +906,8 @@ def _check(config: Config, source: Path) -> None:
                 f"config error in {source} at `providers.{name}.options.anthropic_version`: {version!r} is not "
                 f"an Anthropic API version this worker speaks (one of: {', '.join(ANTHROPIC_VERSIONS)})"
             )
+    if config.routes:
+        _check_routes(config, source)
     for key in ("max_restarts",):
         if getattr(config.supervision, key) < 0:
             raise ConfigError(f"config error in {source} at `supervision.{key}`: must be >= 0")
@@ -889,6 +950,91 @@ def _check_env_base_url(name: str, provider: ProviderConfig, config: Config, sou
                 f"providers.{name}: ${variable} names this daemon's own front door (http.listen), so it "
                 f"is not followed: the provider calls {provider.base_url or 'its default URL'}"
             )
+
+
+_ROUTE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,63}")
+
+
+def _check_routes(config: Config, source: Path) -> None:
+    """Each route: a name no catalog model has, deployments of configured providers whose
+    models resolve, unique ids (given `<route>/<n>` when unset), positive weights and
+    limits, fallback classes a retry elsewhere can cure."""
+    from .catalog import Catalog, UnknownModel  # the catalog imports this module
+
+    catalog = Catalog.load(
+        config.models, providers=config.providers, types={n: p.type for n, p in config.providers.items()}
+    )
+    ids: dict[str, str] = {}
+    for name, route in config.routes.items():
+        at = f"config error in {source} at `routes.{name}"
+        if not _ROUTE_NAME.fullmatch(name):
+            raise ConfigError(
+                f"{at}`: a route name is 1-64 letters, digits, `.`, `_`, `-` or `/` (no `:`, which names a provider)"
+            )
+        try:
+            shadowed = catalog.resolve(name)
+        except UnknownModel:
+            shadowed = None
+        if shadowed is not None:
+            raise ConfigError(
+                f"{at}`: {name!r} already names the catalog model {shadowed.id!r}; give the route "
+                "another name (a route never hides a model)"
+            )
+        if not route.deployments:
+            raise ConfigError(f"{at}.deployments`: give at least one deployment")
+        for cls in route.fallback_on:
+            if cls not in FALLBACK_CLASSES:
+                raise ConfigError(
+                    f"{at}.fallback_on`: {cls!r} is not a class another deployment can cure "
+                    f"(one of: {', '.join(FALLBACK_CLASSES)})"
+                )
+        breaker = route.breaker
+        if breaker.failures < 1:
+            raise ConfigError(f"{at}.breaker.failures`: must be at least 1, got {breaker.failures}")
+        _check_durations(f"routes.{name}.breaker", breaker, source)
+        for n, deployment in enumerate(route.deployments):
+            where = f"{at}.deployments[{n}]"
+            provider = config.providers.get(deployment.provider)
+            if provider is None:
+                raise ConfigError(
+                    f"{where}.provider`: no provider {deployment.provider!r} is configured"
+                    f"{did_you_mean(deployment.provider, config.providers)} (the providers are: "
+                    f"{', '.join(sorted(config.providers))})"
+                )
+            try:
+                catalog.resolve(deployment.model, deployment.provider)
+            except UnknownModel as exc:
+                raise ConfigError(f"{where}.model`: {exc}") from None
+            if deployment.id is None:
+                deployment.id = f"{name}/{n + 1}"
+            if not deployment.id.strip() or len(deployment.id) > 128:
+                raise ConfigError(f"{where}.id`: an id is 1-128 characters")
+            if deployment.id in ids:
+                raise ConfigError(
+                    f"{where}.id`: {deployment.id!r} is already the id of a deployment of {ids[deployment.id]}"
+                )
+            ids[deployment.id] = f"route {name!r}"
+            if not (deployment.weight > 0 and math.isfinite(deployment.weight)):
+                raise ConfigError(f"{where}.weight`: must be a positive number, got {deployment.weight}")
+            if deployment.key_env is not None and deployment.key_env not in provider_key_names(provider):
+                raise ConfigError(
+                    f"{where}.key_env`: {deployment.key_env!r} is not one of provider "
+                    f"{deployment.provider!r}'s key variables ({', '.join(provider_key_names(provider)) or 'none'})"
+                )
+            for key in ("rpm", "tpm", "parallel"):
+                value = getattr(deployment.limits, key)
+                if value is not None and value < 1:
+                    raise ConfigError(f"{where}.limits.{key}`: must be at least 1, got {value}")
+
+
+def provider_key_names(provider: ProviderConfig) -> list[str]:
+    """The variables a provider's keys come from, in order: its `keys_env` (several keys,
+    used in turn) when it has them, else its `api_key_env`. A deployment's `key_env`
+    names one of them; its index is the job's key index."""
+    several = getattr(provider, "keys_env", None)
+    if isinstance(several, list) and several:
+        return [str(name) for name in several]
+    return provider.key_env_names()
 
 
 #: Durations for which zero means "no wait" (no pause, no delay, never wait a

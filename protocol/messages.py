@@ -424,6 +424,15 @@ class WarningInfo(Data, kw_only=True):
     message: str
 
 
+class FallbackInfo(Data, kw_only=True):
+    """A deployment of a route that was tried before the one that served (or failed
+    last), and why it was left: its error's class and message."""
+
+    deployment: str
+    error_class: ErrorClass
+    message: str = ""
+
+
 class Response(Data, kw_only=True):
     """The complete result of a call: the same whether it was streamed or not."""
 
@@ -439,6 +448,10 @@ class Response(Data, kw_only=True):
     warnings: list[WarningInfo] = msgspec.field(default_factory=list)
     rate_limit: RateLimit | None = None
     raw: Any = None
+    # -- routes (issue 31): which of a route's deployments served, and those tried before.
+    #: The deployment id that served (or failed last); null for a model named directly.
+    deployment: str | None = None
+    fallbacks: list[FallbackInfo] = msgspec.field(default_factory=list)
 
     @property
     def text(self) -> str:
@@ -871,6 +884,8 @@ class StreamStart(Event, tag="stream_start", kw_only=True):
     model: str = ""
     provider: str = ""
     warnings: list[WarningInfo] = msgspec.field(default_factory=list)
+    #: The route deployment serving the stream (null for a model named directly).
+    deployment: str | None = None
 
 
 class TextStart(Event, tag="text_start", kw_only=True):
@@ -988,6 +1003,11 @@ class BusEvent(Event, tag="bus", kw_only=True):
     latency_ms: float | None = None
     usage: Usage | None = None
     detail: str | None = None
+    # -- routes (issue 31): `route.fallback` (from `deployment` to `next_deployment`),
+    # `route.cooldown` (a deployment cooled down).
+    route: str | None = None
+    deployment: str | None = None
+    next_deployment: str | None = None
 
 
 StreamEvent = (
@@ -1032,6 +1052,10 @@ class Job(Msg, tag="job", kw_only=True):
     #: key of a provider that has one). The worker may move to another of its keys for a
     #: retry after a 429 or a 401/403 (see `KeyFailed`).
     key_index: int = 0
+    # -- routes (issue 31): the worker copies these into what it emits (`StreamStart`,
+    # the response, an error's partial), so the supervisor never re-encodes an event.
+    deployment: str | None = None
+    fallbacks: list[FallbackInfo] = msgspec.field(default_factory=list)
 
 
 class StopJob(Msg, tag="stop_job", kw_only=True):

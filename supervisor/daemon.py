@@ -25,6 +25,8 @@ from ..config.catalog import Catalog
 from ..config.loader import AUTOSTART_LOCK, Config, ConfigError, ProviderConfig, Supervision
 from ..protocol import __version__, nng
 from ..protocol.messages import ErrorInfo, ReloadResult, WorkerStatus
+from .admission.memory import MemoryStore
+from .admission.routes import Routing, build_routes
 from .forkserver import ForkServer, Launched
 from .frontdoor import FrontDoor
 from .metrics import DaemonMetrics, Worker
@@ -144,6 +146,7 @@ class Daemon:
             on_refused=self.metrics.refused_submit if self.metrics is not None else None,
             on_started=self.telemetry.started if self.telemetry is not None else None,
             more_status=self._front_door_status,
+            routing=self._routing(config),
         )
         #: The HTTP front door (`http.listen`), once its socket is bound; its keys are
         #: read here so that a key file that cannot be used stops the start.
@@ -154,6 +157,31 @@ class Daemon:
         self.pub: nng.EventPublisher | None = None
         self.rep: nng.ControlServer | None = None
         self.hurry = trio.Event()  # a second signal: skip the grace period
+
+    def _routing(self, config: Config) -> Routing | None:
+        """The routes, over the admission store; None without any, so that a submit
+        never looks for one."""
+        if not config.routes:
+            return None
+        routing = Routing(
+            build_routes(config, self.catalog),
+            MemoryStore(claim_s=config.replay.keep_s),
+            slots=self.slots,
+            requests=self.requests,
+            bus=self.events.bus,
+            metrics=self.metrics,
+        )
+        self.events.routing = routing
+        return routing
+
+    def _reroute(self, config: Config) -> None:
+        """A reload's routes, from the next request (what the store and this daemon know
+        of each deployment, its use and cooldown, stays)."""
+        routing = self.router.routing
+        if routing is not None:
+            routing.routes = build_routes(config, self.catalog)
+        elif config.routes:
+            self.router.routing = self._routing(config)
 
     # -- reload ----------------------------------------------------------------------
 
@@ -191,6 +219,7 @@ class Daemon:
         self.config = change.config
         self.catalog = change.catalog
         self.router.reconfigure(change.catalog, change.job_policies)
+        self._reroute(change.config)
         for name, slot in self.slots.items():
             slot.reconfigure(SlotTerms.of(change.config, name))
         self.forks.want(change.config.supervision.worker_start == "forkserver")

@@ -190,6 +190,25 @@ class DaemonMetrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
+        # -- routes (issue 31) --
+        self.route_requests = Counter(
+            "trunkline_route_requests",
+            "Requests of a route ended, by the deployment that served (or failed last) and outcome",
+            ["route", "deployment", "outcome"],
+            registry=self.registry,
+        )
+        self.route_fallbacks = Counter(
+            "trunkline_route_fallbacks",
+            "Requests handed from a route's deployment to the next, by the failed one's error class",
+            ["route", "from_deployment", "to_deployment", "error_class"],
+            registry=self.registry,
+        )
+        self.route_cooldowns = Counter(
+            "trunkline_route_cooldowns",
+            "Times a deployment was cooled down (circuit breaker, or a rate limit's Retry-After)",
+            ["route", "deployment"],
+            registry=self.registry,
+        )
         self.registry.register(_Live(requests, workers))
 
     def first_event(self, state: RequestState, seconds: float) -> None:
@@ -227,6 +246,15 @@ class DaemonMetrics:
                 self.tokens.labels(provider, model, kind).inc(value)
         if response.cost_usd:
             self.cost.labels(provider, model).inc(response.cost_usd)
+
+    def route_ended(self, route: str, deployment: str, outcome: str) -> None:
+        self.route_requests.labels(route, deployment, outcome).inc()
+
+    def route_fallback(self, route: str, failed: str, after: str, error_class: str) -> None:
+        self.route_fallbacks.labels(route, failed, after, error_class).inc()
+
+    def route_cooldown(self, route: str, deployment: str) -> None:
+        self.route_cooldowns.labels(route, deployment).inc()
 
     def bus(self, event: BusEvent) -> None:
         name, provider = event.name, event.provider

@@ -38,6 +38,7 @@ from ..protocol.ratelog import RateLimitedLog
 from .requests import RequestState, RequestTable, estimate_billing
 
 if TYPE_CHECKING:
+    from .admission.routes import Routing
     from .metrics import DaemonMetrics
     from .telemetry import Telemetry
 
@@ -73,6 +74,9 @@ class EventRelay:
         self.pub: Publisher = _NotBound()
         self.fault_log = RateLimitedLog(log)
         self._all_ended: trio.Event | None = None
+        #: The routes, when any are configured (the daemon sets it): a routed request's
+        #: failure may go on to another deployment, and its end settles admission.
+        self.routing: Routing | None = None
 
     # -- publishing ----------------------------------------------------------------
 
@@ -80,7 +84,10 @@ class EventRelay:
         self.pub.publish(frame)
 
     def bus(self, name: str, **fields: Any) -> None:
-        self.publish(frame_event(BUS_TOPIC, BusEvent(name=name, **fields)))
+        event = BusEvent(name=name, **fields)
+        self.publish(frame_event(BUS_TOPIC, event))
+        if event.request_id and (self.metrics is not None or self.telemetry is not None):
+            self._observe_bus(event)  # a request's own (a route's fallback): on its span
 
     def relay(self, msg: Relay) -> None:
         """Publish a worker's frames and keep them for replay; drop those of requests
@@ -94,6 +101,15 @@ class EventRelay:
         state = self.requests.active.get(msg.request_id)
         if state is None:
             return
+        if (
+            msg.terminal
+            and state.route is not None
+            and state.last_seq < 0
+            and len(msg.frames) == 1
+            and self.routing is not None
+            and self.routing.fallback(state, msg.frames[0])
+        ):
+            return  # failed before anything went out: the next deployment serves it
         if state.otel_chunks is not None:  # a stream's later chunk, for OpenTelemetry's metrics
             state.otel_chunks.arrived(trio.current_time())
         if not state.first_event and (self.metrics is not None or self.telemetry is not None):
@@ -135,6 +151,11 @@ class EventRelay:
 
     def _ended(self, state: RequestState) -> None:
         now = trio.current_time()
+        if state.route is not None and self.routing is not None:
+            try:
+                self.routing.ended(state)
+            except Exception as exc:  # noqa: BLE001 - admission's bookkeeping must never keep a request open
+                self.fault(state.request_id, "settling its route", exc)
         logging_it = log.isEnabledFor(logging.INFO)
         if logging_it or self.metrics is not None or self.telemetry is not None:
             try:

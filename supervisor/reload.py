@@ -7,7 +7,7 @@ hands each child its part. Requests in flight keep what they started with (their
 job holds its resolved model and prices).
 
 Live from the next request: the catalog (prices, rules, the user's extra
-models) and the retry and timeout policies, which ride in each job while they
+models), the routes (`routes`) and the retry and timeout policies, which ride in each job while they
 differ from those the provider's worker was started with. Live at once: the
 supervision settings (restart limits, heartbeat timeout, grace periods), except
 the heartbeat interval, which a worker takes when it starts, and an idle daemon's

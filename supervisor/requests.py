@@ -52,6 +52,7 @@ class RequestState:
         "resolved",
         "ring",
         "ring_bytes",
+        "route",
         "size",
         "span",
         "stream",
@@ -110,6 +111,9 @@ class RequestState:
         self.job_bytes: bytes | None = None
         #: The catalog entry it was resolved to.
         self.resolved: ModelInfo | None = None
+        #: A route's request: its deployment now, those left, those tried
+        #: (`admission.routes.RouteRun`); None for a model named directly.
+        self.route: Any = None
 
     @property
     def first_seq(self) -> int:
@@ -227,6 +231,17 @@ class RequestTable:
         """Forget a request that never ran (its submit failed after it was added)."""
         if self.active.pop(state.request_id, None) is not None:
             self._unload(state)
+
+    def move(self, state: RequestState, provider: str) -> None:
+        """A running request now served by another provider (a route's fallback)."""
+        running = self._of_provider.get(state.provider)
+        if running is not None:
+            running.pop(state.request_id, None)
+        state.provider = provider
+        running = self._of_provider.get(provider)
+        if running is None:
+            running = self._of_provider[provider] = {}
+        running[state.request_id] = state
 
     def _unload(self, state: RequestState) -> None:
         del self._of_provider[state.provider][state.request_id]

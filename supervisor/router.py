@@ -65,6 +65,7 @@ from ..protocol.messages import (
 )
 from ..protocol.ratelog import RateLimitedLog
 from ..protocol.tokens import estimate_request_tokens
+from .admission.routes import RouteRun, Routing
 from .reload import JobPolicies
 from .requests import RequestState, RequestTable
 from .slot import WorkerSlot
@@ -108,6 +109,7 @@ class Router:
         on_refused: Callable[[ErrorInfo], None] | None = None,
         on_started: Callable[[RequestState, dict[str, str]], None] | None = None,
         more_status: Callable[[], list[WorkerStatus]] | None = None,
+        routing: Routing | None = None,
     ) -> None:
         self.requests = requests
         self.slots = slots
@@ -124,6 +126,8 @@ class Router:
         self.on_started = on_started
         #: Children shown beside the workers in `status` (the HTTP front door's processes).
         self.more_status = more_status
+        #: The configured routes (None without any: a submit then never looks).
+        self.routing = routing
         self.accepting = True
         # A client id belongs to the control connection that said the `hello` it came
         # from: only that connection may submit under it, cancel, replay or say goodbye
@@ -322,6 +326,10 @@ class Router:
         """The entry a submit naming `model` (and `provider`) would be served by, as a
         list of one; none when the name resolves to no model. The same resolution as a
         submit's, whether or not the provider is configured (`configured` says)."""
+        if self.routing is not None and provider is None:
+            route = self.routing.model_info(model)
+            if route is not None:
+                return [route]
         info = self.entry(model, provider)
         return [] if isinstance(info, ErrorInfo) else [info]
 
@@ -396,7 +404,10 @@ class Router:
             problem = trace_context_problem(msg.trace_context)
             if problem:
                 return Rejected(request_id=msg.request_id, error=_error("invalid_request", problem))
-        resolved = self.resolve(msg.request.model, msg.request.provider)
+        plan = self.routing.plan(msg) if self.routing is not None else None
+        if isinstance(plan, ErrorInfo):
+            return Rejected(request_id=msg.request_id, error=plan)
+        resolved = self.resolve(msg.request.model, msg.request.provider) if plan is None else plan.first
         if isinstance(resolved, ErrorInfo):
             return Rejected(request_id=msg.request_id, error=resolved)
         slot = self.slots[resolved.provider]
@@ -420,9 +431,24 @@ class Router:
         over = self.over_client_limits(pipe_id, size)
         if over is not None:
             return Rejected(request_id=msg.request_id, error=over)
-        key = slot.keyring.next_key() if slot.keyring is not None else 0
-        if isinstance(key, ErrorInfo):
-            return Rejected(request_id=msg.request_id, error=key)
+        run: RouteRun | None = None
+        if plan is not None and self.routing is not None:  # a route: the deployment the store admits serves it
+            admitted = self.routing.admit(plan, msg.request_id, msg.request)
+            if isinstance(admitted, ErrorInfo):
+                return Rejected(request_id=msg.request_id, error=admitted)
+            run = admitted
+            resolved, slot = run.deployment.info, self.slots[run.deployment.provider]
+        # The deployment's own key, else the provider's keys in turn (skipping resting ones).
+        key = 0
+        if run is not None and run.deployment.key_index is not None:
+            key = run.deployment.key_index
+        elif slot.keyring is not None:
+            picked = slot.keyring.next_key()
+            if isinstance(picked, ErrorInfo):
+                if run is not None and self.routing is not None:
+                    self.routing.release(run, msg.request_id)
+                return Rejected(request_id=msg.request_id, error=picked)
+            key = picked
         operation_id = msg.operation_id or msg.request_id
         state = RequestState(
             msg.request_id,
@@ -439,6 +465,7 @@ class Router:
         if trace.ENABLED:
             state.trace = {"supervisor_received": self.received_ns}
         state.resolved = resolved
+        state.route = run
         job = state.job = Job(
             request_id=msg.request_id,
             client_id=msg.client_id,
@@ -447,6 +474,7 @@ class Router:
             stream=msg.stream,
             operation_id=operation_id,
             key_index=key,
+            deployment=run.deployment.id if run is not None else None,
         )
         if slot.name in self.job_policies:  # a reload changed them since the worker started
             job.retry, job.timeouts = self.job_policies[slot.name]
@@ -458,6 +486,8 @@ class Router:
         except Exception:
             # Answered with an error: nothing of it may stay behind as `running`.
             self.requests.discard(state)
+            if run is not None and self.routing is not None:
+                self.routing.release(run, msg.request_id)
             raise
         return Accepted(request_id=msg.request_id, provider=slot.name, model=resolved.id)
 

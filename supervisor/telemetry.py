@@ -253,6 +253,14 @@ class Telemetry:
             if event.wait_s is not None:
                 attrs["trunkline.wait_s"] = event.wait_s
             span.events.append(Event("trunkline.retry" if name == "llm.retrying" else "trunkline.rate_limited", attrs))
+        elif name == "route.fallback":
+            attrs = {
+                "trunkline.route": event.route or "",
+                "trunkline.deployment": event.deployment or "",
+                "trunkline.next_deployment": event.next_deployment or "",
+                "error.type": event.error_class or "other",
+            }
+            span.events.append(Event("trunkline.fallback", attrs))
 
     def first_event(self, state: RequestState, seconds: float) -> None:
         """A stream's first chunk, `seconds` after its submit; the daemon then calls
@@ -365,6 +373,10 @@ def _response_attributes(response: Response) -> dict[str, Any]:
         out["gen_ai.response.id"] = response.id
     if response.model:
         out["gen_ai.response.model"] = response.model
+    if response.deployment is not None:
+        out["trunkline.deployment"] = response.deployment
+        if response.fallbacks:
+            out["trunkline.fallbacks"] = [f"{f.deployment}: {f.error_class}" for f in response.fallbacks]
     for key, value in (
         ("gen_ai.usage.cache_read.input_tokens", usage.cache_read_tokens),
         ("gen_ai.usage.cache_creation.input_tokens", usage.cache_write_tokens),

@@ -144,6 +144,7 @@ class Emitter:
         start.provider = self.provider
         start.model = start.model or self.job.model.wire_name
         start.warnings = self.warnings + [w for w in start.warnings if w not in self.warnings]
+        start.deployment = self.job.deployment
         self._send(start)
 
     def _send(self, ev: Event) -> None:
@@ -224,6 +225,9 @@ class Emitter:
         response.warnings = self.warnings + [w for w in response.warnings if w not in self.warnings]
         if response.rate_limit is None:
             response.rate_limit = self.rate_limit
+        if self.job.deployment is not None:
+            response.deployment = self.job.deployment
+            response.fallbacks = list(self.job.fallbacks)
         schemas: dict[str, dict[str, Any]] | None = None
         for part in response.message.content:
             if isinstance(part, ToolCallPart):
@@ -313,6 +317,12 @@ class Emitter:
             partial: Response | None = self.partial("error")
         elif gathered:
             partial = self.partial("error", content=gathered)
+        elif self.job.deployment is not None:
+            # A route's request says which deployment failed and which were tried
+            # before, even when nothing arrived (an empty partial: nothing was billed).
+            partial = Response(
+                provider=self.provider, deployment=self.job.deployment, fallbacks=list(self.job.fallbacks)
+            )
         else:
             partial = None
         self._send(ErrorEvent(error=error, partial=partial))

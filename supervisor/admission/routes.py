@@ -1,0 +1,504 @@
+"""Routes: a model name served by several deployments, in the order selection picks,
+admitted by the store, handed to the next deployment when one fails before sending
+anything (a fallback), and cooled down when it keeps failing (the circuit breaker).
+
+The router asks `plan` (is this model a route, and which deployments, in which order)
+and `admit` (which of them the store lets take the request); the relay hands over a
+routed request's terminal frame (`fallback`: True when the request went on elsewhere,
+so the frame is never published) and its end (`ended`: the store settled, the breaker
+and the share told). Nothing here runs for a model named directly.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+import msgspec
+import trio
+
+from ...config.catalog import Catalog
+from ...config.loader import BreakerConfig, Config, provider_key_names
+from ...protocol.codec import decode_event, split_frame
+from ...protocol.messages import (
+    RETRYABLE,
+    ErrorEvent,
+    ErrorInfo,
+    FallbackInfo,
+    ModelInfo,
+    RateLimit,
+    Request,
+    Submit,
+    Timeouts,
+)
+from ...protocol.tokens import estimate_request_tokens
+from .selection import Option, Selector, Strategy
+from .store import Admitted, Candidate, Decision, Limits, Refused, Settlement, Ticket
+
+if TYPE_CHECKING:
+    from ..metrics import DaemonMetrics
+    from ..requests import RequestState, RequestTable
+    from ..slot import WorkerSlot
+
+log = logging.getLogger("trunkline.supervisor")
+
+#: Below this share of its requests or tokens left (upstream rate-limit headers), a
+#: deployment's weight is lowered in proportion, down to `MIN_SHARE` of it.
+LOW_SHARE = 0.1
+MIN_SHARE = 0.05
+#: How long a lowered share holds when the provider did not say when its window resets.
+SHARE_HOLD_S = 60.0
+#: Slot states in which a deployment is skipped at submit, like one cooling down.
+_CANNOT_SERVE = ("not_configured", "unavailable")
+#: The key limits of a route's ticket until client keys come (none).
+_NO_KEY_LIMITS = Limits()
+#: Characters of a failed deployment's error message kept on the response's `fallbacks`.
+FALLBACK_MESSAGE_CHARS = 500
+
+
+class AdmitsNow(Protocol):
+    """The store's synchronous twins (the memory store's), which a submit calls so that
+    it stays one step."""
+
+    def admit_now(self, ticket: Ticket) -> Decision: ...
+
+    def settle_now(self, settlement: Settlement) -> None: ...
+
+    def release_now(self, request_id: str) -> None: ...
+
+    def failure_now(
+        self, deployment: str, now: float, *, threshold: int, window_s: float, cooldown_s: float
+    ) -> bool: ...
+
+    def cooldown_now(self, deployment: str, until: float) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Deployment:
+    id: str
+    provider: str
+    info: ModelInfo
+    limits: Limits
+    #: Index of its `key_env` among the provider's keys (`Job.key_index`); None without
+    #: one: the provider's keys are then used in turn, as for a request naming no route.
+    key_index: int | None
+    #: The provider's whole-request timeout, which bounds a request's fallbacks too.
+    request_s: float
+    #: What the admission ticket names it as (made once, not per request).
+    candidate: Candidate
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    name: str
+    strategy: Strategy
+    deployments: tuple[Deployment, ...]
+    selector: Selector
+    fallback: bool
+    fallback_on: frozenset[str]
+    breaker: BreakerConfig
+    #: A deployment has a `tpm` limit: the request's tokens are estimated for it.
+    needs_tokens: bool
+
+
+def build_routes(config: Config, catalog: Catalog) -> dict[str, Route]:
+    """The configured routes with each deployment's model resolved (the loader checked
+    that every one resolves and every id is set)."""
+    routes: dict[str, Route] = {}
+    for name, route in config.routes.items():
+        deployments = []
+        for d in route.deployments:
+            assert d.id is not None  # the loader gives each its default
+            provider = config.providers[d.provider]
+            keys = provider_key_names(provider)
+            deployments.append(
+                Deployment(
+                    id=d.id,
+                    provider=d.provider,
+                    info=catalog.resolve(d.model, d.provider),
+                    limits=Limits(rpm=d.limits.rpm, tpm=d.limits.tpm, parallel=d.limits.parallel),
+                    key_index=keys.index(d.key_env) if d.key_env in keys else None,
+                    request_s=config.provider_timeouts(d.provider).request_s,
+                    candidate=Candidate(d.id, Limits(rpm=d.limits.rpm, tpm=d.limits.tpm, parallel=d.limits.parallel)),
+                )
+            )
+        routes[name] = Route(
+            name=name,
+            strategy=route.strategy,
+            deployments=tuple(deployments),
+            selector=Selector(
+                route.strategy,
+                [Option(d.id, c.weight, c.priority) for d, c in zip(deployments, route.deployments, strict=True)],
+            ),
+            fallback=route.fallback,
+            fallback_on=frozenset(route.fallback_on),
+            breaker=route.breaker,
+            needs_tokens=any(d.limits.tpm is not None for d in route.deployments),
+        )
+    return routes
+
+
+class RouteRun:
+    """One routed request: the deployment serving it now, those left to fall back on,
+    those tried, and its deadline (trio's clock) across all of them."""
+
+    __slots__ = ("deadline", "deployment", "fallbacks", "remaining", "route", "tokens")
+
+    def __init__(self, route: Route, deployment: Deployment, remaining: list[Deployment], deadline: float) -> None:
+        self.route = route
+        self.deployment = deployment
+        self.remaining = remaining
+        self.fallbacks: list[FallbackInfo] = []
+        self.deadline = deadline
+        self.tokens = 0
+
+
+@dataclass(slots=True)
+class Plan:
+    """A route's deployments that can take a request now, in the order to offer them."""
+
+    route: Route
+    order: list[Deployment]
+
+    @property
+    def first(self) -> ModelInfo:
+        return self.order[0].info
+
+
+class Routing:
+    """The routes of the running config and what this daemon knows of their deployments:
+    requests in flight, cooldowns, shares lowered by upstream rate-limit headers."""
+
+    def __init__(
+        self,
+        routes: dict[str, Route],
+        store: AdmitsNow,
+        *,
+        slots: Mapping[str, WorkerSlot],
+        requests: RequestTable,
+        bus: Callable[..., None],
+        metrics: DaemonMetrics | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.routes = routes
+        self.store = store
+        self.slots = slots
+        self.requests = requests
+        self.bus = bus
+        self.metrics = metrics
+        self.rng = rng or random.Random()
+        self.busy: dict[str, int] = {}
+        #: Deployment id -> wall-clock second its cooldown ends (as this daemon knows it).
+        self.cooling: dict[str, float] = {}
+        #: Deployment id -> (weight factor, wall-clock second it holds until).
+        self.share: dict[str, tuple[float, float]] = {}
+
+    # -- submit ---------------------------------------------------------------------------
+
+    def plan(self, msg: Submit) -> Plan | ErrorInfo | None:
+        """None when the request does not name a route; else its deployments whose
+        provider can serve now, in selection's order (those cooling down last), or why
+        none can."""
+        request = msg.request
+        if request.provider is not None:
+            return None
+        route = self.routes.get(request.model)
+        if route is None:
+            return None
+        # What this daemon knows of cooldowns and shares is looked at only when it knows any.
+        cooling: set[str] = set()
+        share: dict[str, float] = {}
+        if self.cooling or self.share:
+            now = time.time()
+            cooling = {d.id for d in route.deployments if self.cooling.get(d.id, 0.0) > now}
+            share = {d.id: s[0] for d in route.deployments if (s := self.share.get(d.id)) is not None and s[1] > now}
+        deployments = route.deployments
+        slots = self.slots
+        ready = []
+        for i in route.selector.order(self.rng, busy=self.busy, cooling=cooling, share=share):
+            deployment = deployments[i]
+            slot = slots.get(deployment.provider)
+            if slot is not None and slot.state not in _CANNOT_SERVE:
+                ready.append(deployment)
+        if not ready:
+            why = "; ".join(f"{d.id}: {self._state_of(d)}" for d in route.deployments)
+            return _error("unavailable", f"no deployment of route {route.name!r} can serve now ({why})")
+        return Plan(route, ready)
+
+    def admit(self, plan: Plan, request_id: str, request: Request) -> RouteRun | ErrorInfo:
+        """The store's choice among the plan's deployments (the first it finds neither
+        cooling down nor at its limits), held for this request until it ends."""
+        route = plan.route
+        tokens = _estimate(request) if route.needs_tokens else 0
+        chosen = self._admit(request_id, plan.order, tokens)
+        if isinstance(chosen, ErrorInfo):
+            return chosen
+        deployment, remaining = chosen
+        timeouts = request.timeouts
+        total = timeouts.request_s if timeouts is not None and timeouts.request_s else deployment.request_s
+        run = RouteRun(route, deployment, remaining, trio.current_time() + total)
+        run.tokens = tokens
+        self.busy[deployment.id] = self.busy.get(deployment.id, 0) + 1
+        return run
+
+    def release(self, run: RouteRun, request_id: str) -> None:
+        """An admitted request that never ran (refused after admission)."""
+        self.store.release_now(request_id)
+        self._not_busy(run.deployment)
+
+    # -- the relay ------------------------------------------------------------------------
+
+    def fallback(self, state: RequestState, frame: bytes) -> bool:
+        """A routed request's terminal frame, when nothing of it was published before:
+        True if it failed in a class the route falls back on and the next deployment
+        took it (the frame must then not be published), else False."""
+        run: RouteRun = state.route
+        route = run.route
+        if not route.fallback or not run.remaining:
+            return False
+        event = decode_event(split_frame(frame)[1])
+        if type(event) is not ErrorEvent:
+            return False
+        error = event.error
+        if error.error_class not in route.fallback_on:
+            return False
+        if event.partial is not None and event.partial.message.content:
+            return False  # a whole response's content arrived, and was billed: not switched
+        left = run.deadline - trio.current_time()
+        job = state.sent_job()
+        if left <= 0 or job is None:
+            return False
+        failed = run.deployment
+        now = time.time()
+        self._failed(route, failed, error, now)
+        self.store.settle_now(
+            Settlement(state.request_id, "", failed.id, run.tokens, 0, None, now)  # nothing was billed
+        )
+        self._not_busy(failed)
+        chosen = self._admit(state.request_id, [d for d in run.remaining if self._can_serve(d)], run.tokens)
+        if isinstance(chosen, ErrorInfo):
+            # Nothing may take it: its own error goes out, as it is.
+            return False
+        after, run.remaining = chosen
+        run.fallbacks.append(
+            FallbackInfo(
+                deployment=failed.id, error_class=error.error_class, message=error.message[:FALLBACK_MESSAGE_CHARS]
+            )
+        )
+        run.deployment = after
+        self.busy[after.id] = self.busy.get(after.id, 0) + 1
+        request = job.request
+        old = request.timeouts or Timeouts()
+        request = msgspec.structs.replace(
+            request,
+            timeouts=Timeouts(connect_s=old.connect_s, request_s=round(left, 3), stream_idle_s=old.stream_idle_s),
+        )
+        slot = self.slots[after.provider]
+        key = after.key_index
+        if key is None:  # the new provider's keys in turn; all resting: its first, whose answer says so
+            picked = slot.keyring.next_key() if slot.keyring is not None else 0
+            key = picked if isinstance(picked, int) else 0
+        moved = msgspec.structs.replace(
+            job,
+            request=request,
+            model=after.info,
+            generation=0,
+            deployment=after.id,
+            fallbacks=list(run.fallbacks),
+            key_index=key,
+        )
+        self.bus(
+            "route.fallback",
+            request_id=state.request_id,
+            route=route.name,
+            deployment=failed.id,
+            next_deployment=after.id,
+            provider=failed.provider,
+            model=route.name,
+            error_class=error.error_class,
+            detail=error.message[:FALLBACK_MESSAGE_CHARS],
+        )
+        if self.metrics is not None:
+            self.metrics.route_fallback(route.name, failed.id, after.id, error.error_class)
+        self.requests.move(state, after.provider)
+        state.generation = None
+        state.job, state.job_bytes = moved, None
+        state.resolved = after.info
+        state.model = after.info.id
+        state.progress = None  # the failed deployment's gathered content is not this one's
+        slot.send(moved)
+        return True
+
+    def ended(self, state: RequestState) -> None:
+        """A routed request ended: the store settled with what it cost, the breaker told
+        of a failure, the deployment's share updated from its rate-limit headers."""
+        run: RouteRun = state.route
+        deployment = run.deployment
+        self._not_busy(deployment)
+        outcome = "ended"
+        now = time.time()
+        tokens, cost = 0, None
+        if state.ring:
+            try:
+                terminal = _terminals.decode(split_frame(state.ring[-1])[1])
+            except Exception:  # noqa: BLE001 - the end is recorded whatever the frame
+                terminal = _Terminal()
+            answer = terminal.response if terminal.type == "finish" else terminal.partial
+            if answer is not None:
+                tokens, cost = answer.usage.input_tokens + answer.usage.output_tokens, answer.cost_usd
+            if terminal.type == "finish" and terminal.response is not None:
+                outcome = terminal.response.finish_reason.reason
+                if terminal.response.rate_limit is not None:
+                    self._note_share(deployment, terminal.response.rate_limit, now)
+            elif terminal.type == "error" and terminal.error is not None:
+                outcome = "error"
+                self._failed(run.route, deployment, terminal.error, now)
+        self.store.settle_now(Settlement(state.request_id, "", deployment.id, run.tokens, tokens, cost, now))
+        if state.span is not None:
+            state.span.attributes["trunkline.route"] = run.route.name
+        if self.metrics is not None:
+            self.metrics.route_ended(run.route.name, deployment.id, outcome)
+
+    # -- inside ---------------------------------------------------------------------------
+
+    def _admit(
+        self, request_id: str, candidates: list[Deployment], tokens: int
+    ) -> tuple[Deployment, list[Deployment]] | ErrorInfo:
+        if not candidates:
+            return _error("unavailable", "no deployment is left to try")
+        decision = self.store.admit_now(
+            Ticket(
+                request_id=request_id,
+                key="",
+                key_limits=_NO_KEY_LIMITS,
+                candidates=tuple([d.candidate for d in candidates]),
+                tokens=tokens,
+                now=time.time(),
+                claim=False,
+            )
+        )
+        if isinstance(decision, Admitted):
+            index = decision.deployment or 0
+            return candidates[index], candidates[index + 1 :]
+        if isinstance(decision, Refused):
+            return _error(decision.error_class, decision.message, retry_after_s=decision.retry_after_s)
+        return _error("invalid_request", f"request id {request_id!r} is already being served")
+
+    def _failed(self, route: Route, deployment: Deployment, error: ErrorInfo, now: float) -> None:
+        """The breaker counts a retryable failure; a rate limit that said when to come
+        back cools the deployment until then."""
+        if not RETRYABLE.get(error.error_class, False):
+            return
+        breaker = route.breaker
+        if self.store.failure_now(
+            deployment.id, now, threshold=breaker.failures, window_s=breaker.window_s, cooldown_s=breaker.cooldown_s
+        ):
+            self._cooled(route, deployment, now + breaker.cooldown_s, f"{breaker.failures} failures")
+        if error.error_class == "rate_limit" and error.retry_after_s:
+            until = now + error.retry_after_s
+            if until > self.cooling.get(deployment.id, 0.0):
+                self.store.cooldown_now(deployment.id, until)
+                self._cooled(route, deployment, until, "rate limited (Retry-After)")
+
+    def _cooled(self, route: Route, deployment: Deployment, until: float, why: str) -> None:
+        self.cooling[deployment.id] = max(self.cooling.get(deployment.id, 0.0), until)
+        wait = until - time.time()
+        log.warning("route %s: deployment %s cooled down for %.1f s (%s)", route.name, deployment.id, wait, why)
+        self.bus(
+            "route.cooldown",
+            route=route.name,
+            deployment=deployment.id,
+            provider=deployment.provider,
+            wait_s=round(wait, 3),
+            detail=why,
+        )
+        if self.metrics is not None:
+            self.metrics.route_cooldown(route.name, deployment.id)
+
+    def _note_share(self, deployment: Deployment, limit: RateLimit, now: float) -> None:
+        """Lower a deployment's weight while its provider says little of its rate limit
+        is left, before it answers 429 (docs/ARCHITECTURE.md, "Routes")."""
+        left: list[tuple[float, float | None]] = []
+        if limit.requests_limit and limit.requests_remaining is not None:
+            left.append((limit.requests_remaining / limit.requests_limit, limit.requests_reset_s))
+        if limit.tokens_limit and limit.tokens_remaining is not None:
+            left.append((limit.tokens_remaining / limit.tokens_limit, limit.tokens_reset_s))
+        if not left:
+            return
+        fraction, reset_s = min(left, key=lambda pair: pair[0])
+        if fraction >= LOW_SHARE:
+            self.share.pop(deployment.id, None)
+            return
+        self.share[deployment.id] = (max(fraction / LOW_SHARE, MIN_SHARE), now + (reset_s or SHARE_HOLD_S))
+
+    def _can_serve(self, deployment: Deployment) -> bool:
+        slot = self.slots.get(deployment.provider)
+        return slot is not None and slot.state not in _CANNOT_SERVE
+
+    def _state_of(self, deployment: Deployment) -> str:
+        slot = self.slots.get(deployment.provider)
+        if slot is None:
+            return f"provider {deployment.provider} is not running on this daemon"
+        if slot.state in ("not_configured", "unavailable"):
+            return f"provider {deployment.provider} is {slot.state.replace('_', ' ')} ({slot.last_error})"
+        return "cooling down" if deployment.id in self.cooling else "ready"
+
+    def _not_busy(self, deployment: Deployment) -> None:
+        count = self.busy.get(deployment.id, 0) - 1
+        if count > 0:
+            self.busy[deployment.id] = count
+        else:
+            self.busy.pop(deployment.id, None)
+
+    def model_info(self, name: str) -> ModelInfo | None:
+        """A route named in `list_models`/`get_model_info`: its first deployment's entry,
+        under the route's name, saying which deployments serve it."""
+        route = self.routes.get(name)
+        if route is None:
+            return None
+        first = route.deployments[0].info
+        ids = ", ".join(f"{d.id} ({d.info.id})" for d in route.deployments)
+        return msgspec.structs.replace(first, id=name, display_name=f"route {name}: {ids}", aliases=[])
+
+
+class _Reason(msgspec.Struct):
+    reason: str = "other"
+
+
+class _Tokens(msgspec.Struct):
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+class _Answer(msgspec.Struct):
+    finish_reason: _Reason = msgspec.field(default_factory=_Reason)
+    usage: _Tokens = msgspec.field(default_factory=_Tokens)
+    cost_usd: float | None = None
+    rate_limit: RateLimit | None = None
+
+
+class _Terminal(msgspec.Struct):
+    """What a routed request's end settles and tells the breaker, read from its terminal
+    frame without its content (a whole response's text is most of it)."""
+
+    type: str = ""
+    response: _Answer | None = None
+    partial: _Answer | None = None
+    error: ErrorInfo | None = None
+
+
+_terminals = msgspec.msgpack.Decoder(_Terminal)
+
+
+def _estimate(request: Request) -> int:
+    """Tokens a request is counted for against a `tpm` limit before it runs: its prompt
+    and the output it may ask for (corrected when it ends)."""
+    return estimate_request_tokens(request) + (request.max_tokens or 0)
+
+
+def _error(error_class: Any, message: str, **extra: Any) -> ErrorInfo:
+    return ErrorInfo(error_class=error_class, message=message, retryable=RETRYABLE[error_class], **extra)
