@@ -17,7 +17,7 @@ import yaml
 
 from ..protocol.messages import ModelInfo, Price, PriceTier, Usage
 from .capabilities import with_capabilities
-from .loader import ConfigError
+from .loader import SAFE_LOADER, ConfigError
 from .model_entries import entry_fields, unknown_key
 from .names import nearest
 
@@ -36,7 +36,7 @@ class UnknownModel(LookupError):
 
 def load_catalog_file(path: Path = MODELS_PATH) -> CatalogFile:
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.load(path.read_text(), Loader=SAFE_LOADER)
         problem = unknown_key(data, CatalogFile)
         if problem is not None:
             raise problem
