@@ -30,6 +30,7 @@ from ..protocol.tokens import estimate_content_tokens, estimate_request_tokens
 
 class RequestState:
     __slots__ = (
+        "admission",
         "attempts",
         "cancel_deadline",
         "client_id",
@@ -110,6 +111,9 @@ class RequestState:
         self.job_bytes: bytes | None = None
         #: The catalog entry it was resolved to.
         self.resolved: ModelInfo | None = None
+        #: What admission counted for it (`admission.gate.Held`), to settle at its end;
+        #: None when no limit or client key applies.
+        self.admission: Any = None
 
     @property
     def first_seq(self) -> int:

@@ -56,7 +56,7 @@ def test_keys_come_from_a_variable_or_a_file_and_are_never_said(tmp_path, monkey
     with pytest.raises(ConfigError, match=r"`clients\.bob`: its key is also the key of `clients\.alice`") as twice:
         client_keys(config)
     monkeypatch.delenv("TL_T_ALICE")
-    with pytest.raises(ConfigError, match="TL_T_ALICE.*not set"):
+    with pytest.raises(ConfigError, match=r"TL_T_ALICE.*not set"):
         client_keys(config)
     assert KEY[::-1] not in str(twice.value) and "short" not in str(short.value)
 
