@@ -19,7 +19,6 @@ import msgspec
 import trio
 
 from ...config.loader import Config, RateLimitsConfig
-from ...protocol.codec import split_frame
 from ...protocol.messages import RETRYABLE, ErrorInfo, KeyUse, ModelInfo, Request
 from ...protocol.tokens import estimate_request_tokens
 from .memory import MemoryStore
@@ -260,19 +259,20 @@ def _error(error_class: Any, message: str) -> ErrorInfo:
     return ErrorInfo(error_class=error_class, message=message, retryable=RETRYABLE[error_class])
 
 
-class _Tokens(msgspec.Struct):
+class _Tokens(msgspec.Struct, gc=False):
     input_tokens: int = 0
     output_tokens: int = 0
 
 
-class _Billed(msgspec.Struct):
+class _Billed(msgspec.Struct, gc=False):
     usage: _Tokens = msgspec.field(default_factory=_Tokens)
     cost_usd: float | None = None
 
 
-class _Terminal(msgspec.Struct):
+class _Terminal(msgspec.Struct, gc=False):
     """What settlement reads of a terminal event (a finish's response, an error's
-    partial): decoding only these skips the content."""
+    partial): decoding only these skips the content (and, holding no containers, the
+    objects need no garbage collector's tracking)."""
 
     type: str = ""
     response: _Billed | None = None
@@ -287,9 +287,11 @@ def _usage_of(state: RequestState) -> tuple[int, float | None]:
     it reports none: a request that failed before the provider answered)."""
     if not state.ring:
         return 0, None
+    frame = state.ring[-1]
+    cut = frame.find(b"\x00", 0, 256)  # the topic's end (`codec.split_frame`, without its copies)
     try:
-        terminal = _terminals.decode(split_frame(state.ring[-1])[1])
-    except (msgspec.DecodeError, ValueError):
+        terminal = _terminals.decode(memoryview(frame)[cut + 1 :])
+    except msgspec.DecodeError:
         return 0, None
     billed = terminal.response if terminal.type == "finish" else terminal.partial
     if billed is None:

@@ -301,3 +301,25 @@ async def test_the_span_of_a_request_names_its_key(start_daemon, nursery, upstre
     )
     assert keys == ["-", "alice"]
     assert ALICE not in str(spans)
+
+
+async def test_on_a_network_endpoint_a_named_key_and_the_daemons_token_both_open_a_session(start_daemon, upstream):
+    token = "tl-daemon-token-0123456789abcdef"
+    control, events = f"tcp://127.0.0.1:{free_port()}", f"tcp://127.0.0.1:{free_port()}"
+    daemon = await start_daemon(
+        {**config(upstream, ALICE_AND_BOB), "endpoints": {"control": control, "events": events}},
+        env={**KEYS, "TRUNKLINE_TOKEN": token},
+    )
+    with trio.fail_after(30):
+        async with Client(control_endpoint=control, token=ALICE) as alice:
+            await alice.complete(MODEL, "hi")
+            report = await alice.status()
+        async with Client(control_endpoint=control, token=token) as unnamed:
+            await unnamed.complete(MODEL, "hi")  # counted against no key
+        with pytest.raises(TrunklineError) as refused:
+            async with Client(control_endpoint=control, token="tl-not-a-key-0123456789abcdef") as stranger:
+                await stranger.status()
+    assert use(report.keys, "alice").requests_last_minute == 1
+    assert refused.value.info.error_class == "authentication"
+    assert len(upstream.sent(CHAT)) == 2
+    assert token not in daemon.output() and ALICE not in daemon.output()
