@@ -323,3 +323,31 @@ async def test_on_a_network_endpoint_a_named_key_and_the_daemons_token_both_open
     assert refused.value.info.error_class == "authentication"
     assert len(upstream.sent(CHAT)) == 2
     assert token not in daemon.output() and ALICE not in daemon.output()
+
+
+async def test_a_request_whose_worker_dies_or_that_is_cancelled_gives_its_slot_back(start_daemon, upstream):
+    from helpers import steps
+
+    clients = {"alice": {"key_env": "TL_ALICE_KEY", "limits": {"parallel": 1}}}
+    daemon = await start_daemon({"clients": clients}, env=KEYS)
+    dies = steps({"text": "Half an "}, {"text": "answer"}, {"delay": 2}, {"crash": True})
+    waits = steps({"text": "first words "}, {"delay": 60}, {"text": "never"})
+    with trio.fail_after(40):
+        async with Client(daemon.runtime_dir, token=ALICE) as alice:
+            with pytest.raises(TrunklineError) as died:
+                await alice.complete("mock:echo", "x", provider_options=dies)
+            after_death = (await alice.status()).keys
+            async with alice.stream("mock:echo", "y", provider_options=waits) as stream:
+                async for _ in stream:
+                    break  # leaving the stream cancels it
+            while (await alice.status()).keys[0].in_flight:  # the cancel ends it at the worker's word
+                await trio.sleep(0.01)
+            assert (await alice.complete("mock:echo", "back")).text == "back"  # the slot is free again
+    assert died.value.info.error_class == "unavailable"
+    (alice_use,) = after_death
+    assert alice_use.in_flight == 0
+    # The supervisor's estimate of what the dead worker's request was billed (prompt and output).
+    assert (
+        alice_use.tokens_last_minute == died.value.partial.usage.input_tokens + died.value.partial.usage.output_tokens
+    )
+    assert alice_use.tokens_last_minute > 0
