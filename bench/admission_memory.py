@@ -5,8 +5,9 @@ link messages of its whole answer down to its end (where admission settles).
 
     .venv/bin/python -m bench.admission_memory [--count 20000] [--repeats 9]
 
-Three daemons, measured in turn within each repeat (so the machine's drift hits all
-alike), medians over the repeats:
+Three daemons, measured in turn batch by batch (500 requests; so a busy machine's
+drift hits all alike); the added cost is the median of each batch's difference to the
+batch of "none" beside it:
 
 * none: the embedded default, no `clients:` and no provider limits (no admission at all);
 * key: the connection's hello gives a named client key with rpm, parallel and a daily and
@@ -96,10 +97,10 @@ class Bench:
         self.client_id = welcome.client_id
         self.request = build_request(MODEL, "hi")
 
-    def run(self, repeat: int, count: int) -> float:
-        """CPU µs per request: its submit and its end."""
+    def batch(self, tag: str) -> float:
+        """CPU µs per request for `BATCH` requests: their submits, then their ends."""
         router, slot = self.daemon.router, self.slot
-        ids = [f"{self.name}_{repeat:02d}{i:024d}" for i in range(count)]
+        ids = [f"{self.name}_{tag}_{i:06d}" for i in range(BATCH)]
         submits = [
             codec.encode(Submit(request_id=rid, client_id=self.client_id, request=self.request, stream=False))
             for rid in ids
@@ -111,18 +112,16 @@ class Bench:
             links.append(codec.encode(Relay(request_id="", frames=bus[1:], last_seq=-1)))
             frame = frame_event(self.client_id, finish_event(rid))
             links.append(codec.encode(Relay(request_id=rid, frames=[frame], last_seq=0, terminal=True)))
-        spent = 0
-        for at in range(0, count, BATCH):
-            t0 = time.process_time_ns()
-            for data in submits[at : at + BATCH]:
-                reply = router.on_request(data, b"h", 1)
-                if reply is None or b"accepted" not in reply[:20]:
-                    raise RuntimeError(f"{self.name}: submit refused: {reply!r}")
-            for data in links[3 * at : 3 * (at + BATCH)]:
-                slot._on_message(data)
-            spent += time.process_time_ns() - t0
+        t0 = time.process_time_ns()
+        for data in submits:
+            reply = router.on_request(data, b"h", 1)
+            if reply is None or b"accepted" not in reply[:20]:
+                raise RuntimeError(f"{self.name}: submit refused: {reply!r}")
+        for data in links:
+            slot._on_message(data)
+        spent = time.process_time_ns() - t0
         assert not self.daemon.requests.active, "every request ended"
-        return spent / count / 1000
+        return spent / BATCH / 1000
 
 
 async def main(count: int, repeats: int) -> None:
@@ -131,25 +130,34 @@ async def main(count: int, repeats: int) -> None:
     with tempfile.TemporaryDirectory(prefix="tl-adm-") as tmp:
         benches = [Bench(name, extra, Path(tmp)) for name, extra in VARIANTS.items()]
         for bench in benches:
-            bench.run(99, BATCH)  # warm up
-        samples: dict[str, list[float]] = {bench.name: [] for bench in benches}
-        for r in range(repeats):
-            for bench in benches if r % 2 == 0 else reversed(benches):
-                samples[bench.name].append(bench.run(r, count))
+            bench.batch("warm")
+        # Batch by batch, the variants in turn (the order rotating): a busy machine's
+        # drift then hits each alike, and each batch's difference to its "none" is kept.
+        per_batch: dict[str, list[float]] = {bench.name: [] for bench in benches}
+        added: dict[str, list[float]] = {bench.name: [] for bench in benches[1:]}
+        for b in range(repeats * count // BATCH):
+            turn = benches[b % len(benches) :] + benches[: b % len(benches)]
+            took = {bench.name: bench.batch(str(b)) for bench in turn}
+            for name, us in took.items():
+                per_batch[name].append(us)
+                if name != "none":
+                    added[name].append(us - took["none"])
         for bench in benches[1:]:
             gate = bench.daemon.router.gate
             assert gate is not None, "admission is on"
             assert gate.use_now(), "admission counted"
-    base = statistics.median(samples["none"])
-    for name, values in samples.items():
+    for name, values in per_batch.items():
         median = statistics.median(values)
-        added = "" if name == "none" else f"   added {median - base:+5.1f} µs"
-        print(f"{name:8s} submit+end {median:6.1f} µs/request ({min(values):.1f}-{max(values):.1f}){added}")
+        more = ""
+        if name in added:
+            q = statistics.quantiles(added[name], n=4)
+            more = f"   added {statistics.median(added[name]):+5.1f} µs (quartiles {q[0]:+.1f} .. {q[2]:+.1f})"
+        print(f"{name:8s} submit+end {median:6.1f} µs/request{more}")
 
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
-    p.add_argument("--count", type=int, default=20000)
-    p.add_argument("--repeats", type=int, default=9)
+    p.add_argument("--count", type=int, default=20000, help="requests per variant and repeat")
+    p.add_argument("--repeats", type=int, default=5)
     a = p.parse_args()
     trio.run(main, a.count, a.repeats)
