@@ -525,8 +525,10 @@ class Router:
     ) -> Accepted | Rejected:
         refused = await verdict
         slot = self.slots[state.provider]
-        if refused is None and not self.accepting:
-            refused = _error("unavailable", "the daemon is shutting down")
+        if refused is None and (not self.accepting or msg.client_id not in self.owner):
+            # Meanwhile the daemon began to stop, or the client left: what was admitted is given back.
+            gone = "the daemon is shutting down" if not self.accepting else "the client went away"
+            refused = _error("unavailable", gone)
             if self.gate is not None:
                 self.gate.discard(state)
         if refused is not None:
