@@ -151,6 +151,17 @@ KEY_COOLDOWN_CAP_S = 86400.0
 KEY_FAILURES = frozenset({"rate_limit", "authentication", "access_denied"})
 
 
+class RateLimitsConfig(_Section):
+    """The rate limits of a client key or of a provider used as a deployment; an
+    unset one is no limit. `rpm` and `tpm` count the last 60 seconds (tokens estimated
+    at admission, corrected by the usage the provider reports); `parallel` counts
+    requests running."""
+
+    rpm: int | None = None
+    tpm: int | None = None
+    parallel: int | None = None
+
+
 class ProviderConfig(_Section):
     """One provider instance; several instances may share a `type`."""
 
@@ -175,6 +186,8 @@ class ProviderConfig(_Section):
     retry: RetryPolicy | None = None
     timeouts: TimeoutPolicy | None = None
     options: dict[str, Any] = msgspec.field(default_factory=dict)
+    #: Limits of this instance as a deployment (requests naming it directly count too).
+    limits: RateLimitsConfig | None = None
 
     def key_env_names(self) -> list[str]:
         """Every variable that may hold one of this provider's keys (its worker inherits them)."""
@@ -333,6 +346,105 @@ class HttpConfig(_Listening):
         return found
 
 
+# -- clients: named client keys, their limits and budgets (issue 31) -------------------
+
+
+class BudgetConfig(_Section):
+    """USD a client key may spend per UTC day and per UTC month (the daemon's computed
+    cost); unset: no budget. A request is admitted while the spend is below it."""
+
+    usd_per_day: float | None = None
+    usd_per_month: float | None = None
+
+
+class ClientKeyConfig(_Section):
+    """One named client key: a key for the HTTP front door (Bearer or x-api-key) and a
+    token for the protocol (`hello.token`), from `key_env` or `key_file` (read at start),
+    with optional limits and a budget."""
+
+    key_env: str | None = None
+    key_file: str | None = None
+    limits: RateLimitsConfig = msgspec.field(default_factory=RateLimitsConfig)
+    budget: BudgetConfig = msgspec.field(default_factory=BudgetConfig)
+
+    def key(self, name: str) -> str:
+        """The key itself. Raises ConfigError when its file or variable holds no usable
+        key; the message never says a key."""
+        if self.key_file is not None:
+            where = f"`clients.{name}.key_file` ({self.key_file})"
+            try:
+                lines = Path(self.key_file).expanduser().read_text().splitlines()
+            except (OSError, UnicodeDecodeError) as exc:
+                reason = getattr(exc, "strerror", None) or type(exc).__name__
+                raise ConfigError(f"config error at {where}: cannot read it: {reason}") from None
+            keys = [k for k in (line.split("#", 1)[0].strip() for line in lines) if k]
+            if len(keys) != 1:
+                raise ConfigError(f"config error at {where}: it must hold one key, found {len(keys)}")
+            key = keys[0]
+        else:
+            assert self.key_env is not None  # the loader checks that one of the two is set
+            where = f"`clients.{name}.key_env` ({self.key_env})"
+            key = os.environ.get(self.key_env, "").strip()
+            if not key:
+                raise ConfigError(f"config error at {where}: the variable is not set (or empty)")
+        if not all("!" <= c <= "~" for c in key):
+            raise ConfigError(f"config error at {where}: a key is one word of printable ASCII")
+        if len(key) < 16:
+            raise ConfigError(f"config error at {where}: a key needs at least 16 characters")
+        return key
+
+
+#: A client key's name: what logs, status and metrics labels show (never the key).
+CLIENT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+
+
+def client_keys(config: Config) -> dict[str, str]:
+    """Each named client key by its name, read from its variable or file (at start).
+    Raises ConfigError for a key that cannot be used, or one given to two names (or
+    also listed among `http.keys_*`): a key must say who brings it."""
+    keys: dict[str, str] = {}
+    owner: dict[str, str] = {}
+    for name, entry in config.clients.items():
+        key = entry.key(name)
+        if key in owner:
+            raise ConfigError(f"config error at `clients.{name}`: its key is also the key of `clients.{owner[key]}`")
+        owner[key] = name
+        keys[name] = key
+    if keys and config.http.listen:
+        unnamed = config.http.keys()
+        for key in unnamed:
+            if key in owner:
+                raise ConfigError(
+                    f"config error at `clients.{owner[key]}`: its key is also one of `http.keys_file`/`keys_env`"
+                )
+    return keys
+
+
+def clients_problem(name: str, entry: ClientKeyConfig) -> tuple[str, str] | None:
+    """The key (under `clients.<name>`) and why the entry cannot be used, or None."""
+    if not CLIENT_NAME.fullmatch(name):
+        return "", "client key names match [A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
+    if (entry.key_env is None) == (entry.key_file is None):
+        return "key_env", "give key_env (an environment variable) or key_file, one of the two"
+    return limits_problem(entry.limits, "limits") or budget_problem(entry.budget)
+
+
+def limits_problem(limits: RateLimitsConfig, at: str) -> tuple[str, str] | None:
+    for key in ("rpm", "tpm", "parallel"):
+        value = getattr(limits, key)
+        if value is not None and not 1 <= value <= 2**31 - 1:
+            return f"{at}.{key}", f"must be a whole number of at least 1 (or unset: no limit), got {value}"
+    return None
+
+
+def budget_problem(budget: BudgetConfig) -> tuple[str, str] | None:
+    for key in ("usd_per_day", "usd_per_month"):
+        value = getattr(budget, key)
+        if value is not None and not (math.isfinite(value) and value > 0):
+            return f"budget.{key}", f"must be a positive number of USD (or unset: no budget), got {value}"
+    return None
+
+
 class TelemetryConfig(_Section):
     """OpenTelemetry export over OTLP/HTTP; off unless `enabled` or `otlp_endpoint` is set."""
 
@@ -427,6 +539,8 @@ class Config(_Section):
     telemetry: TelemetryConfig = msgspec.field(default_factory=TelemetryConfig)
     autostart: Autostart = msgspec.field(default_factory=Autostart)
     providers: dict[str, ProviderConfig] = msgspec.field(default_factory=dict)
+    #: Named client keys (front-door keys and protocol tokens) with their limits and budgets.
+    clients: dict[str, ClientKeyConfig] = msgspec.field(default_factory=dict)
     #: Extra catalog entries (for example models of a local server), by canonical id;
     #: each is written as `ModelInfo` without what its id and the catalog give.
     models: dict[str, ModelInfo] = msgspec.field(default_factory=dict)
@@ -441,6 +555,10 @@ class Config(_Section):
     #: at start (an operator must not learn it from a provider that behaves oddly); not
     #: read from YAML.
     notices: list[str] = msgspec.field(default_factory=list)
+
+    def client_key_variables(self) -> list[str]:
+        """The variables holding named client keys (which no worker may inherit)."""
+        return [entry.key_env for entry in self.clients.values() if entry.key_env]
 
     def provider_retry(self, name: str) -> RetryPolicy:
         return self.providers[name].retry or self.retry
@@ -493,6 +611,12 @@ class FrontDoorSettings(msgspec.Struct, kw_only=True):
     control: str
     http: HttpConfig
     log_level: str = "info"
+    #: The named client keys (where each is read from, never the key): the door tells
+    #: the daemon which one a request came with.
+    clients: dict[str, ClientKeyConfig] = msgspec.field(default_factory=dict)
+    #: The daemon's secret for this start: a hello with it makes the connection the
+    #: door's, whose `Submit.client_key` the daemon trusts. Never logged.
+    door_secret: str = ""
 
 
 def default_runtime_dir() -> Path:
@@ -682,6 +806,13 @@ def load_config(
                 msgspec.convert(value, RouteConfig)
             except msgspec.ValidationError as exc:
                 raise _explain(exc, user, user_path, prefix=f"routes.{key}", root=RouteConfig) from None
+    clients = merged.get("clients")
+    if isinstance(clients, dict):
+        for key, value in clients.items():
+            try:
+                msgspec.convert(value, ClientKeyConfig)
+            except msgspec.ValidationError as exc:
+                raise _explain(exc, user, user_path, prefix=f"clients.{key}", root=ClientKeyConfig) from None
     models = merged.get("models")
     if isinstance(models, dict):
         entries: dict[str, ModelInfo] = {}
@@ -797,7 +928,7 @@ def metrics_problem(metrics: MetricsConfig) -> tuple[str, str] | None:
     return None
 
 
-def http_problem(http: HttpConfig) -> tuple[str, str] | None:
+def http_problem(http: HttpConfig, clients: bool = False) -> tuple[str, str] | None:
     """The key and why the front door cannot be served as configured, or None."""
     if http.listen is None:
         return None
@@ -809,10 +940,10 @@ def http_problem(http: HttpConfig) -> tuple[str, str] | None:
     for key, low in (("max_body_bytes", 1024), ("max_header_bytes", 1024)):
         if getattr(http, key) < low:
             return key, f"must be at least {low}"
-    if not http.on_loopback and http.keys_file is None and not http.keys_env:
+    if not http.on_loopback and http.keys_file is None and not http.keys_env and not clients:
         return "listen", (
-            f"{http.listen!r} can be reached from other machines: set http.keys_file (or keys_env) so "
-            "every request must bring a key, or listen on 127.0.0.1"
+            f"{http.listen!r} can be reached from other machines: set http.keys_file (or keys_env, or "
+            "name keys under clients:) so every request must bring a key, or listen on 127.0.0.1"
         )
     return None
 
@@ -842,6 +973,15 @@ def _check(config: Config, source: Path) -> None:
                 f"config error in {source} at `providers.{name}.api_key_env`: "
                 "give at least one variable name (or leave the key out)"
             )
+    for name, entry in config.clients.items():
+        wrong = clients_problem(str(name), entry)
+        if wrong:
+            at = f"clients.{name}.{wrong[0]}" if wrong[0] else f"clients.{name}"
+            raise ConfigError(f"config error in {source} at `{at}`: {wrong[1]}")
+    for name, provider in config.providers.items():
+        wrong = limits_problem(provider.limits, "limits") if provider.limits is not None else None
+        if wrong:
+            raise ConfigError(f"config error in {source} at `providers.{name}.{wrong[0]}`: {wrong[1]}")
     for model_id in config.models:
         if ":" not in model_id:
             raise ConfigError(f"config error in {source} at `models.{model_id}`: model ids are `provider:name`")
@@ -883,7 +1023,7 @@ def _check(config: Config, source: Path) -> None:
     metrics = metrics_problem(config.metrics)
     if metrics:
         raise ConfigError(f"config error in {source} at `metrics.{metrics[0]}`: {metrics[1]}")
-    http = http_problem(config.http)
+    http = http_problem(config.http, bool(config.clients))
     if http:
         raise ConfigError(f"config error in {source} at `http.{http[0]}`: {http[1]}")
     telemetry = config.telemetry

@@ -481,6 +481,9 @@ class ErrorInfo(Data, kw_only=True):
     provider: str | None = None
     provider_status: int | None = None
     provider_code: str | None = None
+    #: `quota_exceeded` over a client key's budget: when the budget resets (wall-clock
+    #: seconds, the next UTC midnight or month start).
+    resets_at: float | None = None
 
 
 # --------------------------------------------------------------------------
@@ -693,6 +696,9 @@ class Submit(Msg, tag="submit", kw_only=True):
     trace_context: Annotated[dict[str, str], msgspec.Meta(max_length=MAX_TRACE_CONTEXT)] = msgspec.field(
         default_factory=dict
     )
+    #: The name of the named client key an HTTP request came with: set by the front
+    #: door only (the daemon refuses it from any other connection).
+    client_key: str | None = None
 
 
 class Cancel(Msg, tag="cancel", kw_only=True):
@@ -806,12 +812,34 @@ class Models(Msg, tag="models", kw_only=True):
     models: list[ModelInfo] = msgspec.field(default_factory=list)
 
 
+class KeyUse(Data, kw_only=True):
+    """The use of one client key (`scope` "key") or one deployment (`scope`
+    "deployment") as admission counts it, with its limits (None: no limit)."""
+
+    scope: Literal["key", "deployment"]
+    name: str
+    requests_last_minute: int = 0
+    tokens_last_minute: int = 0
+    in_flight: int = 0
+    usd_today: float = 0.0
+    usd_this_month: float = 0.0
+    rpm: int | None = None
+    tpm: int | None = None
+    parallel: int | None = None
+    usd_per_day: float | None = None
+    usd_per_month: float | None = None
+    #: A deployment cooling down: until when (wall-clock seconds).
+    cooldown_until: float | None = None
+
+
 class StatusReport(Msg, tag="status_report", kw_only=True):
     server_version: str
     pid: int
     uptime_s: float
     in_flight: int = 0
     workers: list[WorkerStatus] = msgspec.field(default_factory=list)
+    #: Each named client key's and each limited deployment's use (empty: none configured).
+    keys: list[KeyUse] = msgspec.field(default_factory=list)
 
 
 class ReadyResult(Msg, tag="ready_result", kw_only=True):

@@ -22,13 +22,15 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from ..config.catalog import Catalog
-from ..config.loader import AUTOSTART_LOCK, Config, ConfigError, ProviderConfig, Supervision
+from ..config.loader import AUTOSTART_LOCK, Config, ConfigError, ProviderConfig, Supervision, client_keys
 from ..protocol import __version__, nng
 from ..protocol.messages import ErrorInfo, ReloadResult, WorkerStatus
+from .admission.gate import Gate
+from .admission.keys import ClientKeys
 from .admission.memory import MemoryStore
 from .admission.routes import Routing, build_routes
 from .forkserver import ForkServer, Launched
-from .frontdoor import FrontDoor
+from .frontdoor import FrontDoor, new_secret
 from .metrics import DaemonMetrics, Worker
 from .metrics_http import MetricsApp, MetricsServer
 from .relay import EventRelay
@@ -112,7 +114,7 @@ class Daemon:
         #: Where workers are forked from (`supervision.worker_start`); started before them.
         self.forks = ForkServer(
             os.environ,
-            (key for p in config.providers.values() for key in p.key_env_names()),
+            [*(key for p in config.providers.values() for key in p.key_env_names()), *config.client_key_variables()],
             {name: p.type for name, p in providers.items()},
             fork_server,
         )
@@ -133,6 +135,15 @@ class Daemon:
                 not_configured=not_configured,
                 forks=self.forks,
             )
+        # Client keys, limits and budgets: read (keys) and built at start; nothing when none
+        # are configured. The front door's secret makes its connections the ones whose
+        # `Submit.client_key` is trusted.
+        self.door_secret = new_secret() if config.http.listen else None
+        self.client_keys = ClientKeys(
+            client_keys(config), token=os.environ.get("TRUNKLINE_TOKEN"), door_secret=self.door_secret
+        )
+        self.gate = Gate.of(config, hooks=self.metrics)
+        self.events.gate = self.gate
         self.router = Router(
             requests=self.requests,
             slots=self.slots,
@@ -147,6 +158,8 @@ class Daemon:
             on_started=self.telemetry.started if self.telemetry is not None else None,
             more_status=self._front_door_status,
             routing=self._routing(config),
+            gate=self.gate,
+            client_keys=self.client_keys,
         )
         #: The HTTP front door (`http.listen`), once its socket is bound; its keys are
         #: read here so that a key file that cannot be used stops the start.
@@ -251,7 +264,7 @@ class Daemon:
             raise StartupError(str(exc)) from None
         if any(nng.ipc_path(url) is not None for url in urls):
             prepare_runtime_dir(self.runtime_dir)
-        if self.router.needs_token and not self.router.token:
+        if self.router.needs_token and not self.router.token and not self.client_keys.names:
             raise StartupError(f"the network control endpoint {self.control_url} needs a token: set TRUNKLINE_TOKEN")
         tls = self._tls() if any(nng.is_tls(url) for url in urls) else None
         soft, hard = nng.raise_fd_limit()
@@ -295,6 +308,8 @@ class Daemon:
                     supervision=self.config.supervision,
                     log_level=self.config.log_level,
                     provider_keys=frozenset(k for p in self.config.providers.values() for k in p.key_env_names()),
+                    clients=self.config.clients,
+                    secret=self.door_secret or new_secret(),
                 )
             except OSError as exc:
                 rep.close()
@@ -338,6 +353,8 @@ class Daemon:
             async with trio.open_nursery() as nursery:
                 workers = await nursery.start(self._run_workers)
                 await nursery.start(self._reload_on_sighup)  # before any client can ask for one
+                if self.gate is not None:
+                    self.gate.nursery = nursery  # a shared store settles in tasks of its own
                 nursery.start_soon(self.router.serve, rep, nursery, self.started_at)
                 if self.frontdoor is not None:
                     nursery.start_soon(self.frontdoor.run)

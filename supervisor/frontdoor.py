@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import socket
 import subprocess
 import sys
@@ -22,7 +23,7 @@ import sys
 import msgspec
 import trio
 
-from ..config.loader import FrontDoorSettings, HttpConfig, Supervision
+from ..config.loader import ClientKeyConfig, FrontDoorSettings, HttpConfig, Supervision
 from ..protocol.messages import WorkerStatus
 from . import spawn
 from .slot import State
@@ -32,6 +33,12 @@ log = logging.getLogger("trunkline.supervisor")
 
 #: How the front door appears among the workers in `status` and the metrics.
 NAME = "http"
+
+
+def new_secret() -> str:
+    """The secret the front door's processes say hello with, new at each daemon start: a
+    connection that gives it may name the client key of each request (`Submit.client_key`)."""
+    return secrets.token_urlsafe(32)
 
 
 def bind(http: HttpConfig) -> socket.socket:
@@ -120,10 +127,16 @@ class FrontDoorProcess:
             control=self.door.control,
             http=self.door.http,
             log_level=self.door.log_level,
+            clients=self.door.clients,
+            door_secret=self.door.secret,
         )
         # No provider's key (it calls no provider), but the daemon's token (a network control
-        # endpoint asks for it) and the variables holding its own keys.
-        own = [*self.door.http.keys_env, "TRUNKLINE_TOKEN"]
+        # endpoint asks for it) and the variables holding its own keys and the named ones.
+        own = [
+            *self.door.http.keys_env,
+            "TRUNKLINE_TOKEN",
+            *(c.key_env for c in self.door.clients.values() if c.key_env),
+        ]
         env = spawn.worker_environment(os.environ, own, self.door.provider_keys)
         env["TRUNKLINE_FRONTDOOR"] = msgspec.json.encode(settings).decode()
         try:
@@ -170,9 +183,20 @@ class FrontDoor:
     """The front door's processes and the socket they share."""
 
     def __init__(
-        self, http: HttpConfig, *, control: str, supervision: Supervision, log_level: str, provider_keys: frozenset[str]
+        self,
+        http: HttpConfig,
+        *,
+        control: str,
+        supervision: Supervision,
+        log_level: str,
+        provider_keys: frozenset[str],
+        clients: dict[str, ClientKeyConfig] | None = None,
+        secret: str = "",
     ) -> None:
         self.http = http
+        self.clients = clients or {}
+        #: Handed to its processes in their settings (the environment, never a command line or a log).
+        self.secret = secret
         self.control = control
         self.supervision = supervision
         self.log_level = log_level

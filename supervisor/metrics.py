@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Protocol, get_args
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -210,6 +210,45 @@ class DaemonMetrics:
             registry=self.registry,
         )
         self.registry.register(_Live(requests, workers))
+        # Client keys (`clients:`), labelled by the key's configured name, never the key.
+        self.key_requests = Counter(
+            "trunkline_key_requests",
+            "Submits of each named client key, by outcome (admitted, or the refusal's class)",
+            ["key", "outcome"],
+            registry=self.registry,
+        )
+        self.key_tokens = Counter(
+            "trunkline_key_tokens",
+            "Input and output tokens of each named client key's ended requests",
+            ["key"],
+            registry=self.registry,
+        )
+        self.key_cost = Counter(
+            "trunkline_key_cost_usd",
+            "Cost in USD of each named client key's ended requests",
+            ["key"],
+            registry=self.registry,
+        )
+        self.key_in_flight = Gauge(
+            "trunkline_key_requests_in_flight",
+            "Requests of each named client key admitted and not yet ended",
+            ["key"],
+            registry=self.registry,
+        )
+
+    def key_admitted(self, key: str) -> None:
+        self.key_requests.labels(key, "admitted").inc()
+        self.key_in_flight.labels(key).inc()
+
+    def key_refused(self, key: str, error_class: str) -> None:
+        self.key_requests.labels(key, error_class).inc()
+
+    def key_ended(self, key: str, tokens: int, cost_usd: float | None) -> None:
+        self.key_in_flight.labels(key).dec()
+        if tokens:
+            self.key_tokens.labels(key).inc(tokens)
+        if cost_usd:
+            self.key_cost.labels(key).inc(cost_usd)
 
     def first_event(self, state: RequestState, seconds: float) -> None:
         self.ttft.labels(state.provider, model_label(state)).observe(seconds)

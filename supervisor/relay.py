@@ -38,6 +38,7 @@ from ..protocol.ratelog import RateLimitedLog
 from .requests import RequestState, RequestTable, estimate_billing
 
 if TYPE_CHECKING:
+    from .admission.gate import Gate
     from .admission.routes import Routing
     from .metrics import DaemonMetrics
     from .telemetry import Telemetry
@@ -77,6 +78,9 @@ class EventRelay:
         #: The routes, when any are configured (the daemon sets it): a routed request's
         #: failure may go on to another deployment, and its end settles admission.
         self.routing: Routing | None = None
+        #: Admission (client keys, limits, budgets), when configured: settles what each
+        #: admitted request held when it ends.
+        self.gate: Gate | None = None
 
     # -- publishing ----------------------------------------------------------------
 
@@ -191,6 +195,11 @@ class EventRelay:
                     )
             except Exception as exc:  # noqa: BLE001 - a log line or a metric must never keep a request open
                 self.fault(state.request_id, "recording its end", exc)
+        if state.admission is not None and self.gate is not None:
+            try:
+                self.gate.ended(state)
+            except Exception as exc:  # noqa: BLE001 - a bad count must never keep a request open
+                self.fault(state.request_id, "settling its limits and budget", exc)
         self.requests.end(state, now)
         if self._all_ended is not None and not self.requests.active:
             self._all_ended.set()

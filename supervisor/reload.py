@@ -43,6 +43,7 @@ _BOUND_AT_START = (
     "metrics",
     "http",
     "telemetry",
+    "clients",
 )
 
 #: The retry and timeout policies a provider's jobs carry (`Job.retry`, `Job.timeouts`),

@@ -30,6 +30,7 @@ from ..protocol.tokens import estimate_content_tokens, estimate_request_tokens
 
 class RequestState:
     __slots__ = (
+        "admission",
         "attempts",
         "cancel_deadline",
         "client_id",
@@ -114,6 +115,9 @@ class RequestState:
         #: A route's request: its deployment now, those left, those tried
         #: (`admission.routes.RouteRun`); None for a model named directly.
         self.route: Any = None
+        #: What admission counted for it (`admission.gate.Held`), to settle at its end;
+        #: None when no limit or client key applies.
+        self.admission: Any = None
 
     @property
     def first_seq(self) -> int:

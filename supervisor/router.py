@@ -9,7 +9,6 @@ Nothing a client sends can crash this loop: unreadable input gets a
 
 from __future__ import annotations
 
-import hmac
 import logging
 import os
 from collections.abc import Callable, Coroutine, Mapping
@@ -65,6 +64,8 @@ from ..protocol.messages import (
 )
 from ..protocol.ratelog import RateLimitedLog
 from ..protocol.tokens import estimate_request_tokens
+from .admission.gate import Gate
+from .admission.keys import DOOR, ClientKeys
 from .admission.routes import RouteRun, Routing
 from .reload import JobPolicies
 from .requests import RequestState, RequestTable
@@ -110,6 +111,8 @@ class Router:
         on_started: Callable[[RequestState, dict[str, str]], None] | None = None,
         more_status: Callable[[], list[WorkerStatus]] | None = None,
         routing: Routing | None = None,
+        gate: Gate | None = None,
+        client_keys: ClientKeys | None = None,
     ) -> None:
         self.requests = requests
         self.slots = slots
@@ -140,6 +143,12 @@ class Router:
         # with the token before anything else; these are the connections that did.
         self.needs_token = needs_token
         self.authenticated: set[int] = set()
+        #: Client keys, limits and budgets (`admission.gate`); None when none are configured.
+        self.gate = gate
+        #: The tokens a hello may give: named client keys, the daemon's own, the front door's.
+        self.client_keys = client_keys or ClientKeys({}, token=self.token)
+        self.pipe_keys: dict[int, str] = {}  # control pipe -> the named key its hello gave
+        self.door_pipes: set[int] = set()  # control pipes of the front door's processes
         self.received_ns = 0  # when the request being handled arrived (TRUNKLINE_TRACE_HOPS)
         self.bad_input_log = RateLimitedLog(log)
         #: Requests refused for a capability their model lacks (WARN, at most a few a second).
@@ -272,6 +281,8 @@ class Router:
         """A control connection closed: its clients have gone away, and their
         unfinished requests are cancelled upstream."""
         self.authenticated.discard(pipe_id)
+        self.pipe_keys.pop(pipe_id, None)
+        self.door_pipes.discard(pipe_id)
         for client_id in self.pipes.pop(pipe_id, set()):
             self.owner.pop(client_id, None)
             n = self.client_gone(client_id)
@@ -300,10 +311,18 @@ class Router:
                     "invalid_request", f"protocol {msg.protocol} is newer than this daemon's {PROTOCOL_VERSION}"
                 )
             )
+        who = self.client_keys.identify(msg.token) if msg.token else None
         if self.needs_token:
-            if not self.token or not msg.token or not hmac.compare_digest(msg.token.encode(), self.token.encode()):
+            if who is None:
                 return ProtocolError(error=_error("authentication", "this endpoint needs a valid token in hello"))
             self.authenticated.add(pipe_id)
+        elif who is None and msg.token and self.client_keys.names:
+            # A misspelt key must not pass as no key at all (whose requests no limit counts).
+            return ProtocolError(error=_error("authentication", "the token in hello names no client key"))
+        if who == DOOR:
+            self.door_pipes.add(pipe_id)
+        elif who:
+            self.pipe_keys[pipe_id] = who
         client_id = "c" + ulid()
         self.owner[client_id] = pipe_id
         self.pipes.setdefault(pipe_id, set()).add(client_id)
@@ -381,7 +400,7 @@ class Router:
             )
         return info
 
-    def submit(self, msg: Submit, pipe_id: int, size: int = 0) -> Accepted | Rejected:
+    def submit(self, msg: Submit, pipe_id: int, size: int = 0) -> Accepted | Rejected | _Deferred:
         if self.owner.get(msg.client_id) != pipe_id:
             return Rejected(request_id=msg.request_id, error=_not_yours(msg.client_id))
         known = self.requests.get(msg.request_id)
@@ -478,6 +497,14 @@ class Router:
         )
         if slot.name in self.job_policies:  # a reload changed them since the worker started
             job.retry, job.timeouts = self.job_policies[slot.name]
+        if self.gate is not None or msg.client_key is not None:
+            refused = self.admit(msg, pipe_id, state, resolved)
+            if refused is not None:
+                return refused
+        return self._start(msg, state, slot, job)
+
+    def _start(self, msg: Submit, state: RequestState, slot: WorkerSlot, job: Job) -> Accepted:
+        """Record an accepted request and queue its job."""
         if self.on_started is not None:
             self.on_started(state, msg.trace_context)  # before the send, which lets the job go
         self.requests.add(state)
@@ -486,10 +513,65 @@ class Router:
         except Exception:
             # Answered with an error: nothing of it may stay behind as `running`.
             self.requests.discard(state)
-            if run is not None and self.routing is not None:
-                self.routing.release(run, msg.request_id)
+            if state.route is not None and self.routing is not None:
+                self.routing.release(state.route, msg.request_id)
+            if self.gate is not None:
+                self.gate.discard(state)
             raise
-        return Accepted(request_id=msg.request_id, provider=slot.name, model=resolved.id)
+        return Accepted(request_id=msg.request_id, provider=slot.name, model=state.model)
+
+    def admit(self, msg: Submit, pipe_id: int, state: RequestState, resolved: ModelInfo) -> Rejected | _Deferred | None:
+        """The client key's and the deployment's limits and budgets (`admission.gate`):
+        None when admitted; a refusal; or, with a store that must be awaited, the reply
+        to come. A `client_key` is trusted from the front door's connections only."""
+        key = self.pipe_keys.get(pipe_id, "")
+        if msg.client_key is not None:
+            if pipe_id not in self.door_pipes:
+                return Rejected(
+                    request_id=msg.request_id,
+                    error=_error(
+                        "access_denied",
+                        "client_key is set by the daemon's HTTP front door only; a connection's key is "
+                        "the one its hello's token names",
+                    ),
+                )
+            key = msg.client_key
+        if self.gate is None:
+            if not key:
+                return None
+            return Rejected(
+                request_id=msg.request_id, error=_error("invalid_request", f"no client key is named {key!r}")
+            )
+        if msg.request_id in self.gate.pending:
+            return Rejected(
+                request_id=msg.request_id,
+                error=_error("invalid_request", f"request_id {msg.request_id!r} is being admitted already"),
+            )
+        verdict = self.gate.admit(state, msg.request, resolved, key)
+        if verdict is None:
+            return None
+        if isinstance(verdict, ErrorInfo):
+            return Rejected(request_id=msg.request_id, error=verdict)
+        return _Deferred(self._start_when_admitted(verdict, msg, state))
+
+    async def _start_when_admitted(
+        self, verdict: Coroutine[Any, Any, ErrorInfo | None], msg: Submit, state: RequestState
+    ) -> Accepted | Rejected:
+        refused = await verdict
+        slot = self.slots[state.provider]
+        if refused is None and (not self.accepting or msg.client_id not in self.owner):
+            # Meanwhile the daemon began to stop, or the client left: what was admitted is given back.
+            gone = "the daemon is shutting down" if not self.accepting else "the client went away"
+            refused = _error("unavailable", gone)
+            if self.gate is not None:
+                self.gate.discard(state)
+        if refused is not None:
+            if self.on_refused is not None:
+                self.on_refused(refused)
+            return Rejected(request_id=msg.request_id, error=refused)
+        job = state.job
+        assert job is not None  # it is sent by `_start` only
+        return self._start(msg, state, slot, job)
 
     def over_client_limits(self, pipe_id: int, size: int) -> ErrorInfo | None:
         """Why one more request of `size` bytes from this connection is refused (its
@@ -539,8 +621,8 @@ class Router:
             state="ended" if state.ended else "running",
         )
 
-    def status(self) -> StatusReport:
-        return StatusReport(
+    def status(self) -> StatusReport | _Deferred:
+        report = StatusReport(
             server_version=_version(),
             pid=os.getpid(),
             uptime_s=round(trio.current_time() - self.started_at, 3),
@@ -548,6 +630,17 @@ class Router:
             workers=[slot.status() for slot in self.slots.values()]
             + (self.more_status() if self.more_status is not None else []),
         )
+        if self.gate is not None:
+            keys = self.gate.use_now()
+            if keys is None:  # a shared store: asked, then answered
+                return _Deferred(self._with_use(report, self.gate))
+            report.keys = keys
+        return report
+
+    @staticmethod
+    async def _with_use(report: StatusReport, gate: Gate) -> StatusReport:
+        report.keys = await gate.use()
+        return report
 
     async def ready(self, msg: Ready) -> ReadyResult:
         resolved = self.resolve(msg.model, msg.provider)

@@ -62,7 +62,7 @@ class SlotTerms:
     timeouts: TimeoutPolicy
     log_level: str
     max_response_bytes: int
-    #: Every configured provider's key variables: a worker inherits its own only.
+    #: Every configured provider's key variables (and the client keys'): a worker inherits its own only.
     key_names: frozenset[str]
 
     @classmethod
@@ -73,7 +73,9 @@ class SlotTerms:
             timeouts=config.provider_timeouts(name),
             log_level=config.log_level,
             max_response_bytes=config.limits.max_response_bytes,
-            key_names=frozenset(key for p in config.providers.values() for key in p.key_env_names()),
+            key_names=frozenset(
+                [*(key for p in config.providers.values() for key in p.key_env_names()), *config.client_key_variables()]
+            ),
         )
 
 

@@ -204,6 +204,9 @@ class Telemetry:
             span_attrs["gen_ai.request.stop_sequences"] = list(request.stop_sequences)
         if state.operation_id != state.request_id:
             span_attrs["trunkline.operation_id"] = state.operation_id
+        held = state.admission
+        if held is not None and held.key:
+            span_attrs["trunkline.client_key"] = held.key  # the key's name, never the key
         if self.capture_content:
             span_attrs.update(input_content(request))
         name = f"{attrs['gen_ai.operation.name']} {attrs['gen_ai.request.model']}"

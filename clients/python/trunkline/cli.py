@@ -39,6 +39,7 @@ from .protocol.messages import (
     ReasoningDelta,
     Request,
     Response,
+    StatusReport,
     TextDelta,
     ToolCallEnd,
 )
@@ -278,6 +279,9 @@ async def _status(args: argparse.Namespace) -> int:
     for w in report.workers:
         if w.api_keys:
             print(f"{w.provider}: {len(w.api_keys)} keys: " + "; ".join(_key_use(k) for k in w.api_keys))
+    if report.keys:
+        print()
+        _table(_key_rows(report))
     return 0
 
 
@@ -287,6 +291,31 @@ def _key_use(key: ApiKeyStatus) -> str:
         return f"{key.variable} not set"
     resting = f", resting {key.cooling_s:.0f}s after {key.last_error}" if key.cooling_s is not None else ""
     return f"{key.variable} {key.requests} requests{resting}"
+
+
+def _key_rows(report: StatusReport) -> list[tuple[str, ...]]:
+    """Each client key's and limited deployment's use against its limits (`-`: none)."""
+
+    def of(used: float, limit: float | None, fmt: str = "{:g}") -> str:
+        return fmt.format(used) + ("" if limit is None else "/" + fmt.format(limit))
+
+    rows: list[tuple[str, ...]] = [("KEY", "REQ/MIN", "TOKENS/MIN", "RUNNING", "USD TODAY", "USD MONTH", "NOTE")]
+    for k in report.keys:
+        note = ""
+        if k.cooldown_until is not None:
+            note = f"cooling down {max(k.cooldown_until - time.time(), 0):.0f}s"
+        rows.append(
+            (
+                k.name if k.scope == "key" else f"deployment {k.name}",
+                of(k.requests_last_minute, k.rpm),
+                of(k.tokens_last_minute, k.tpm),
+                of(k.in_flight, k.parallel),
+                of(k.usd_today, k.usd_per_day, "{:.4f}"),
+                of(k.usd_this_month, k.usd_per_month, "{:.4f}"),
+                note,
+            )
+        )
+    return rows
 
 
 def bus_line(ev: BusEvent) -> str:

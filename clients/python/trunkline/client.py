@@ -205,9 +205,12 @@ class Client:
         request_id: str | None = None,
         operation_id: str | None = None,
         on_retry: OnRetry | None = None,
+        client_key: str | None = None,
     ) -> tuple[Accepted, Route]:
         """Start a request; its events arrive on the returned route. `on_retry` is told
-        of each retry the worker makes (see `trunkline.retries`)."""
+        of each retry the worker makes (see `trunkline.retries`). `client_key` names the
+        client key the request is counted against; only the daemon's HTTP front door may
+        set it (any other connection is refused)."""
         connection = self._open()
         if connection.reconnected:
             await connection.hello_again()
@@ -224,6 +227,7 @@ class Client:
             stream=stream,
             operation_id=operation_id,
             trace_context=current_trace_context(),
+            client_key=client_key,
         )
         try:
             reply = await connection.call(submit)

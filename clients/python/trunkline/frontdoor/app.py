@@ -115,30 +115,39 @@ class Limits:
 
 
 class Keys:
-    """The keys a request may bring; none configured: none asked for. Each is compared
-    as a digest, every key every time, so the time taken says nothing of a key."""
+    """The keys a request may bring; none configured: none asked for. `keys`: unnamed
+    keys (`http.keys_*`); `named`: the named client keys (`clients:`) by name, whose
+    name goes to the daemon with each request. Each is compared as a digest, every key
+    every time, so the time taken says nothing of a key."""
 
-    def __init__(self, keys: list[str]) -> None:
-        self._digests = [hashlib.sha256(k.encode()).digest() for k in keys]
+    def __init__(self, keys: list[str], named: dict[str, str] | None = None) -> None:
+        self._digests = [(hashlib.sha256(k.encode()).digest(), "") for k in keys]
+        self._digests += [(hashlib.sha256(k.encode()).digest(), name) for name, k in (named or {}).items()]
 
     @property
     def required(self) -> bool:
         return bool(self._digests)
 
     def allows(self, headers: Headers) -> bool:
+        return self.who(headers) is not None
+
+    def who(self, headers: Headers) -> str | None:
+        """The name of the named key the request brings, "" for an unnamed key (or when
+        none is asked for), None when it brings no valid key."""
         if not self._digests:
-            return True
+            return ""
         given = headers.get("x-api-key")
         authorization = headers.get("authorization")
         if given is None and authorization is not None:
             scheme, _, token = authorization.partition(" ")
             given = token.strip() if scheme.lower() == "bearer" else None
         if not given:
-            return False
+            return None
         digest = hashlib.sha256(given.encode()).digest()
-        found = False
-        for known in self._digests:
-            found |= hmac.compare_digest(digest, known)
+        found: str | None = None
+        for known, name in self._digests:
+            if hmac.compare_digest(digest, known):
+                found = name
         return found
 
 
@@ -187,8 +196,11 @@ class FrontDoor:
                 if scope["path"].rstrip("/") in known:
                     raise refuse(f"{scope['method']} is not allowed on {scope['path']}", status=405)
                 raise refuse(f"no such endpoint: {scope['method']} {scope['path']}", "not_found")
-            if scope["path"] != "/health" and not self.keys.allows(headers):
-                raise refuse("a valid key is needed (Authorization: Bearer <key>, or x-api-key)", "authentication")
+            if scope["path"] != "/health":
+                who = self.keys.who(headers)
+                if who is None:
+                    raise refuse("a valid key is needed (Authorization: Bearer <key>, or x-api-key)", "authentication")
+                exchange.client_key = who or None
             await route.handler(exchange)
         except HttpError as exc:
             await exchange.fail(exc.info, exc.status, exc.param)
@@ -219,6 +231,8 @@ class Exchange:
         self.headers = headers
         self.family = family
         self.started = False  # the response head went out
+        #: The name of the named client key the request came with (None: an unnamed key, or none).
+        self.client_key: str | None = None
 
     # -- the request ---------------------------------------------------------------
 
@@ -304,7 +318,7 @@ class Exchange:
     async def _whole(self, endpoint: Endpoint, parsed: Parsed) -> None:
         client = self.door.client
         try:
-            _, route = await client.submit(parsed.request, stream=False)
+            _, route = await client.submit(parsed.request, stream=False, client_key=self.client_key)
         except TrunklineError as exc:
             raise HttpError(exc.info) from None
         except DaemonUnavailable as exc:
@@ -322,7 +336,7 @@ class Exchange:
     async def _stream(self, endpoint: Endpoint, parsed: Parsed) -> None:
         client = self.door.client
         try:
-            _, route = await client.submit(parsed.request, stream=True)
+            _, route = await client.submit(parsed.request, stream=True, client_key=self.client_key)
         except TrunklineError as exc:
             raise HttpError(exc.info) from None
         except DaemonUnavailable as exc:

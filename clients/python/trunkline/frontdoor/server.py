@@ -50,9 +50,15 @@ def hypercorn_config(settings: FrontDoorSettings) -> HypercornConfig:
 async def serve(settings: FrontDoorSettings) -> None:
     link = socket.socket(fileno=settings.link_fd)
     link.setblocking(False)
-    keys = Keys(settings.http.keys())
+    keys = Keys(settings.http.keys(), {name: entry.key(name) for name, entry in settings.clients.items()})
     stop = trio.Event()
-    async with Client(control_endpoint=settings.control, client_name=f"trunkline-http-{settings.index}") as client:
+    # The daemon's secret for its door (it trusts the client key a request names only
+    # from connections that gave it); without one, the daemon's own token if any.
+    async with Client(
+        control_endpoint=settings.control,
+        client_name=f"trunkline-http-{settings.index}",
+        token=settings.door_secret or None,
+    ) as client:
         door = FrontDoor(client, routes(), keys, Limits(max_body_bytes=settings.http.max_body_bytes))
         # ASGI 3 either way: hypercorn types scopes and messages as its TypedDicts, the
         # application reads them as plain mappings.
