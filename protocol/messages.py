@@ -778,12 +778,32 @@ class Models(Msg, tag="models", kw_only=True):
     models: list[ModelInfo] = msgspec.field(default_factory=list)
 
 
+class SharedStateStatus(Data, kw_only=True):
+    """The store limits, budgets, cooldowns and request ids are shared through
+    (`shared_state`): `kind` "redis"; `url` without its password; `degraded` while it
+    does not answer and this daemon decides on its own share of each limit (`since`:
+    wall-clock seconds, `reason`: why); `daemons`: how many daemons were last seen
+    sharing it; `local_decisions`: admissions decided locally since the start;
+    `pending_settlements`: request ends waiting to reach it."""
+
+    kind: str
+    url: str = ""
+    degraded: bool = False
+    since: float | None = None
+    reason: str | None = None
+    daemons: int = 1
+    local_decisions: int = 0
+    pending_settlements: int = 0
+
+
 class StatusReport(Msg, tag="status_report", kw_only=True):
     server_version: str
     pid: int
     uptime_s: float
     in_flight: int = 0
     workers: list[WorkerStatus] = msgspec.field(default_factory=list)
+    #: None when no shared state is configured (the daemon's memory decides).
+    shared_state: SharedStateStatus | None = None
 
 
 class ReadyResult(Msg, tag="ready_result", kw_only=True):

@@ -73,6 +73,9 @@ class EventRelay:
         self.pub: Publisher = _NotBound()
         self.fault_log = RateLimitedLog(log)
         self._all_ended: trio.Event | None = None
+        #: Told of every request's end before the table lets it go (shared state: its
+        #: result is stored for the daemons following it).
+        self.on_end: Callable[[RequestState], None] | None = None
 
     # -- publishing ----------------------------------------------------------------
 
@@ -170,6 +173,11 @@ class EventRelay:
                     )
             except Exception as exc:  # noqa: BLE001 - a log line or a metric must never keep a request open
                 self.fault(state.request_id, "recording its end", exc)
+        if self.on_end is not None:
+            try:
+                self.on_end(state)
+            except Exception as exc:  # noqa: BLE001 - sharing a result must never keep a request open
+                self.fault(state.request_id, "sharing its result", exc)
         self.requests.end(state, now)
         if self._all_ended is not None and not self.requests.active:
             self._all_ended.set()

@@ -65,6 +65,7 @@ from ..protocol.messages import (
 )
 from ..protocol.ratelog import RateLimitedLog
 from ..protocol.tokens import estimate_request_tokens
+from .admission.remote import SharedRequests
 from .reload import JobPolicies
 from .requests import RequestState, RequestTable
 from .slot import WorkerSlot
@@ -125,6 +126,8 @@ class Router:
         #: Children shown beside the workers in `status` (the HTTP front door's processes).
         self.more_status = more_status
         self.accepting = True
+        #: With shared state: request ids claimed across daemons (set by the daemon).
+        self.shared: SharedRequests | None = None
         # A client id belongs to the control connection that said the `hello` it came
         # from: only that connection may submit under it, cancel, replay or say goodbye
         # for its requests.
@@ -231,6 +234,8 @@ class Router:
             return ProtocolError(error=_error("authentication", "this endpoint needs a hello with a valid token first"))
         # isinstance, not match: a class pattern costs more, and this is every submit's path.
         if isinstance(msg, Submit):
+            if self.shared is not None:  # the request id is claimed in the shared store first
+                return _Deferred(self.shared.submit(self, msg, pipe_id, size))
             reply = self.submit(msg, pipe_id, size)
             if self.on_refused is not None and isinstance(reply, Rejected):
                 self.on_refused(reply.error)
@@ -513,6 +518,7 @@ class Router:
             in_flight=len(self.requests.active),
             workers=[slot.status() for slot in self.slots.values()]
             + (self.more_status() if self.more_status is not None else []),
+            shared_state=self.shared.status() if self.shared is not None else None,
         )
 
     async def ready(self, msg: Ready) -> ReadyResult:

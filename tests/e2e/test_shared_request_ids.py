@@ -1,0 +1,74 @@
+"""Two daemons sharing one Redis (`shared_state.redis`), one fake upstream: the same
+request id sent to both calls the provider once, and both clients get the answer."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import pytest
+import trio
+
+from fakes import chat_completions as cc
+from fakes.upstream import FakeUpstream, Reply
+from helpers import DaemonProcess
+from redis_server import RedisServer
+from trunkline import Client
+
+pytestmark = pytest.mark.e2e
+
+PATH = "/v1/chat/completions"
+ANSWER = "served once, shared twice"
+
+
+async def test_the_same_request_id_sent_to_two_daemons_calls_the_provider_once(
+    start_daemon: Callable[..., Awaitable[DaemonProcess]], nursery: trio.Nursery, redis_server: RedisServer
+) -> None:
+    upstream = await FakeUpstream().start(nursery)
+    release = trio.Event()
+    # The answer is held until both submits are in, so the second daemon meets a request
+    # still running on the first (the harder case: its result is not stored yet).
+    payloads = cc.chunks(id="c1", model="m", text=ANSWER, usage={"prompt_tokens": 5, "completion_tokens": 4})
+    upstream.route("POST", PATH, Reply.sse(cc.sse(payloads), hold_after=1, release=release))
+    config = {
+        "providers": {"vllm": {"type": "openai_compat", "base_url": upstream.base_url + "/v1"}},
+        "shared_state": {"redis": redis_server.url, "timeout_s": 2.0},
+    }
+    first = await start_daemon(config)
+    second = await start_daemon(config)
+    rid = "req-shared-0001"
+    answers: dict[str, str] = {}
+
+    async def ask(daemon: DaemonProcess, name: str, submitted: trio.Event) -> None:
+        async with Client(daemon.runtime_dir) as client:
+            stream = client.stream("vllm:m", "hi", request_id=rid)
+            async with stream:
+                submitted.set()
+                answers[name] = (await stream.response()).text
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as inner:
+            one, two = trio.Event(), trio.Event()
+            inner.start_soon(ask, first, "first", one)
+            await one.wait()
+            with trio.fail_after(10):
+                await upstream.request_seen.wait()  # the first daemon is calling the provider
+            inner.start_soon(ask, second, "second", two)
+            await two.wait()
+            release.set()
+    assert answers == {"first": ANSWER, "second": ANSWER}
+    assert len(upstream.sent(PATH)) == 1, "the provider was called more than once for one request id"
+    assert "relays its result" in second.output()
+
+    # Sent again later, to the daemon that did not run it: answered from the stored result.
+    with trio.fail_after(30):
+        await ask(second, "again", trio.Event())
+    assert answers["again"] == ANSWER
+    assert len(upstream.sent(PATH)) == 1
+
+    # `status` says the store is shared and up.
+    async with Client(second.runtime_dir) as client:
+        status = await client.status()
+    assert status.shared_state is not None
+    assert status.shared_state.kind == "redis" and not status.shared_state.degraded
+    assert status.shared_state.url == f"redis://127.0.0.1:{redis_server.port}/0"
+    assert status.shared_state.daemons == 2
