@@ -3,6 +3,7 @@ request id sent to both calls the provider once, and both clients get the answer
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Awaitable, Callable
 
 import pytest
@@ -38,9 +39,9 @@ async def test_the_same_request_id_sent_to_two_daemons_calls_the_provider_once(
     rid = "req-shared-0001"
     answers: dict[str, str] = {}
 
-    async def ask(daemon: DaemonProcess, name: str, submitted: trio.Event) -> None:
+    async def ask(daemon: DaemonProcess, name: str, submitted: trio.Event, request_id: str = rid) -> None:
         async with Client(daemon.runtime_dir) as client:
-            stream = client.stream("vllm:m", "hi", request_id=rid)
+            stream = client.stream("vllm:m", "hi", request_id=request_id)
             async with stream:
                 submitted.set()
                 answers[name] = (await stream.response()).text
@@ -72,3 +73,22 @@ async def test_the_same_request_id_sent_to_two_daemons_calls_the_provider_once(
     assert status.shared_state.kind == "redis" and not status.shared_state.degraded
     assert status.shared_state.url == f"redis://127.0.0.1:{redis_server.port}/0"
     assert status.shared_state.daemons == 2
+
+    # Redis gone: the next request is served all the same, decided locally, and the
+    # daemon says so in status, its log and the CLI.
+    await redis_server.kill()
+    with trio.fail_after(30):
+        await ask(first, "outage", trio.Event(), "req-shared-0002")
+    assert answers["outage"] == ANSWER
+    async with Client(first.runtime_dir) as client:
+        status = await client.status()
+    shared = status.shared_state
+    assert shared is not None and shared.degraded and shared.reason and shared.since is not None
+    assert shared.local_decisions >= 1
+    with trio.fail_after(10):
+        await first.wait_for_line("shared state degraded")
+    shown = await trio.run_process(
+        [sys.executable, "-m", "trunkline.cli", "status", "--runtime-dir", str(first.runtime_dir)],
+        capture_stdout=True,
+    )
+    assert f"shared state: redis redis://127.0.0.1:{redis_server.port}/0 · DEGRADED" in shown.stdout.decode()
