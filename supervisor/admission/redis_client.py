@@ -77,6 +77,8 @@ class RedisClient:
         #: Set while connected; tests and the shared store's catch-up wait on it.
         self.connected = trio.Event()
         self.connects = 0
+        #: Writes sent (each a command or a pipeline): round trips, for the bench and metrics.
+        self.round_trips = 0
         self._kick = trio.Event()
 
     @property
@@ -103,6 +105,7 @@ class RedisClient:
         if conn is None:
             raise RedisUnreachable(f"no connection to Redis ({self.last_error})")
         waiters = [_Waiter() for _ in range(count)]
+        self.round_trips += 1
         with trio.move_on_after(self.timeout_s) as scope:
             async with conn.send_lock:
                 # Queued in the order the bytes go out, so replies match them.
