@@ -27,9 +27,11 @@ import trio
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from ...protocol.ratelog import RateLimitedLog
 from .memory import MemoryStore
 from .redis_client import RedisClient, RedisReplyError, RedisUnreachable
 from .redis_store import RedisStore, StoreError
+from .resp import ErrorReply
 from .store import Candidate, Decision, Limits, ScopeUse, Settlement, StoreHealth, Ticket
 
 if TYPE_CHECKING:
@@ -104,6 +106,8 @@ class SharedStore:
         self.spent: dict[str, tuple[float, float]] = {}
         self._wake_flusher = trio.Event()
         self._went_degraded = trio.Event()
+        #: Error replies from Redis (not an outage: the call was answered), a few lines a second.
+        self.error_log = RateLimitedLog(log)
         #: Set (and replaced) at each change between degraded and not: tests and status wait on it.
         self.changed = trio.Event()
 
@@ -169,16 +173,31 @@ class SharedStore:
                     self._degrade(str(exc))
 
     async def _send_pending(self, *, catching_up: bool = False) -> None:
+        """Send what waits, oldest first; each batch leaves the queue once Redis answered
+        it (an answer lost on the way means the batch goes again: the scripts count it once)."""
         while self.pending:
             batch = [self.pending[i] for i in range(min(SETTLE_BATCH, len(self.pending)))]
             settlements = [(item.settlement, item.admitted_locally) for item in batch if isinstance(item, _Settle)]
             if settlements:
-                replies = await self.redis.settle_many(settlements)
+                # Settlements Redis refuses (out of memory, a read-only replica) are dropped,
+                # with a log line: no retry would do better, and a queue that never empties
+                # would hold up every later settlement.
+                try:
+                    replies = await self.redis.settle_many(settlements)
+                except RedisReplyError as exc:
+                    self._refused(exc, "settlements")
+                    replies = []
                 if catching_up:
                     self.replayed += sum(1 for r in replies if r == 1)
+                failed = [r for r in replies if isinstance(r, ErrorReply)]
+                if failed:
+                    self._refused(failed[0].message, f"{len(failed)} settlement(s)")
             for item in batch:
                 if isinstance(item, _Release):
-                    await self.redis.release(item.request_id, item.key, item.deployment, item.estimated_tokens)
+                    try:
+                        await self.redis.release(item.request_id, item.key, item.deployment, item.estimated_tokens)
+                    except RedisReplyError as exc:
+                        self._refused(exc, "a release")
             for _ in batch:
                 self.pending.popleft()
 
@@ -237,6 +256,10 @@ class SharedStore:
                 return await self.redis.admit(ticket)
             except RedisUnreachable as exc:
                 self._degrade(str(exc))
+            except (RedisReplyError, StoreError) as exc:
+                # Answered, but not with a decision (a read-only replica after a failover,
+                # out of memory): this request is decided locally; the next asks Redis again.
+                self._refused(exc, "an admission")
         return self.admit_locally(ticket)
 
     def admit_locally(self, ticket: Ticket) -> Decision:
@@ -268,6 +291,8 @@ class SharedStore:
         except RedisUnreachable as exc:
             self._degrade(str(exc))
             self._queue(_Settle(settlement, admitted_locally))
+        except RedisReplyError as exc:
+            self._refused(exc, "a settlement")
 
     async def release(self, request_id: str, key: str, deployment: str | None, estimated_tokens: int) -> None:
         if self._was_local(request_id):
@@ -280,6 +305,9 @@ class SharedStore:
                 return
             except RedisUnreachable as exc:
                 self._degrade(str(exc))
+            except RedisReplyError as exc:
+                self._refused(exc, "a release")
+                return
         self._queue(_Release(request_id, key, deployment, estimated_tokens))
 
     async def failure(self, deployment: str, now: float, *, threshold: int, window_s: float, cooldown_s: float) -> bool:
@@ -290,6 +318,8 @@ class SharedStore:
                 )
             except RedisUnreachable as exc:
                 self._degrade(str(exc))
+            except RedisReplyError as exc:
+                self._refused(exc, "a failure count")
         return self._local().failure_now(deployment, now, threshold=threshold, window_s=window_s, cooldown_s=cooldown_s)
 
     async def cooldown(self, deployment: str, until: float) -> None:
@@ -299,6 +329,8 @@ class SharedStore:
                 return
             except RedisUnreachable as exc:
                 self._degrade(str(exc))
+            except RedisReplyError as exc:
+                self._refused(exc, "a cooldown")
         self._local().cooldown_now(deployment, until)
 
     async def use(self, scopes: list[str], now: float) -> list[ScopeUse]:
@@ -307,6 +339,8 @@ class SharedStore:
                 return await self.redis.use(scopes, now)
             except RedisUnreachable as exc:
                 self._degrade(str(exc))
+            except (RedisReplyError, StoreError) as exc:
+                self._refused(exc, "a status read")
         return self._local().use_now(scopes, now)
 
     def health(self) -> StoreHealth:
@@ -324,6 +358,9 @@ class SharedStore:
         )
 
     # -- inside -----------------------------------------------------------------------------
+
+    def _refused(self, error: object, what: str) -> None:
+        self.error_log.note(f"shared state: Redis refused {what}: {str(error)[:200]}")
 
     def _changed(self) -> None:
         self.changed.set()

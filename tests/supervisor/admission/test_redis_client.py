@@ -19,7 +19,8 @@ from trunkline.supervisor.admission.redis_client import (
 from trunkline.supervisor.admission.resp import ErrorReply
 
 
-async def started(nursery: trio.Nursery, url: str, timeout_s: float = 0.25) -> RedisClient:
+async def started(nursery: trio.Nursery, url: str, timeout_s: float = 2.0) -> RedisClient:
+    # 2 s, not the daemon's 0.25 s: a busy test machine must not look like an outage.
     client = RedisClient(url, timeout_s=timeout_s)
     await nursery.start(client.run)
     with trio.fail_after(10):

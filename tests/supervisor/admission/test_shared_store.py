@@ -162,3 +162,21 @@ async def test_a_daemon_that_starts_while_redis_is_down_serves_and_recovers(nurs
         assert isinstance(await store.admit(Ticket("b", "k", Limits(rpm=5), (), 1, T0)), Admitted)
     finally:
         await server.kill()
+
+
+async def test_a_redis_that_refuses_writes_is_decided_around_not_an_outage(
+    nursery: trio.Nursery, redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="trunkline.supervisor")
+    [store, *_] = await three_shared(nursery, redis_server)
+    admin = store.client
+    await admin.call("CONFIG", "SET", "maxmemory-policy", "noeviction")
+    await admin.call("CONFIG", "SET", "maxmemory", "1")  # every write is refused: OOM
+    decision = await store.admit(Ticket("oom", "k", Limits(rpm=5), (), 1, T0))
+    assert isinstance(decision, Admitted)
+    assert not store.degraded and store.local_decisions == 1
+    assert any("Redis refused an admission" in r.getMessage() and "OOM" in r.getMessage() for r in caplog.records)
+    await store.settle(Settlement("oom", "k", None, 1, 1, 0.1, T0))  # refused too: logged, never raised
+    await admin.call("CONFIG", "SET", "maxmemory", "0")
+    assert isinstance(await store.admit(Ticket("ok", "k", Limits(rpm=5), (), 1, T0)), Admitted)
+    assert store.local_decisions == 1  # Redis decided this one
