@@ -26,19 +26,29 @@ def free_port() -> int:
 
 
 class RedisServer:
-    def __init__(self, port: int | None = None, *, password: str | None = None) -> None:
+    def __init__(
+        self, port: int | None = None, *, password: str | None = None, tls: tuple[str, str] | None = None
+    ) -> None:
         self.port = port or free_port()
         self.password = password
+        #: (certificate chain file, key file): the server speaks TLS only (rediss://).
+        self.tls = tls
         self.proc: trio.Process | None = None
         self.lines: list[str] = []
 
     @property
     def url(self) -> str:
         auth = f":{self.password}@" if self.password else ""
+        if self.tls:  # by name: the test certificate is issued to localhost
+            return f"rediss://{auth}localhost:{self.port}/0"
         return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     def command(self) -> list[str]:
-        cmd = [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        port = ["--port", "0", "--tls-port", str(self.port)] if self.tls else ["--port", str(self.port)]
+        cmd = [REDIS_SERVER, *port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        if self.tls:
+            cert, key = self.tls
+            cmd += ["--tls-cert-file", cert, "--tls-key-file", key, "--tls-auth-clients", "no"]
         if self.password:
             cmd += ["--requirepass", self.password]
         return cmd

@@ -254,4 +254,7 @@ async def _read_replies(stream: trio.abc.Stream, decoder: Decoder, count: int) -
 
 
 def _reason(exc: BaseException) -> str:
+    # trio wraps a failed TLS handshake in BrokenResourceError: the cause says what failed.
+    if isinstance(exc, trio.BrokenResourceError) and exc.__cause__ is not None:
+        exc = exc.__cause__
     return f"{type(exc).__name__}: {exc}"[:200] if str(exc) else type(exc).__name__

@@ -4,9 +4,11 @@ typed errors, timeouts, and reconnecting after Redis comes back."""
 from __future__ import annotations
 
 import signal
+from pathlib import Path
 
 import pytest
 import trio
+import trustme
 
 from redis_server import RedisServer
 from trunkline.supervisor.admission.redis_client import (
@@ -138,3 +140,29 @@ def test_urls_parse_with_tls_user_and_db() -> None:
         "p@ss",
     )
     assert target.redacted() == "rediss://me:***@cache.example:6380/2"
+
+
+async def test_rediss_speaks_tls_with_a_ca_file_and_refuses_an_unknown_ca(
+    nursery: trio.Nursery, tmp_path: Path
+) -> None:
+    ca = trustme.CA()
+    cert = ca.issue_cert("localhost")
+    chain, key, ca_file = tmp_path / "chain.pem", tmp_path / "key.pem", tmp_path / "ca.pem"
+    cert.private_key_and_cert_chain_pem.write_to_path(str(chain))
+    cert.private_key_pem.write_to_path(str(key))
+    ca.cert_pem.write_to_path(str(ca_file))
+    server = RedisServer(tls=(str(chain), str(key)))
+    try:
+        await server.start(nursery)
+        assert server.url.startswith("rediss://localhost:")
+        client = RedisClient(server.url, timeout_s=2.0, tls_ca_file=str(ca_file))
+        await nursery.start(client.run)
+        with trio.fail_after(10):
+            await client.connected.wait()
+        assert await client.call("PING") == "PONG"
+        # Without the CA, the system's CAs do not know this server: no connection, said why.
+        stranger = RedisClient(server.url, timeout_s=2.0)
+        await nursery.start(stranger.run)
+        assert not stranger.is_connected and "CERTIFICATE_VERIFY_FAILED" in stranger.last_error
+    finally:
+        await server.kill()
