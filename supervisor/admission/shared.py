@@ -15,6 +15,7 @@ the metrics say so.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
@@ -120,6 +121,9 @@ class SharedStore:
             await nursery.start(self.client.run)
             if not self.client.is_connected:
                 self._degrade(self.client.last_error)
+            else:
+                with contextlib.suppress(RedisUnreachable, RedisReplyError, StoreError):  # the loop says why
+                    await self.refresh()  # present before the first request, not a few seconds on
             nursery.start_soon(self._presence)
             nursery.start_soon(self._flusher)
             nursery.start_soon(self._recover)

@@ -3,16 +3,18 @@ request id sent to both calls the provider once, and both clients get the answer
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Awaitable, Callable
 
+import httpx
 import pytest
 import trio
 
 from fakes import chat_completions as cc
 from fakes.upstream import FakeUpstream, Reply
 from helpers import DaemonProcess
-from redis_server import RedisServer
+from redis_server import RedisServer, free_port
 from trunkline import Client
 
 pytestmark = pytest.mark.e2e
@@ -34,7 +36,8 @@ async def test_the_same_request_id_sent_to_two_daemons_calls_the_provider_once(
         "providers": {"vllm": {"type": "openai_compat", "base_url": upstream.base_url + "/v1"}},
         "shared_state": {"redis": redis_server.url, "timeout_s": 2.0},
     }
-    first = await start_daemon(config)
+    metrics_port = free_port()
+    first = await start_daemon({**config, "metrics": {"listen": f"127.0.0.1:{metrics_port}"}})
     second = await start_daemon(config)
     rid = "req-shared-0001"
     answers: dict[str, str] = {}
@@ -66,13 +69,18 @@ async def test_the_same_request_id_sent_to_two_daemons_calls_the_provider_once(
     assert answers["again"] == ANSWER
     assert len(upstream.sent(PATH)) == 1
 
-    # `status` says the store is shared and up.
+    # `status` says the store is shared and up, and sees both daemons (each says it is
+    # there every few seconds: asked until it has).
     async with Client(second.runtime_dir) as client:
-        status = await client.status()
-    assert status.shared_state is not None
+        with trio.fail_after(15):
+            while True:
+                status = await client.status()
+                assert status.shared_state is not None
+                if status.shared_state.daemons == 2:
+                    break
+                await trio.sleep(0.1)
     assert status.shared_state.kind == "redis" and not status.shared_state.degraded
     assert status.shared_state.url == f"redis://127.0.0.1:{redis_server.port}/0"
-    assert status.shared_state.daemons == 2
 
     # Redis gone: the next request is served all the same, decided locally, and the
     # daemon says so in status, its log and the CLI.
@@ -92,3 +100,7 @@ async def test_the_same_request_id_sent_to_two_daemons_calls_the_provider_once(
         capture_stdout=True,
     )
     assert f"shared state: redis redis://127.0.0.1:{redis_server.port}/0 · DEGRADED" in shown.stdout.decode()
+    async with httpx.AsyncClient() as http:
+        scraped = (await http.get(f"http://127.0.0.1:{metrics_port}/metrics")).text
+    assert "trunkline_shared_state_degraded 1.0" in scraped
+    assert re.search(r"^trunkline_shared_state_local_decisions_total [1-9]", scraped, re.M), scraped

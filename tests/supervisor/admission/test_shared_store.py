@@ -80,6 +80,11 @@ async def test_redis_killed_and_restarted_mid_load_loses_no_admit_and_bills_each
         during = decisions[3:]
         assert len(during) == 90
         assert sum(isinstance(d, Admitted) for d in during) == 60
+        # The bound during an outage (docs/ARCHITECTURE.md): each daemon admits its third of
+        # the limit from an empty local window, so the minute the outage starts may see what
+        # the shared window held (3) plus the limit again (60): 63, within twice the limit.
+        admitted_this_minute = sum(isinstance(d, Admitted) for d in decisions)
+        assert admitted_this_minute == 63 <= 2 * 60
         assert all(
             isinstance(d, Refused) and d.error_class == "rate_limit" for d in during if not isinstance(d, Admitted)
         )
