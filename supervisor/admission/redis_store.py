@@ -192,18 +192,25 @@ class RedisStore:
         ]
         return keys, args
 
+    def settle_evalsha(self, settlement: Settlement, *, admitted_locally: bool = False) -> tuple[Arg, ...]:
+        """The settle script as one command, for a pipeline (`send`)."""
+        keys, args = self.settle_command(settlement, admitted_locally=admitted_locally)
+        return ("EVALSHA", SCRIPTS["settle"].sha, len(keys), *keys, *args)
+
     async def settle_many(self, settlements: list[tuple[Settlement, bool]]) -> list[Reply]:
         """Several settlements (each with whether it was admitted locally) in one round
         trip; each reply is 1 (counted now) or 0 (settled before), or an error reply."""
-        script = SCRIPTS["settle"]
-        commands: list[tuple[Arg, ...]] = []
-        for settlement, admitted_locally in settlements:
-            keys, args = self.settle_command(settlement, admitted_locally=admitted_locally)
-            commands.append(("EVALSHA", script.sha, len(keys), *keys, *args))
+        return await self.send([self.settle_evalsha(s, admitted_locally=local) for s, local in settlements])
+
+    async def send(self, commands: list[tuple[Arg, ...]]) -> list[Reply]:
+        """Commands in one pipeline; those a server without the settle script answered
+        NOSCRIPT go again once it is loaded (only those: the others ran)."""
         replies = await self.client.pipeline(commands)
-        if any(isinstance(r, ErrorReply) and r.code == "NOSCRIPT" for r in replies):
-            await self.client.call("SCRIPT", "LOAD", script.source)
-            replies = await self.client.pipeline(commands)  # settled ones answer 0: exactly once
+        again = [i for i, r in enumerate(replies) if isinstance(r, ErrorReply) and r.code == "NOSCRIPT"]
+        if again:
+            await self.client.call("SCRIPT", "LOAD", SCRIPTS["settle"].source)
+            for i, reply in zip(again, await self.client.pipeline([commands[i] for i in again]), strict=True):
+                replies[i] = reply
         return replies
 
     async def release(self, request_id: str, key: str, deployment: str | None, estimated_tokens: int) -> None:

@@ -174,19 +174,16 @@ class SharedRequests:
     # -- the relay's side -------------------------------------------------------------------
 
     def ended(self, state: RequestState) -> None:
-        """A request this daemon ran has ended: store its frames for the daemons following it."""
-        if self.nursery is None or not state.ring:
+        """A request this daemon ran has ended: store its frames for the daemons following
+        it (with the shared store's next batch of writes: no round trip of its own)."""
+        if not state.ring:
             return
         payloads = [bytes(split_frame(frame)[1]) for frame in state.ring]
         if state.first_seq > 0 or sum(len(p) for p in payloads) > MAX_RESULT_BYTES:
             payloads = payloads[-1:]  # the terminal event: the whole response, without the deltas
-        self.nursery.start_soon(self._store_result, state.request_id, msgspec.msgpack.encode(payloads))
-
-    async def _store_result(self, request_id: str, blob: bytes) -> None:
-        try:
-            await self.store.client.call("SET", self.result_key(request_id), blob, "PX", int(self.keep_s * 1000))
-        except (RedisUnreachable, RedisReplyError) as exc:
-            log.debug("could not store the result of %s for other daemons: %s", request_id, exc)
+        self.store.store_soon(
+            self.result_key(state.request_id), msgspec.msgpack.encode(payloads), int(self.keep_s * 1000)
+        )
 
     # -- status -----------------------------------------------------------------------------
 

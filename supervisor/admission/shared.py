@@ -32,7 +32,7 @@ from ...protocol.ratelog import RateLimitedLog
 from .memory import MemoryStore
 from .redis_client import RedisClient, RedisReplyError, RedisUnreachable
 from .redis_store import RedisStore, StoreError
-from .resp import ErrorReply
+from .resp import Arg, ErrorReply
 from .store import Candidate, Decision, Limits, ScopeUse, Settlement, StoreHealth, Ticket
 
 if TYPE_CHECKING:
@@ -43,8 +43,9 @@ log = logging.getLogger("trunkline.supervisor")
 #: How long a daemon's presence lasts without a refresh, and how often it refreshes.
 PRESENCE_TTL_S = 15.0
 PRESENCE_EVERY_S = 5.0
-#: Settlements sent in one pipeline.
+#: Settlements (and stored results) sent in one pipeline at most, and their bytes.
 SETTLE_BATCH = 256
+BATCH_BYTES = 4 * 1024 * 1024
 #: Settlements kept for the catch-up at most (a longer outage drops the oldest, with a log line).
 MAX_PENDING = 200_000
 #: Scopes whose last spend is kept for a degraded budget (the most recently seen).
@@ -65,7 +66,17 @@ class _Release:
     estimated_tokens: int
 
 
-_Pending = _Settle | _Release
+@dataclass(frozen=True, slots=True)
+class _Put:
+    """A value to store (a request's result for the daemons following it), sent with the
+    next batch of settlements rather than in a round trip of its own."""
+
+    key: str
+    value: bytes
+    px: int
+
+
+_Pending = _Settle | _Release | _Put
 
 
 class SharedStore:
@@ -180,22 +191,35 @@ class SharedStore:
         """Send what waits, oldest first; each batch leaves the queue once Redis answered
         it (an answer lost on the way means the batch goes again: the scripts count it once)."""
         while self.pending:
-            batch = [self.pending[i] for i in range(min(SETTLE_BATCH, len(self.pending)))]
-            settlements = [(item.settlement, item.admitted_locally) for item in batch if isinstance(item, _Settle)]
-            if settlements:
-                # Settlements Redis refuses (out of memory, a read-only replica) are dropped,
-                # with a log line: no retry would do better, and a queue that never empties
-                # would hold up every later settlement.
+            batch: list[_Pending] = []
+            size = 0
+            for item in self.pending:
+                if len(batch) >= SETTLE_BATCH or (batch and size > BATCH_BYTES):
+                    break
+                batch.append(item)
+                size += len(item.value) if isinstance(item, _Put) else 200
+            commands: list[tuple[Arg, ...]] = []
+            for item in batch:
+                if isinstance(item, _Settle):
+                    commands.append(self.redis.settle_evalsha(item.settlement, admitted_locally=item.admitted_locally))
+                elif isinstance(item, _Put):
+                    commands.append(("SET", item.key, item.value, "PX", item.px))
+            if commands:
+                # What Redis refuses (out of memory, a read-only replica) is dropped, with a
+                # log line: no retry would do better, and a queue that never empties would
+                # hold up every later settlement.
                 try:
-                    replies = await self.redis.settle_many(settlements)
+                    replies = await self.redis.send(commands)
                 except RedisReplyError as exc:
-                    self._refused(exc, "settlements")
+                    self._refused(exc, "a batch of settlements")
                     replies = []
                 if catching_up:
-                    self.replayed += sum(1 for r in replies if r == 1)
+                    self.replayed += sum(
+                        1 for c, r in zip(commands, replies, strict=False) if c[0] == "EVALSHA" and r == 1
+                    )
                 failed = [r for r in replies if isinstance(r, ErrorReply)]
                 if failed:
-                    self._refused(failed[0].message, f"{len(failed)} settlement(s)")
+                    self._refused(failed[0].message, f"{len(failed)} of a batch's writes")
             for item in batch:
                 if isinstance(item, _Release):
                     try:
@@ -284,6 +308,13 @@ class SharedStore:
             self._settle_in_memory(self.local, settlement)
         self._queue(_Settle(settlement, admitted_locally))
         self._wake_flusher.set()
+
+    def store_soon(self, key: str, value: bytes, px: int) -> None:
+        """SET `key` (expiring in `px` ms) with the next batch; dropped while degraded (a
+        request's result for other daemons is worth little once they have given up)."""
+        if not self.degraded:
+            self._queue(_Put(key, value, px))
+            self._wake_flusher.set()
 
     async def settle(self, settlement: Settlement) -> None:
         if self.degraded:
