@@ -28,7 +28,7 @@ from ..protocol import __version__, nng
 from ..protocol.ids import ulid
 from ..protocol.messages import ErrorInfo, ReloadResult, WorkerStatus
 from .admission.redis_client import RedisClient
-from .admission.remote import SharedRequests
+from .admission.remote import QUEUE_MARGIN_S, SharedRequests
 from .admission.shared import SharedStateCollector, SharedStore
 from .forkserver import ForkServer, Launched
 from .frontdoor import FrontDoor
@@ -544,7 +544,7 @@ def _shared_state(config: Config, publish: Callable[[bytes], None]) -> tuple[Sha
     daemon = f"{socket.gethostname()}:{os.getpid()}:{ulid()[-6:].lower()}"
     store = SharedStore(client, daemon=daemon, prefix=shared.key_prefix, claim_s=config.replay.keep_s)
     requests = SharedRequests(
-        store, keep_s=config.replay.keep_s, wait_s=config.timeouts.request_s + 30.0, publish=publish
+        store, keep_s=config.replay.keep_s, wait_s=config.timeouts.request_s + QUEUE_MARGIN_S, publish=publish
     )
     return store, requests
 

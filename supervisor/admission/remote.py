@@ -47,6 +47,9 @@ MAX_FOLLOWED = 10_000
 #: Polling for another daemon's result: from the first wait to the last, doubling.
 POLL_FIRST_S = 0.02
 POLL_MAX_S = 0.5
+#: Beyond a request's own timeout, how long it may wait in its owner's queue (at most
+#: as long again as its timeout).
+QUEUE_MARGIN_S = 30.0
 
 _frames = msgspec.msgpack.Decoder(list[bytes])
 _NO_LIMITS = Limits()
@@ -54,7 +57,8 @@ _NO_LIMITS = Limits()
 
 class SharedRequests:
     """The router's and the relay's way into the shared claims and results.
-    `wait_s`: how long a followed request may take (the request timeout)."""
+    `wait_s`: how long a followed request may take when it names no timeout of its own
+    (the daemon's `timeouts.request_s` and a margin for its queue)."""
 
     def __init__(self, store: SharedStore, *, keep_s: float, wait_s: float, publish: Callable[[bytes], None]) -> None:
         self.store = store
@@ -129,20 +133,22 @@ class SharedRequests:
             )
         entry = router.entry(msg.request.model, msg.request.provider)
         provider, model = ("", msg.request.model) if isinstance(entry, ErrorInfo) else (entry.provider, entry.id)
+        own = msg.request.timeouts.request_s if msg.request.timeouts is not None else None
+        wait_s = self.wait_s if own is None else own + min(QUEUE_MARGIN_S, own)
         self.following += 1
-        self.nursery.start_soon(self._follow, msg.client_id, msg.request_id, owner)
+        self.nursery.start_soon(self._follow, msg.client_id, msg.request_id, owner, wait_s)
         log.info("request %s is served by daemon %s: this daemon relays its result", msg.request_id, owner)
         return Accepted(request_id=msg.request_id, provider=provider, model=model, duplicate=True)
 
-    async def _follow(self, client_id: str, request_id: str, owner: str) -> None:
+    async def _follow(self, client_id: str, request_id: str, owner: str, wait_s: float) -> None:
         try:
-            frames = await self._wait_for_result(request_id)
+            frames = await self._wait_for_result(request_id, wait_s)
             topic = client_id.encode() + SEPARATOR
             if frames is None:
                 error = ErrorInfo(
                     error_class="timeout",
                     message=f"request {request_id} is served by daemon {owner}, whose result did not "
-                    f"arrive within {self.wait_s:g} s",
+                    f"arrive within {wait_s:g} s",
                     retryable=True,
                 )
                 self.publish(frame_event(client_id, ErrorEvent(request_id=request_id, seq=0, error=error)))
@@ -152,10 +158,10 @@ class SharedRequests:
         finally:
             self.following -= 1
 
-    async def _wait_for_result(self, request_id: str) -> list[bytes] | None:
+    async def _wait_for_result(self, request_id: str, wait_s: float) -> list[bytes] | None:
         key = self.result_key(request_id)
         wait = POLL_FIRST_S
-        with trio.move_on_after(self.wait_s):
+        with trio.move_on_after(wait_s):
             while True:
                 try:
                     blob = await self.store.client.call("GET", key)

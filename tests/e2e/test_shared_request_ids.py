@@ -16,6 +16,8 @@ from fakes.upstream import FakeUpstream, Reply
 from helpers import DaemonProcess
 from redis_server import RedisServer, free_port
 from trunkline import Client
+from trunkline.errors import TrunklineError
+from trunkline.supervisor.admission.redis_client import RedisClient
 
 pytestmark = pytest.mark.e2e
 
@@ -104,3 +106,22 @@ async def test_the_same_request_id_sent_to_two_daemons_calls_the_provider_once(
         scraped = (await http.get(f"http://127.0.0.1:{metrics_port}/metrics")).text
     assert "trunkline_shared_state_degraded 1.0" in scraped
     assert re.search(r"^trunkline_shared_state_local_decisions_total [1-9]", scraped, re.M), scraped
+
+
+async def test_a_duplicate_whose_owner_never_answers_ends_in_a_timeout_naming_it(
+    start_daemon: Callable[..., Awaitable[DaemonProcess]], nursery: trio.Nursery, redis_server: RedisServer
+) -> None:
+    """A daemon that claimed the id and died before storing the result: the follower
+    waits within the request's timeout, then ends the request with `timeout`."""
+    daemon = await start_daemon({"shared_state": {"redis": redis_server.url, "timeout_s": 2.0}})
+    redis = RedisClient(redis_server.url, timeout_s=2.0)
+    await nursery.start(redis.run)
+    with trio.fail_after(10):
+        await redis.connected.wait()
+    await redis.call("SET", "{trunkline}:claim:req-ghost", "ghost-daemon", "PX", 60_000)
+    with trio.fail_after(20):
+        async with Client(daemon.runtime_dir) as client:
+            with pytest.raises(TrunklineError) as caught:
+                await client.complete("mock:echo", "hi", request_id="req-ghost", timeouts={"request_s": 1.0})
+    assert caught.value.error_class == "timeout"
+    assert "ghost-daemon" in str(caught.value)
