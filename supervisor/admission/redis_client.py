@@ -169,14 +169,15 @@ class RedisClient:
     async def _connect(self) -> _Connection:
         target = self.target
         where = f"{target.host}:{target.port}"
+        opened: list[trio.abc.Stream] = []
         try:
             with trio.fail_after(max(self.timeout_s * 4, 1.0)):
                 stream: trio.abc.Stream = await trio.open_tcp_stream(target.host, target.port)
+                opened.append(stream)
                 if target.tls:
                     context = ssl.create_default_context(cafile=self.tls_ca_file)
-                    ssl_stream = trio.SSLStream(stream, context, server_hostname=target.host)
-                    await ssl_stream.do_handshake()
-                    stream = ssl_stream
+                    stream = trio.SSLStream(stream, context, server_hostname=target.host)
+                    await stream.do_handshake()
                 conn = _Connection(stream)
                 hello: list[tuple[Arg, ...]] = []
                 if target.password is not None:
@@ -185,18 +186,26 @@ class RedisClient:
                     )
                 if target.db:
                     hello.append(("SELECT", target.db))
-                if hello:
-                    await stream.send_all(encode_commands(hello))
-                    for reply in await _read_replies(stream, conn.decoder, len(hello)):
-                        if isinstance(reply, ErrorReply):
-                            await trio.aclose_forcefully(stream)
-                            # AUTH's errors never echo the password; SELECT's name the db.
-                            raise RedisUnreachable(f"Redis at {where} refused the connection: {reply.message[:200]}")
+                # A PING last: a server that accepts connections but does not answer (stopped,
+                # overloaded) is not taken for one that is back.
+                hello.append(("PING",))
+                await stream.send_all(encode_commands(hello))
+                with trio.fail_after(self.timeout_s):
+                    replies = await _read_replies(stream, conn.decoder, len(hello))
+                refused = next((r for r in replies if isinstance(r, ErrorReply)), None)
+                if refused is not None:
+                    # AUTH's errors never echo the password; SELECT's name the db.
+                    raise RedisUnreachable(f"Redis at {where} refused the connection: {refused.message[:200]}")
+                opened.clear()  # kept: it is the connection now
                 return conn
         except trio.TooSlowError:
             raise RedisUnreachable(f"could not connect to Redis at {where}: timed out") from None
         except (OSError, trio.BrokenResourceError, ssl.SSLError, RespError) as exc:
             raise RedisUnreachable(f"could not connect to Redis at {where}: {_reason(exc)}") from None
+        finally:
+            for half_open in opened:
+                with trio.CancelScope(shield=True):
+                    await trio.aclose_forcefully(half_open)
 
     async def _read(self, conn: _Connection) -> None:
         decoder = conn.decoder

@@ -187,14 +187,16 @@ class SharedStore:
                 except RedisUnreachable as exc:
                     self._degrade(str(exc))
 
-    async def _send_pending(self, *, catching_up: bool = False) -> None:
-        """Send what waits, oldest first; each batch leaves the queue once Redis answered
-        it (an answer lost on the way means the batch goes again: the scripts count it once)."""
-        while self.pending:
+    async def _send_pending(self, *, catching_up: bool = False, at_most: int | None = None) -> None:
+        """Send what waits (or its first `at_most`), oldest first; each batch leaves the
+        queue once Redis answered it (an answer lost on the way means the batch goes
+        again: the scripts count it once)."""
+        left = len(self.pending) if at_most is None else at_most
+        while self.pending and left > 0:
             batch: list[_Pending] = []
             size = 0
             for item in self.pending:
-                if len(batch) >= SETTLE_BATCH or (batch and size > BATCH_BYTES):
+                if len(batch) >= min(SETTLE_BATCH, left) or (batch and size > BATCH_BYTES):
                     break
                 batch.append(item)
                 size += len(item.value) if isinstance(item, _Put) else 200
@@ -228,6 +230,7 @@ class SharedStore:
                         self._refused(exc, "a release")
             for _ in batch:
                 self.pending.popleft()
+            left -= len(batch)
 
     async def _recover(self) -> None:
         while True:
@@ -235,7 +238,11 @@ class SharedStore:
             while self.degraded:
                 await self.client.connected.wait()
                 try:
-                    await self._send_pending(catching_up=True)
+                    # What the outage left, not what arrives meanwhile: under load, local
+                    # decisions queue settlements faster than batches drain, and a catch-up
+                    # that waited for an empty queue might never end. The rest goes with the
+                    # flusher (each keeps whether it was admitted locally).
+                    await self._send_pending(catching_up=True, at_most=len(self.pending))
                 except RedisUnreachable as exc:
                     self.reason = str(exc)
                     await trio.sleep(0.05)  # the client reconnects with its own backoff
@@ -244,8 +251,8 @@ class SharedStore:
                     log.warning("shared state: replaying settlements failed: %s", str(exc)[:200])
                     await trio.sleep(1.0)
                     continue
-                # Nothing awaited since the queue emptied: no settlement slips between.
                 self._recover_now()
+                self._wake_flusher.set()
             self._went_degraded = trio.Event()
 
     def _degrade(self, reason: str) -> None:

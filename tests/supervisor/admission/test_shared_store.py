@@ -4,6 +4,7 @@ Three `SharedStore`s on one redis-server stand for three daemons."""
 from __future__ import annotations
 
 import logging
+import signal
 import time
 
 import pytest
@@ -185,3 +186,67 @@ async def test_a_redis_that_refuses_writes_is_decided_around_not_an_outage(
     await admin.call("CONFIG", "SET", "maxmemory", "0")
     assert isinstance(await store.admit(Ticket("ok", "k", Limits(rpm=5), (), 1, T0)), Admitted)
     assert store.local_decisions == 1  # Redis decided this one
+
+
+async def test_a_redis_that_stops_answering_mid_load_loses_and_double_bills_nothing(
+    nursery: trio.Nursery, redis_server: RedisServer
+) -> None:
+    """Redis frozen (SIGSTOP) while three daemons admit and settle concurrently: calls
+    time out, every daemon decides locally, and what was in flight when it froze (a
+    batch of settlements Redis may still run when it wakes, then sent again) is billed
+    once. Redis keeps its data here, so the totals are exact."""
+    stores = []
+    for n in range(3):
+        client = RedisClient(redis_server.url, timeout_s=0.3)
+        store = SharedStore(client, daemon=f"daemon-{n}", clock=lambda: T0)
+        await nursery.start(store.run)
+        stores.append(store)
+    limits = Limits(rpm=1_000_000, usd_per_day=1_000_000.0)
+    billed: list[float] = []
+    done = [0] * 9
+    stop = trio.Event()
+
+    async def load(store: SharedStore, slot: int) -> None:
+        i = 0
+        while not stop.is_set():
+            rid = f"{store.daemon}-{slot}-{i}"
+            decision = await store.admit(Ticket(rid, "k", limits, (), 10, T0 + 1))
+            assert isinstance(decision, Admitted)  # never refused, never an exception
+            cost = (slot + 1) / 1024  # exact in binary: the totals compare exactly
+            store.settle_soon(Settlement(rid, "k", None, 10, 10, cost, T0 + 1))
+            billed.append(cost)
+            done[slot] += 1
+            i += 1
+            await trio.sleep(0)  # a checkpoint: a local decision never awaits
+
+    async def until_each_did(more: int) -> None:
+        target = [d + more for d in done]
+        while any(d < t for d, t in zip(done, target, strict=True)):
+            await trio.sleep(0.005)
+
+    assert redis_server.proc is not None
+    with trio.fail_after(60):
+        async with trio.open_nursery() as inner:
+            for k, store in enumerate(stores):
+                for j in range(3):
+                    inner.start_soon(load, store, k * 3 + j)
+            await until_each_did(20)
+            redis_server.proc.send_signal(signal.SIGSTOP)
+            try:
+                for store in stores:
+                    while not store.degraded:
+                        await trio.sleep(0.005)
+                await until_each_did(20)
+            finally:
+                redis_server.proc.send_signal(signal.SIGCONT)
+            for store in stores:
+                await wait_until(store, degraded=False)
+            await until_each_did(20)
+            stop.set()
+        while any(s.pending for s in stores):  # the last settlements, after their admits
+            await trio.sleep(0.005)
+    [use] = await stores[0].use(["key:k"], T0 + 1)
+    assert use.usd_today == sum(billed)
+    assert use.requests_last_minute == len(billed)
+    assert use.in_flight == 0
+    assert all(s.local_decisions > 0 for s in stores)
