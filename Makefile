@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.deps-installed
 PIP    := $(BIN)/python -m pip --disable-pip-version-check --quiet
 
-.PHONY: serve test lint install schema clean fuzz c-client conformance
+.PHONY: serve test lint install schema clean fuzz c-client conformance redis-server
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,7 @@ TEST_PROCESSES ?= 3
 # spending twenty minutes on the suite.
 test: install lint
 	@$(MAKE) c-client || echo "make test: could not install or build the C client; its tests will fail"
+	@$(MAKE) redis-server || echo "make test: could not install redis-server; the shared-state tests will fail"
 	@$(MAKE) node-sdks || echo "make test: could not install tests/node (npm); the Node SDK tests will fail"
 	$(BIN)/python -m pytest -n $(TEST_PROCESSES) $(PYTEST_ARGS)
 
@@ -51,6 +52,15 @@ NODE_SDKS := tests/node/node_modules/.package-lock.json
 node-sdks: $(NODE_SDKS)
 $(NODE_SDKS): tests/node/package-lock.json tests/node/package.json
 	npm ci --prefix tests/node --no-audit --no-fund --loglevel=error
+
+# The shared-state tests start real redis-servers (tests/redis_server.py): Debian's
+# package, installed like the C client's libraries when it is missing.
+redis-server:
+	@if command -v redis-server >/dev/null 2>&1; then exit 0; fi; \
+	SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	export DEBIAN_FRONTEND=noninteractive; \
+	$$SUDO apt-get install -y --no-install-recommends redis-server \
+	  || { $$SUDO apt-get update && $$SUDO apt-get install -y --no-install-recommends redis-server; }
 
 c-client:
 	$(MAKE) -C clients/c deps

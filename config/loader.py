@@ -24,6 +24,7 @@ from .base_urls import ollama_host_url
 from .hosts import is_loopback, is_this_machine
 from .model_entries import SET_BY_THE_CATALOG, model_entry
 from .names import did_you_mean
+from .redis_url import BadRedisUrl, parse_url
 
 #: libyaml's parser when PyYAML was built with it (its wheels are): the catalog took
 #: 0.27 s to read with the pure-Python one, 0.03 s with this, on every start, reload and
@@ -524,6 +525,67 @@ class RouteConfig(_Section):
     breaker: BreakerConfig = msgspec.field(default_factory=BreakerConfig)
 
 
+class SharedStateConfig(_Section):
+    """Limits, budgets, cooldowns and request ids shared by every daemon that names the
+    same Redis; without `redis` (or `redis_env`) they live in the daemon's memory."""
+
+    #: `redis://[user:pass@]host:port/db`, or `rediss://` for TLS (the system's CAs).
+    redis: str | None = None
+    #: Or the name of an environment variable holding that URL (a URL may carry a password).
+    redis_env: str | None = None
+    #: Every key is `{<key_prefix>}:...`: one hash tag, so one Redis Cluster slot.
+    key_prefix: str = "trunkline"
+    #: Longest wait for one Redis call before deciding locally (degraded).
+    timeout_s: float = 0.25
+    #: A CA file for `rediss://` besides the system's.
+    tls_ca_file: str | None = None
+
+    @property
+    def on(self) -> bool:
+        return self.redis is not None or self.redis_env is not None
+
+    def url(self) -> str | None:
+        """The Redis URL, from the file or the variable (read when called: at the daemon's
+        start). Raises ConfigError naming the key, never the URL's password."""
+        if self.redis_env is None:
+            return self.redis
+        url = os.environ.get(self.redis_env, "").strip()
+        if not url:
+            raise ConfigError(f"config error at `shared_state.redis_env`: {self.redis_env} is not set (or empty)")
+        problem = redis_url_problem(url)
+        if problem:
+            raise ConfigError(f"config error at `shared_state.redis_env` (${self.redis_env}): {problem}")
+        return url
+
+
+def redis_url_problem(url: str) -> str | None:
+    """Why a shared_state Redis URL cannot be used, or None (never says its password)."""
+    try:
+        parse_url(url)
+    except BadRedisUrl as exc:
+        return f"{exc} (e.g. redis://:password@127.0.0.1:6379/0, or rediss:// for TLS)"
+    return None
+
+
+def shared_state_problem(shared: SharedStateConfig) -> tuple[str, str] | None:
+    """The key and why the shared state cannot be used as configured, or None."""
+    if shared.redis is not None and shared.redis_env is not None:
+        return "redis_env", "give redis or redis_env, not both"
+    if shared.redis is not None:
+        problem = redis_url_problem(shared.redis)
+        if problem:
+            return "redis", problem
+    if shared.redis_env is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", shared.redis_env):
+        return "redis_env", "must name an environment variable (letters, digits, _)"
+    if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,64}", shared.key_prefix):
+        return "key_prefix", "1 to 64 letters, digits or _.:- (no braces: it is the keys' hash tag)"
+    if not (math.isfinite(shared.timeout_s) and 0 < shared.timeout_s <= 60):
+        return "timeout_s", f"must be in (0, 60] seconds, got {shared.timeout_s}"
+    if shared.tls_ca_file is not None and not Path(shared.tls_ca_file).expanduser().is_file():
+        return "tls_ca_file", f"{shared.tls_ca_file!r} is not a readable file"
+    return None
+
+
 class Config(_Section):
     runtime_dir: str | None = None
     state_dir: str | None = None
@@ -538,6 +600,7 @@ class Config(_Section):
     http: HttpConfig = msgspec.field(default_factory=HttpConfig)
     telemetry: TelemetryConfig = msgspec.field(default_factory=TelemetryConfig)
     autostart: Autostart = msgspec.field(default_factory=Autostart)
+    shared_state: SharedStateConfig = msgspec.field(default_factory=SharedStateConfig)
     providers: dict[str, ProviderConfig] = msgspec.field(default_factory=dict)
     #: Named client keys (front-door keys and protocol tokens) with their limits and budgets.
     clients: dict[str, ClientKeyConfig] = msgspec.field(default_factory=dict)
@@ -1026,6 +1089,9 @@ def _check(config: Config, source: Path) -> None:
     http = http_problem(config.http, bool(config.clients))
     if http:
         raise ConfigError(f"config error in {source} at `http.{http[0]}`: {http[1]}")
+    shared = shared_state_problem(config.shared_state)
+    if shared:
+        raise ConfigError(f"config error in {source} at `shared_state.{shared[0]}`: {shared[1]}")
     telemetry = config.telemetry
     if telemetry.otlp_endpoint is not None:
         problem = base_url_problem(telemetry.otlp_endpoint, "http://127.0.0.1:4318")

@@ -832,6 +832,24 @@ class KeyUse(Data, kw_only=True):
     cooldown_until: float | None = None
 
 
+class SharedStateStatus(Data, kw_only=True):
+    """The store limits, budgets, cooldowns and request ids are shared through
+    (`shared_state`): `kind` "redis"; `url` without its password; `degraded` while it
+    does not answer and this daemon decides on its own share of each limit (`since`:
+    wall-clock seconds, `reason`: why); `daemons`: how many daemons were last seen
+    sharing it; `local_decisions`: admissions decided locally since the start;
+    `pending_settlements`: request ends waiting to reach it."""
+
+    kind: str
+    url: str = ""
+    degraded: bool = False
+    since: float | None = None
+    reason: str | None = None
+    daemons: int = 1
+    local_decisions: int = 0
+    pending_settlements: int = 0
+
+
 class StatusReport(Msg, tag="status_report", kw_only=True):
     server_version: str
     pid: int
@@ -840,6 +858,8 @@ class StatusReport(Msg, tag="status_report", kw_only=True):
     workers: list[WorkerStatus] = msgspec.field(default_factory=list)
     #: Each named client key's and each limited deployment's use (empty: none configured).
     keys: list[KeyUse] = msgspec.field(default_factory=list)
+    #: None when no shared state is configured (the daemon's memory decides).
+    shared_state: SharedStateStatus | None = None
 
 
 class ReadyResult(Msg, tag="ready_result", kw_only=True):

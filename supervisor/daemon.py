@@ -14,6 +14,7 @@ import fcntl
 import logging
 import os
 import signal
+import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -24,11 +25,15 @@ import trio
 from ..config.catalog import Catalog
 from ..config.loader import AUTOSTART_LOCK, Config, ConfigError, ProviderConfig, Supervision, client_keys
 from ..protocol import __version__, nng
+from ..protocol.ids import ulid
 from ..protocol.messages import ErrorInfo, ReloadResult, WorkerStatus
 from .admission.gate import Gate
 from .admission.keys import ClientKeys
 from .admission.memory import MemoryStore
+from .admission.redis_client import RedisClient
+from .admission.remote import QUEUE_MARGIN_S, SharedRequests
 from .admission.routes import Routing, build_routes
+from .admission.shared import SharedStateCollector, SharedStore
 from .forkserver import ForkServer, Launched
 from .frontdoor import FrontDoor, new_secret
 from .metrics import DaemonMetrics, Worker
@@ -142,7 +147,11 @@ class Daemon:
         self.client_keys = ClientKeys(
             client_keys(config), token=os.environ.get("TRUNKLINE_TOKEN"), door_secret=self.door_secret
         )
-        self.gate = Gate.of(config, hooks=self.metrics)
+        #: Shared state (`shared_state`): the store and the claims of request ids across
+        #: daemons. Built before the gate, which then decides on it: a submit's key limits,
+        #: budgets, its provider's limits and the claim of its id are one round trip.
+        self.shared_store, shared = _shared_state(config, self.events.publish)
+        self.gate = Gate.of(config, store=self.shared_store, hooks=self.metrics)
         self.events.gate = self.gate
         self.router = Router(
             requests=self.requests,
@@ -161,6 +170,13 @@ class Daemon:
             gate=self.gate,
             client_keys=self.client_keys,
         )
+        self.router.shared = shared
+        if shared is not None:
+            # Without a gate the claim is a ticket of its own, which its end must settle.
+            shared.settles_claims = self.gate is None
+            self.events.on_end = shared.ended
+            if self.metrics is not None and self.shared_store is not None:
+                self.metrics.registry.register(SharedStateCollector(self.shared_store))
         #: The HTTP front door (`http.listen`), once its socket is bound; its keys are
         #: read here so that a key file that cannot be used stops the start.
         self.frontdoor: FrontDoor | None = None
@@ -349,8 +365,17 @@ class Daemon:
             log.warning("%s", notice)
         if self.exit_when_idle:
             log.info("exits after %gs without clients (autostart.idle_exit_s)", self.config.autostart.idle_exit_s)
+        if self.shared_store is not None:
+            log.info(
+                "shared state on %s (keys {%s}:*)",
+                self.shared_store.client.target.redacted(),
+                self.config.shared_state.key_prefix,
+            )
         try:
             async with trio.open_nursery() as nursery:
+                if self.shared_store is not None and self.router.shared is not None:
+                    await nursery.start(self.shared_store.run)
+                    self.router.shared.nursery = nursery
                 workers = await nursery.start(self._run_workers)
                 await nursery.start(self._reload_on_sighup)  # before any client can ask for one
                 if self.gate is not None:
@@ -557,6 +582,22 @@ def main_serve(
         print(f"trunkline: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _shared_state(config: Config, publish: Callable[[bytes], None]) -> tuple[SharedStore | None, SharedRequests | None]:
+    """The shared store and the cross-daemon request ids, when `shared_state` names a Redis."""
+    shared = config.shared_state
+    url = shared.url()
+    if url is None:
+        return None, None
+    client = RedisClient(url, timeout_s=shared.timeout_s, tls_ca_file=shared.tls_ca_file)
+    # The id names this daemon in claims and in the logs of the daemons that follow it.
+    daemon = f"{socket.gethostname()}:{os.getpid()}:{ulid()[-6:].lower()}"
+    store = SharedStore(client, daemon=daemon, prefix=shared.key_prefix, claim_s=config.replay.keep_s)
+    requests = SharedRequests(
+        store, keep_s=config.replay.keep_s, wait_s=config.timeouts.request_s + QUEUE_MARGIN_S, publish=publish
+    )
+    return store, requests
 
 
 def _telemetry(config: Config, providers: dict[str, ProviderConfig]) -> Telemetry | None:

@@ -81,6 +81,9 @@ class EventRelay:
         #: Admission (client keys, limits, budgets), when configured: settles what each
         #: admitted request held when it ends.
         self.gate: Gate | None = None
+        #: Told of every request's end before the table lets it go (shared state: its
+        #: result is stored for the daemons following it).
+        self.on_end: Callable[[RequestState], None] | None = None
 
     # -- publishing ----------------------------------------------------------------
 
@@ -200,6 +203,11 @@ class EventRelay:
                 self.gate.ended(state)
             except Exception as exc:  # noqa: BLE001 - a bad count must never keep a request open
                 self.fault(state.request_id, "settling its limits and budget", exc)
+        if self.on_end is not None:
+            try:
+                self.on_end(state)
+            except Exception as exc:  # noqa: BLE001 - sharing a result must never keep a request open
+                self.fault(state.request_id, "sharing its result", exc)
         self.requests.end(state, now)
         if self._all_ended is not None and not self.requests.active:
             self._all_ended.set()

@@ -66,6 +66,7 @@ from ..protocol.ratelog import RateLimitedLog
 from ..protocol.tokens import estimate_request_tokens
 from .admission.gate import Gate
 from .admission.keys import DOOR, ClientKeys
+from .admission.remote import SharedRequests
 from .admission.routes import RouteRun, Routing
 from .reload import JobPolicies
 from .requests import RequestState, RequestTable
@@ -132,6 +133,8 @@ class Router:
         #: The configured routes (None without any: a submit then never looks).
         self.routing = routing
         self.accepting = True
+        #: With shared state: request ids claimed across daemons (set by the daemon).
+        self.shared: SharedRequests | None = None
         # A client id belongs to the control connection that said the `hello` it came
         # from: only that connection may submit under it, cancel, replay or say goodbye
         # for its requests.
@@ -244,6 +247,8 @@ class Router:
             return ProtocolError(error=_error("authentication", "this endpoint needs a hello with a valid token first"))
         # isinstance, not match: a class pattern costs more, and this is every submit's path.
         if isinstance(msg, Submit):
+            if self.shared is not None:  # the request id is claimed in the shared store first
+                return _Deferred(self.shared.submit(self, msg, pipe_id, size))
             reply = self.submit(msg, pipe_id, size)
             if self.on_refused is not None and isinstance(reply, Rejected):
                 self.on_refused(reply.error)
@@ -629,6 +634,7 @@ class Router:
             in_flight=len(self.requests.active),
             workers=[slot.status() for slot in self.slots.values()]
             + (self.more_status() if self.more_status is not None else []),
+            shared_state=self.shared.status() if self.shared is not None else None,
         )
         if self.gate is not None:
             keys = self.gate.use_now()

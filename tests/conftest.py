@@ -7,6 +7,7 @@ import pytest
 import trio
 
 from helpers import DaemonProcess
+from redis_server import RedisServer
 
 
 @pytest.fixture
@@ -36,3 +37,13 @@ async def start_daemon(nursery: trio.Nursery) -> AsyncIterator[Callable[..., Awa
 @pytest.fixture
 async def daemon(start_daemon: Callable[..., Awaitable[DaemonProcess]]) -> DaemonProcess:
     return await start_daemon()
+
+
+@pytest.fixture
+async def redis_server(nursery: trio.Nursery) -> AsyncIterator[RedisServer]:
+    """A real redis-server of this test's own on a free port (tests/redis_server.py)."""
+    server = RedisServer()
+    try:
+        yield await server.start(nursery)
+    finally:
+        await server.kill()

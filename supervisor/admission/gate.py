@@ -12,7 +12,7 @@ before it answers, the request id held meanwhile (`pending`).
 from __future__ import annotations
 
 import time
-from collections.abc import Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
@@ -22,7 +22,7 @@ from ...config.loader import Config, RateLimitsConfig
 from ...protocol.messages import RETRYABLE, ErrorInfo, KeyUse, ModelInfo, Request
 from ...protocol.tokens import estimate_request_tokens
 from .memory import MemoryStore
-from .store import AdmissionStore, Admitted, Candidate, Decision, Duplicate, Limits, Settlement, Ticket
+from .store import CLAIMED_BY, AdmissionStore, Admitted, Candidate, Decision, Duplicate, Limits, Settlement, Ticket
 
 if TYPE_CHECKING:
     from ..requests import RequestState
@@ -92,6 +92,8 @@ class Gate:
         # the usage at its end is counted all the same).
         self._tpm_keys = {name for name, limits in keys.items() if limits.tpm is not None}
         self._tpm_deployments = {name for name, limits in deployments.items() if limits.tpm is not None}
+        #: A store that batches its settlements after the replies (the shared one) takes them here.
+        self.settle_soon: Callable[[Settlement], None] | None = getattr(store, "settle_soon", None)
         # The memory store answers at once; any other store is awaited.
         self.admit_now = store.admit_now if isinstance(store, MemoryStore) else None
         #: Request ids whose admission is being awaited (a second submit of one is refused).
@@ -154,11 +156,13 @@ class Gate:
                 self.hooks.key_admitted(key)
             return None
         if isinstance(decision, Duplicate):
-            return _error(
+            refused = _error(
                 "invalid_request",
                 f"request_id {ticket.request_id!r} was already submitted (to daemon {decision.daemon}); "
                 "its events are there: choose another id for a new request",
             )
+            refused.provider_code = CLAIMED_BY + decision.daemon  # the shared requests follow it
+            return refused
         if self.hooks is not None and key:
             self.hooks.key_refused(key, decision.error_class)
         return ErrorInfo(
@@ -186,6 +190,8 @@ class Gate:
         settlement = Settlement(state.request_id, held.key, held.deployment, held.tokens, tokens, cost, time.time())
         if isinstance(self.store, MemoryStore):
             self.store.settle_now(settlement)
+        elif self.settle_soon is not None:
+            self.settle_soon(settlement)  # with the shared store's next batch: no round trip of its own
         elif self.nursery is not None:
             self.nursery.start_soon(self.store.settle, settlement)
         if self.hooks is not None and held.key:

@@ -102,6 +102,11 @@ class Duplicate:
 
 Decision = Admitted | Refused | Duplicate
 
+#: `ErrorInfo.provider_code` prefix of a submit refused inside the daemon because another
+#: daemon claimed its id (followed by that daemon's id): turned into following it, never
+#: shown to a client.
+CLAIMED_BY = "claimed_by:"
+
 
 @dataclass(slots=True)
 class Settlement:

@@ -261,6 +261,15 @@ async def _status(args: argparse.Namespace) -> int:
         f"trunkline {report.server_version} · pid {report.pid} · up {report.uptime_s:.0f}s · "
         f"{report.in_flight} in flight"
     )
+    shared = report.shared_state
+    if shared is not None:
+        health = (
+            f"DEGRADED since {time.strftime('%H:%M:%S', time.localtime(shared.since or 0))} ({shared.reason}); "
+            f"{shared.local_decisions} decided locally, {shared.pending_settlements} settlements waiting"
+            if shared.degraded
+            else "up"
+        )
+        print(f"shared state: {shared.kind} {shared.url} · {health} · {shared.daemons} daemon(s)")
     rows = [("PROVIDER", "TYPE", "STATE", "PID", "RESTARTS", "IN FLIGHT", "LAST ERROR")]
     for w in report.workers:
         state = f"{w.state} (unreachable)" if w.unreachable else w.state
