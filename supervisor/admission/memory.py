@@ -136,12 +136,16 @@ class Scope:
         self.usd_month += usd
 
 
-def _over(scope: Scope, limits: Limits, now: float, second: int, tokens: int, what: str) -> Refused | str | None:
-    """Why `scope` cannot take one more request of `tokens`: a refusal for a budget, the
-    limit's name for a rate or parallel limit (the caller words it), or None."""
+def _over(
+    scope: Scope, limits: Limits, now: float, second: int, tokens: int, kind: str, name: str
+) -> Refused | str | None:
+    """Why `scope` (`kind` `name`) cannot take one more request of `tokens`: a refusal
+    for a budget, the limit's name for a rate or parallel limit (the caller words it),
+    or None. Words are made only for a refusal: this runs for every request."""
     if limits.usd_per_day is not None or limits.usd_per_month is not None:
         usd_day, usd_month = scope.spent(now)
         if limits.usd_per_day is not None and usd_day >= limits.usd_per_day:
+            what = f"{kind} {name!r}"
             resets = day_end(scope.day)
             return Refused(
                 "quota_exceeded",
@@ -151,6 +155,7 @@ def _over(scope: Scope, limits: Limits, now: float, second: int, tokens: int, wh
                 resets_at=resets,
             )
         if limits.usd_per_month is not None and usd_month >= limits.usd_per_month:
+            what = f"{kind} {name!r}"
             resets = month_end(scope.month)
             return Refused(
                 "quota_exceeded",
@@ -273,39 +278,42 @@ class MemoryStore:
         second = int(now)
         tokens = ticket.tokens
         key_scope: Scope | None = None
-        if ticket.key:
-            key_scope = self.keys.get(ticket.key)
+        key = ticket.key
+        if key:
+            key_scope = self.keys.get(key)
             if key_scope is None:
-                key_scope = self.keys[ticket.key] = Scope()
+                key_scope = self.keys[key] = Scope()
             limits = ticket.key_limits
             if not limits.empty:
-                what = f"key {ticket.key!r}"
-                over = _over(key_scope, limits, now, second, tokens, what)
-                if isinstance(over, Refused):
-                    return over
+                over = _over(key_scope, limits, now, second, tokens, "key", key)
                 if over is not None:
-                    return _rate_refusal(key_scope, limits, over, what, now, tokens)
+                    if isinstance(over, Refused):
+                        return over
+                    return _rate_refusal(key_scope, limits, over, f"key {key!r}", now, tokens)
         chosen: int | None = None
         chosen_scope: Scope | None = None
-        skipped: list[tuple[str, str]] = []
+        skipped: list[tuple[str, str]] | None = None
         refusal: Refused | None = None
+        deployments = self.deployments
         for index, candidate in enumerate(ticket.candidates):
-            scope = self.deployments.get(candidate.name)
+            name = candidate.name
+            scope = deployments.get(name)
             if scope is None:
-                scope = self.deployments[candidate.name] = Scope()
+                scope = deployments[name] = Scope()
             if scope.cooldown_until > now:
-                skipped.append((candidate.name, "cooldown"))
+                skipped = (skipped or []) + [(name, "cooldown")]
                 refusal = _soonest(refusal, _cooling(candidate, scope.cooldown_until - now))
                 continue
             limits = candidate.limits
             if not limits.empty:
-                what = f"deployment {candidate.name!r}"
-                over = _over(scope, limits, now, second, tokens, what)
+                over = _over(scope, limits, now, second, tokens, "deployment", name)
                 if over is not None:
                     refused = (
-                        over if isinstance(over, Refused) else _rate_refusal(scope, limits, over, what, now, tokens)
+                        over
+                        if isinstance(over, Refused)
+                        else _rate_refusal(scope, limits, over, f"deployment {name!r}", now, tokens)
                     )
-                    skipped.append((candidate.name, over if isinstance(over, str) else "budget"))
+                    skipped = (skipped or []) + [(name, over if isinstance(over, str) else "budget")]
                     refusal = _soonest(refusal, refused)
                     continue
             chosen, chosen_scope = index, scope
@@ -324,7 +332,7 @@ class MemoryStore:
         self.held[request_id] = _Held(ticket.key, deployment, second, tokens)
         if ticket.claim:
             self._claim(request_id, now)
-        return Admitted(chosen, tuple(skipped))
+        return Admitted(chosen, tuple(skipped) if skipped else ())
 
     def settle_now(self, settlement: Settlement) -> None:
         held = self.held.pop(settlement.request_id, None)

@@ -27,16 +27,18 @@ class Limits:
     parallel: int | None = None
     usd_per_day: float | None = None
     usd_per_month: float | None = None
+    #: No limit at all (worked out once: admission asks for every request).
+    empty: bool = field(init=False, compare=False, default=True)
 
-    @property
-    def empty(self) -> bool:
-        return (
+    def __post_init__(self) -> None:
+        empty = (
             self.rpm is None
             and self.tpm is None
             and self.parallel is None
             and self.usd_per_day is None
             and self.usd_per_month is None
         )
+        object.__setattr__(self, "empty", empty)  # frozen: set once, here
 
 
 @dataclass(frozen=True, slots=True)
