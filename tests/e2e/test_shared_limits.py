@@ -5,6 +5,7 @@ sent to two daemons runs once with the key's ticket carrying the claim."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -20,6 +21,7 @@ from redis_server import RedisServer
 from trunkline import Client
 from trunkline.errors import TrunklineError
 from trunkline.protocol.messages import KeyUse, SharedStateStatus, StatusReport
+from trunkline.supervisor.admission.redis_scripts import SCRIPTS
 
 pytestmark = pytest.mark.e2e
 
@@ -188,6 +190,85 @@ async def test_a_budget_spent_on_one_daemon_stops_the_other_two(
     assert team_use(report).usd_per_day == budget
 
 
+OUTAGE_TEAM = {"limits": {"rpm": 100_000}, "budget": {"usd_per_day": 1000}}
+
+
+async def load_through_an_outage(
+    daemons: list[DaemonProcess], begin: Callable[[], Awaitable[None]], end: Callable[[], Awaitable[None]]
+) -> tuple[int, list[SharedStateStatus], list[StatusReport]]:
+    """Three requests at a time on each daemon, with the key, until each has served 5
+    before the outage, 5 once all three say degraded, and 5 once all say recovered; then
+    waits for every settlement to reach Redis. Any failed request fails the test (a lost
+    request). Returns the requests served, each daemon's shared state during the outage
+    and each one's status after the catch-up."""
+    served = [0, 0, 0]
+    stop = trio.Event()
+
+    async def load(client: Client, daemon: int) -> None:
+        while not stop.is_set():
+            response = await client.complete(MODEL, "hi")
+            assert response.text == "ok"
+            served[daemon] += 1
+
+    async def each_serves(more: int) -> None:
+        target = [n + more for n in served]
+
+        async def done() -> bool:
+            return all(n >= t for n, t in zip(served, target, strict=True))
+
+        await until(f"each daemon serving {more} more requests", done)
+
+    async def all_shared(clients: list[Client], degraded: bool) -> bool:
+        reports = [await c.status() for c in clients]
+        return all(shared_of(r).degraded == degraded for r in reports)
+
+    with trio.fail_after(50):  # and well within a minute: the window counts every request
+        async with (
+            Client(daemons[0].runtime_dir, token=TEAM) as c0,
+            Client(daemons[1].runtime_dir, token=TEAM) as c1,
+            Client(daemons[2].runtime_dir, token=TEAM) as c2,
+        ):
+            clients = [c0, c1, c2]
+            async with trio.open_nursery() as inner:
+                for i, client in enumerate(clients):
+                    for _ in range(3):
+                        inner.start_soon(load, client, i)
+                await each_serves(5)
+                await begin()
+                await until("every daemon degraded", lambda: all_shared(clients, True))
+                await each_serves(5)  # served while Redis is out of reach, on all three
+                outage = [shared_of(await c.status()) for c in clients]
+                await end()
+                await until("every daemon recovered", lambda: all_shared(clients, False))
+                await each_serves(5)
+                stop.set()
+            total = sum(served)
+
+            async def caught_up() -> bool:
+                reports = [await c.status() for c in clients]
+                drained = all(shared_of(r).pending_settlements == 0 for r in reports)
+                return drained and team_use(reports[0]).usd_today >= total * COST - 1e-7
+
+            await until("every settlement in Redis", caught_up)
+            after = [await c.status() for c in clients]
+    return total, outage, after
+
+
+def assert_counted_once(
+    total: int, outage: list[SharedStateStatus], after: list[StatusReport], upstream: FakeUpstream
+) -> None:
+    assert all(s.degraded and s.since is not None and s.reason for s in outage)
+    assert all(s.local_decisions > 0 for s in outage)
+    assert all(not shared_of(r).degraded for r in after)
+    for report in after:  # every daemon reads the same totals from Redis
+        use = team_use(report)
+        assert use.requests_last_minute == total
+        assert use.tokens_last_minute == total * TOKENS
+        assert use.usd_today == pytest.approx(total * COST, abs=1e-7)
+        assert use.in_flight == 0
+    assert len(upstream.sent(CHAT)) == total
+
+
 async def test_redis_killed_and_restarted_mid_load_loses_and_double_bills_no_request(
     start_daemon: StartDaemon, upstream: FakeUpstream, nursery: trio.Nursery, tmp_path: Path
 ) -> None:
@@ -196,78 +277,103 @@ async def test_redis_killed_and_restarted_mid_load_loses_and_double_bills_no_req
     synced before each reply, as a production Redis keeps it). Every request is served,
     during the outage too; each daemon's status says degraded, then not; and once the
     daemons have caught up, the key's requests, tokens and spend in Redis are exactly
-    what was served: nothing lost, nothing counted twice (a settlement Redis ran but
-    whose reply the kill cut is sent again, and counted once)."""
+    what was served: nothing lost, nothing counted twice."""
     redis = RedisServer(data_dir=str(tmp_path))
     await redis.start(nursery)
     try:
-        team = {"limits": {"rpm": 100_000}, "budget": {"usd_per_day": 1000}}
-        daemons = await three_daemons(start_daemon, config(upstream, redis, team))
-        served = [0, 0, 0]
-        stop = trio.Event()
+        daemons = await three_daemons(start_daemon, config(upstream, redis, OUTAGE_TEAM))
 
-        async def load(client: Client, daemon: int) -> None:
-            while not stop.is_set():
-                response = await client.complete(MODEL, "hi")  # an error here is a lost request
-                assert response.text == "ok"
-                served[daemon] += 1
+        async def restart() -> None:
+            await redis.start(nursery)
 
-        async def each_serves(more: int) -> None:
-            target = [n + more for n in served]
-
-            async def done() -> bool:
-                return all(n >= t for n, t in zip(served, target, strict=True))
-
-            await until(f"each daemon serving {more} more requests", done)
-
-        async def all_shared(clients: list[Client], degraded: bool) -> bool:
-            reports = [await c.status() for c in clients]
-            return all(shared_of(r).degraded == degraded for r in reports)
-
-        with trio.fail_after(50):  # and well within a minute: the window counts every request
-            async with (
-                Client(daemons[0].runtime_dir, token=TEAM) as c0,
-                Client(daemons[1].runtime_dir, token=TEAM) as c1,
-                Client(daemons[2].runtime_dir, token=TEAM) as c2,
-            ):
-                clients = [c0, c1, c2]
-                async with trio.open_nursery() as inner:
-                    for i, client in enumerate(clients):
-                        for _ in range(3):
-                            inner.start_soon(load, client, i)
-                    await each_serves(5)
-                    await redis.kill()
-                    await until("every daemon degraded", lambda: all_shared(clients, True))
-                    await each_serves(5)  # served while Redis is gone, on all three
-                    outage = [shared_of(await c.status()) for c in clients]
-                    await redis.start(nursery)
-                    await until("every daemon recovered", lambda: all_shared(clients, False))
-                    await each_serves(5)
-                    stop.set()
-                total = sum(served)
-
-                async def caught_up() -> bool:
-                    reports = [await c.status() for c in clients]
-                    drained = all(shared_of(r).pending_settlements == 0 for r in reports)
-                    return drained and team_use(reports[0]).usd_today >= total * COST - 1e-7
-
-                await until("every settlement in Redis", caught_up)
-                after = [await c.status() for c in clients]
-
-        assert all(s.degraded and s.since is not None and s.reason for s in outage)
-        assert all(s.local_decisions > 0 for s in outage)
-        assert all(not shared_of(r).degraded for r in after)
-        for report in after:  # every daemon reads the same totals from Redis
-            use = team_use(report)
-            assert use.requests_last_minute == total
-            assert use.tokens_last_minute == total * TOKENS
-            assert use.usd_today == pytest.approx(total * COST, abs=1e-7)
-            assert use.in_flight == 0
-        assert len(upstream.sent(CHAT)) == total
+        total, outage, after = await load_through_an_outage(daemons, redis.kill, restart)
+        assert_counted_once(total, outage, after, upstream)
         for d in daemons:
             assert "shared state degraded" in d.output() and "shared state recovered" in d.output()
     finally:
         await redis.kill()
+
+
+class ReplyCutter:
+    """A TCP proxy in front of Redis. Once `cutting`, each connection open runs on until
+    it sends a batch of settlements: Redis runs the batch, the proxy drops its replies
+    (and any after them) and closes the connection, so the daemon never learns that the
+    batch was counted (a reply lost with a network partition); connections opened while
+    cutting are closed at once, until `cutting` is off again."""
+
+    SETTLE = SCRIPTS["settle"].sha.encode()
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.port = 0
+        self.cutting = False
+        self.cut = 0  # connections whose batch of settlements ran unanswered
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    async def start(self, nursery: trio.Nursery) -> ReplyCutter:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        self.port = listeners[0].socket.getsockname()[1]
+        nursery.start_soon(trio.serve_listeners, self._serve, listeners)
+        return self
+
+    async def _serve(self, daemon: trio.SocketStream) -> None:
+        if self.cutting:
+            await daemon.aclose()
+            return
+        redis = await trio.open_tcp_stream("127.0.0.1", self.target_port)
+        doomed = False
+        async with daemon, redis, trio.open_nursery() as pumps:
+
+            async def commands() -> None:
+                nonlocal doomed
+                tail = b""  # a script's digest may straddle two reads
+                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                    while data := await daemon.receive_some():
+                        if self.cutting and self.SETTLE in tail + data:
+                            doomed = True
+                        tail = data[-len(self.SETTLE) :]
+                        await redis.send_all(data)
+                pumps.cancel_scope.cancel()
+
+            async def replies() -> None:
+                with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                    while data := await redis.receive_some():
+                        if doomed:
+                            self.cut += 1
+                            break
+                        await daemon.send_all(data)
+                pumps.cancel_scope.cancel()
+
+            pumps.start_soon(commands)
+            pumps.start_soon(replies)
+
+
+async def test_replies_lost_mid_load_count_nothing_twice(
+    start_daemon: StartDaemon, upstream: FakeUpstream, nursery: trio.Nursery, redis_server: RedisServer
+) -> None:
+    """Redis runs a batch of settlements from each daemon but the replies are lost on the
+    way (a proxy drops them and closes the connections, then refuses new ones for a
+    while): each daemon decides locally meanwhile, and after the outage sends the batch
+    again with what the outage left. Every request is served, and Redis ends with
+    exactly the requests, tokens and spend served: what it ran once is not counted
+    again (admissions whose replies went with the batch's are decided again locally and
+    counted once too)."""
+    cutter = await ReplyCutter(redis_server.port).start(nursery)
+    shared = {"shared_state": {"redis": cutter.url, "timeout_s": 2.0}}
+    daemons = await three_daemons(start_daemon, {**config(upstream, redis_server, OUTAGE_TEAM), **shared})
+
+    async def cut() -> None:
+        cutter.cutting = True
+
+    async def mend() -> None:
+        cutter.cutting = False
+
+    total, outage, after = await load_through_an_outage(daemons, cut, mend)
+    assert cutter.cut == 3  # one batch of settlements run unanswered on each daemon
+    assert_counted_once(total, outage, after, upstream)
 
 
 async def test_the_same_request_id_on_two_daemons_with_a_client_key_calls_the_provider_once(
