@@ -149,6 +149,62 @@ async def test_a_keys_rpm_holds_exactly_across_three_daemons_under_concurrent_lo
         assert TEAM not in d.output()
 
 
+async def test_while_redis_is_down_each_daemon_admits_its_third_of_the_rpm(
+    start_daemon: StartDaemon, upstream: FakeUpstream, redis_server: RedisServer
+) -> None:
+    """The bound during an outage: 30 requests pass through Redis, Redis dies, then 90
+    arrive at once, 30 to each daemon. Each daemon, having seen three share the store,
+    admits a third of the 60 rpm from its own empty window: 20 each, 60 in all, the rest
+    refused `rate_limit`. So the minute the outage starts serves what the shared window
+    held (30) plus the limit again (60): 90, within the documented bound of twice the
+    limit, and never more than the limit during the outage itself."""
+    rpm = 60
+    daemons = await three_daemons(start_daemon, config(upstream, redis_server, {"limits": {"rpm": rpm}}))
+    served = [0, 0, 0]
+    refused: list[TrunklineError] = []
+
+    async def ask(client: Client, daemon: int) -> None:
+        try:
+            await client.complete(MODEL, "hi")
+        except TrunklineError as exc:
+            refused.append(exc)
+        else:
+            served[daemon] += 1
+
+    async def burst(clients: list[Client], each: int) -> None:
+        async with trio.open_nursery() as load:
+            for _ in range(each):
+                for i, client in enumerate(clients):
+                    load.start_soon(ask, client, i)
+
+    with trio.fail_after(40):
+        async with (
+            Client(daemons[0].runtime_dir, token=TEAM) as c0,
+            Client(daemons[1].runtime_dir, token=TEAM) as c1,
+            Client(daemons[2].runtime_dir, token=TEAM) as c2,
+        ):
+            clients = [c0, c1, c2]
+
+            async def all_see_three() -> bool:  # each refreshes its count every few seconds
+                reports = [await c.status() for c in clients]
+                return all(shared_of(r).daemons == 3 for r in reports)
+
+            await until("every daemon seeing three", all_see_three)
+            await burst(clients, 10)
+            assert (sum(served), refused) == (30, [])
+            await redis_server.kill()
+            before = list(served)
+            await burst(clients, 30)
+            outage = [shared_of(await c.status()) for c in clients]
+    during = [n - b for n, b in zip(served, before, strict=True)]
+    assert all(s.degraded for s in outage)
+    assert during == [rpm // 3] * 3
+    assert len(refused) == 90 - rpm
+    assert all(e.info.error_class == "rate_limit" and e.info.retry_after_s for e in refused)
+    assert sum(served) == 30 + rpm <= 2 * rpm
+    assert len(upstream.sent(CHAT)) == sum(served)
+
+
 async def test_a_budget_spent_on_one_daemon_stops_the_other_two(
     start_daemon: StartDaemon, upstream: FakeUpstream, redis_server: RedisServer
 ) -> None:
