@@ -1,8 +1,10 @@
-"""A real `redis-server` per test, on a free port, with no persistence.
+"""A real `redis-server` per test, on a free port, with no persistence unless asked.
 
 `redis_server` (the fixture, in tests/conftest.py) starts one and stops it at teardown
 whatever happened; `RedisServer.kill()` and `start()` again stop it mid-test and bring
-it back on the same port (the shared store's outage tests). `make test` installs
+it back on the same port (the shared store's outage tests). With `data_dir` it keeps
+its data as a production Redis does (an append-only file synced before each reply), so
+a restart after a kill has everything it acknowledged. `make test` installs
 redis-server when it is missing (Debian's package).
 """
 
@@ -27,9 +29,16 @@ def free_port() -> int:
 
 class RedisServer:
     def __init__(
-        self, port: int | None = None, *, password: str | None = None, tls: tuple[str, str] | None = None
+        self,
+        port: int | None = None,
+        *,
+        password: str | None = None,
+        tls: tuple[str, str] | None = None,
+        data_dir: str | None = None,
     ) -> None:
         self.port = port or free_port()
+        #: Where it keeps its append-only file (None: it keeps nothing, a restart is empty).
+        self.data_dir = data_dir
         self.password = password
         #: (certificate chain file, key file): the server speaks TLS only (rediss://).
         self.tls = tls
@@ -45,7 +54,11 @@ class RedisServer:
 
     def command(self) -> list[str]:
         port = ["--port", "0", "--tls-port", str(self.port)] if self.tls else ["--port", str(self.port)]
-        cmd = [REDIS_SERVER, *port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        cmd = [REDIS_SERVER, *port, "--bind", "127.0.0.1", "--save", ""]
+        if self.data_dir:
+            cmd += ["--dir", self.data_dir, "--appendonly", "yes", "--appendfsync", "always"]
+        else:
+            cmd += ["--appendonly", "no"]
         if self.tls:
             cert, key = self.tls
             cmd += ["--tls-cert-file", cert, "--tls-key-file", key, "--tls-auth-clients", "no"]
@@ -56,6 +69,7 @@ class RedisServer:
     async def start(self, nursery: trio.Nursery) -> RedisServer:
         """Start it and return once it accepts connections (it says so on stdout)."""
         ready = trio.Event()
+        self.lines = []  # a restart's readiness is read from its own lines
         proc = self.proc = await trio.lowlevel.open_process(
             self.command(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
         )
