@@ -206,3 +206,22 @@ async def test_spawn_keeps_the_plain_start_and_a_reload_turns_the_fork_server_on
             pid = await restarted(client, "mock", pid)
             await daemon.wait_for_line(f"provider mock: worker {pid} spawned")
             assert (await client.complete("mock:echo", "hi")).text == "hi"
+
+
+async def test_a_forked_worker_imports_nothing_to_start_and_serve(start_daemon, upstream):
+    """What a forked worker imports itself is private to it: the fork server imports what
+    a worker's start and first request need (the idna codec of its first connection too)."""
+    env = {"ANTHROPIC_API_KEY": KEY, "PYTHONPROFILEIMPORTTIME": "1"}
+    daemon = await start_daemon(anthropic_at(upstream, "forkserver"), env=env)
+    with trio.fail_after(30):
+        async with Client(daemon.runtime_dir, watch_bus=True) as client:
+            assert (await client.complete(MODEL, "hi")).text == "ok"  # the supervisor's first request
+            before = len(daemon.lines)
+            pid = await restarted(client, "anthropic", (await worker_pids(client))["anthropic"])
+            await daemon.wait_for_line(f"provider anthropic: worker {pid} forked")
+            assert (await client.complete(MODEL, "again")).text == "ok"
+            # A line the supervisor writes after the worker's imports: the output holds them by then.
+            assert (await client.reload()).ok
+            await daemon.wait_for_line("reloaded")
+    imports = [line for line in daemon.lines[before:] if line.startswith("import time:")]
+    assert imports == []
