@@ -5,8 +5,12 @@ request and workers are spawned until it is back, and `spawn` (also by reload)."
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
+import socket
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -18,6 +22,7 @@ from fakes.upstream import FakeUpstream, Reply
 from helpers import DaemonProcess, steps
 from trunkline import Client, Message, Request
 from trunkline.protocol.messages import Finish
+from trunkline.supervisor.forkserver import ForkServer, Launched
 from trunkline.workers import _forkserver
 
 pytestmark = pytest.mark.e2e
@@ -225,3 +230,29 @@ async def test_a_forked_worker_imports_nothing_to_start_and_serve(start_daemon, 
             await daemon.wait_for_line("reloaded")
     imports = [line for line in daemon.lines[before:] if line.startswith("import time:")]
     assert imports == []
+
+
+async def test_a_daemon_stopping_before_its_fork_server_is_ready_ends_it_cleanly():
+    """A short-lived daemon may stop while its fork server still imports: the wait for
+    its `ready` ends (its socket closed under it) and the process is killed, no error."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    never_ready = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    server = ForkServer(os.environ, (), {"mock": "mock"}, early=Launched(never_ready, ours))
+    server.want(True)
+    try:
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(server.run)
+                while server.state != "starting":
+                    await trio.sleep(0.01)
+                server.want(False)  # what the shutdown does
+                while never_ready.returncode is None:  # reaped by the fork server's watcher
+                    await trio.sleep(0.01)
+                nursery.cancel_scope.cancel()
+        assert never_ready.returncode == -signal.SIGKILL and server.state == "off"
+    finally:
+        theirs.close()
+        if never_ready.returncode is None:
+            never_ready.kill()
+            never_ready.wait()
+        ctypes.CDLL(None).prctl(36, 0, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER off: pytest adopts no orphan
