@@ -15,6 +15,7 @@ once waits here, in order, and its size is visible so the worker can push back.
 from __future__ import annotations
 
 import contextlib
+import mmap
 import socket
 import struct
 from collections import deque
@@ -147,7 +148,11 @@ class LinkConn:
         self.closed = False
         self._recv_burst = 0
         self._drained_read = False  # the last read took less than a buffer: nothing was left
-        self._buffer = bytearray(RECV_SIZE)
+        # An anonymous mapping, not a bytearray (which zero-fills, so every page of it is
+        # resident at once): only the pages a read has reached take memory, one for the
+        # small messages of an idle link (256 KiB less in each worker, and per worker in
+        # the supervisor).
+        self._buffer = mmap.mmap(-1, RECV_SIZE)
 
     # -- sending ------------------------------------------------------------------
 

@@ -293,13 +293,17 @@ class ForkServer:
         return ready_at
 
     async def _await_ready(self, pid: int) -> bool:
-        assert self._sock is not None
+        sock = self._sock
+        if sock is None:
+            return False  # stopped (the shutdown, a reload) before this task ran
         started = trio.current_time()
         with trio.move_on_after(READY_TIMEOUT_S):
             try:
-                data = await self._sock.recv(wire.MAX_MESSAGE)
+                data = await sock.recv(wire.MAX_MESSAGE)
                 reply = wire.decode_reply(data) if data else None
-            except (OSError, ValueError):
+            except (OSError, ValueError, trio.ClosedResourceError):
+                # ClosedResourceError: stopped while it was still starting (`_end` closed
+                # its socket under this wait).
                 reply = None
             if isinstance(reply, wire.Ready):
                 self.state = "ready"

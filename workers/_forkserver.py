@@ -50,6 +50,7 @@ def _preload(kinds: list[str]) -> None:
     """Everything a worker of these provider types imports or builds before it serves,
     and what its first request would otherwise import late (a worker of another type
     imports its adapter itself)."""
+    import encodings.idna  # noqa: F401 - socket.getaddrinfo encodes a host name with it at the first connection
     import sqlite3  # noqa: F401 - the tool-id map
 
     import httpcore._backends.trio  # noqa: F401 - httpcore imports its trio backend at the first request

@@ -5,8 +5,12 @@ request and workers are spawned until it is back, and `spawn` (also by reload)."
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
+import socket
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -18,6 +22,7 @@ from fakes.upstream import FakeUpstream, Reply
 from helpers import DaemonProcess, steps
 from trunkline import Client, Message, Request
 from trunkline.protocol.messages import Finish
+from trunkline.supervisor.forkserver import ForkServer, Launched
 from trunkline.workers import _forkserver
 
 pytestmark = pytest.mark.e2e
@@ -206,3 +211,48 @@ async def test_spawn_keeps_the_plain_start_and_a_reload_turns_the_fork_server_on
             pid = await restarted(client, "mock", pid)
             await daemon.wait_for_line(f"provider mock: worker {pid} spawned")
             assert (await client.complete("mock:echo", "hi")).text == "hi"
+
+
+async def test_a_forked_worker_imports_nothing_to_start_and_serve(start_daemon, upstream):
+    """What a forked worker imports itself is private to it: the fork server imports what
+    a worker's start and first request need (the idna codec of its first connection too)."""
+    env = {"ANTHROPIC_API_KEY": KEY, "PYTHONPROFILEIMPORTTIME": "1"}
+    daemon = await start_daemon(anthropic_at(upstream, "forkserver"), env=env)
+    with trio.fail_after(30):
+        async with Client(daemon.runtime_dir, watch_bus=True) as client:
+            assert (await client.complete(MODEL, "hi")).text == "ok"  # the supervisor's first request
+            before = len(daemon.lines)
+            pid = await restarted(client, "anthropic", (await worker_pids(client))["anthropic"])
+            await daemon.wait_for_line(f"provider anthropic: worker {pid} forked")
+            assert (await client.complete(MODEL, "again")).text == "ok"
+            # A line the supervisor writes after the worker's imports: the output holds them by then.
+            assert (await client.reload()).ok
+            await daemon.wait_for_line("reloaded")
+    imports = [line for line in daemon.lines[before:] if line.startswith("import time:")]
+    assert imports == []
+
+
+async def test_a_daemon_stopping_before_its_fork_server_is_ready_ends_it_cleanly():
+    """A short-lived daemon may stop while its fork server still imports: the wait for
+    its `ready` ends (its socket closed under it) and the process is killed, no error."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    never_ready = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    server = ForkServer(os.environ, (), {"mock": "mock"}, early=Launched(never_ready, ours))
+    server.want(True)
+    try:
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                await nursery.start(server.run)
+                while server.state != "starting":
+                    await trio.sleep(0.01)
+                server.want(False)  # what the shutdown does
+                while never_ready.returncode is None:  # reaped by the fork server's watcher
+                    await trio.sleep(0.01)
+                nursery.cancel_scope.cancel()
+        assert never_ready.returncode == -signal.SIGKILL and server.state == "off"
+    finally:
+        theirs.close()
+        if never_ready.returncode is None:
+            never_ready.kill()
+            never_ready.wait()
+        ctypes.CDLL(None).prctl(36, 0, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER off: pytest adopts no orphan

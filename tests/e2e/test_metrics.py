@@ -299,3 +299,20 @@ async def test_a_token_from_the_environment(start_daemon, lone_daemon):
 
 async def test_metrics_are_off_unless_configured(daemon):
     assert "metrics on" not in daemon.output()
+
+
+def imported(daemon: DaemonProcess) -> set[str]:
+    """The modules the daemon's processes imported, from `python -X importtime`'s lines."""
+    return {line.rsplit("|", 1)[1].strip() for line in daemon.lines if line.startswith("import time:")}
+
+
+async def test_without_metrics_serve_never_loads_prometheus_nor_the_client(start_daemon):
+    """Memory a supervisor would keep for nothing: with `metrics.listen` unset no process
+    of the daemon imports prometheus_client, and `serve` never imports the Python client
+    or the service-file code. (With metrics on, the same reading sees prometheus_client.)"""
+    profile = {"PYTHONPROFILEIMPORTTIME": "1"}
+    off = await start_daemon({}, profile)
+    on = await start_daemon({"metrics": {"listen": f"127.0.0.1:{free_port()}"}}, profile)
+    assert "prometheus_client" in imported(on)
+    assert "trunkline.supervisor.daemon" in imported(off)
+    assert not {"prometheus_client", "trunkline.client", "trunkline.service"} & imported(off)

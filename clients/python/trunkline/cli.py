@@ -18,13 +18,12 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import trio
 
 from .autostart import CONFIG_ENV
-from .client import Client
 from .config.loader import ConfigError, endpoint_problem
 from .config.names import did_you_mean
 from .errors import DaemonNotRunning, DaemonUnavailable, TLSError, TrunklineError, error_from_info
@@ -43,8 +42,12 @@ from .protocol.messages import (
     TextDelta,
     ToolCallEnd,
 )
-from .service import Kind, ServiceFile, default_kind, environment_file, service_file, shown, unit_path, write
-from .service import run as run_service_commands
+
+if TYPE_CHECKING:
+    # The client's and the service files' code load with the commands that use them:
+    # `serve` is the supervisor, which would keep 3.7 MiB of it it never runs.
+    from .client import Client
+    from .service import Kind
 
 EXIT_FAILED, EXIT_USAGE, EXIT_NO_DAEMON, EXIT_TLS, EXIT_INTERRUPTED = 1, 2, 3, 4, 130
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE  # what a shell reports for a tool SIGPIPE ended
@@ -64,6 +67,8 @@ def _client(args: argparse.Namespace, watch_bus: bool = False) -> Client:
     """A client for the daemon the options name: the local one by default; a remote one
     with --control-endpoint (or TRUNKLINE_CONTROL), --token and --tls-ca-file, the same
     names the Python client's arguments and the C client use."""
+    from .client import Client
+
     return Client(
         _runtime_dir(args),
         client_name="trunkline-cli",
@@ -433,6 +438,9 @@ def _serve(args: argparse.Namespace) -> int:
 def _service(args: argparse.Namespace) -> int:
     """`service install` writes the unit (or agent), `--print` only shows it, `service
     uninstall` removes it; the service manager is run only with `--now`."""
+    from .service import ServiceFile, default_kind, environment_file, service_file, shown, unit_path, write
+    from .service import run as run_service_commands
+
     kind: Kind = args.kind or default_kind()
     if args.action == "uninstall":
         path = unit_path(kind)
