@@ -163,7 +163,7 @@ async def test_a_submit_waits_for_the_store_and_its_id_is_held_meanwhile(daemon,
         request_id=rid, seq=0, response=Response(usage=Usage(input_tokens=5, output_tokens=7, total_tokens=12))
     )
     slot._on_message(
-        codec.encode(Relay(request_id="r1", frames=[frame_event(welcome.client_id, finish)], last_seq=0, terminal=True))
+        codec.encode(Relay(request_id=rid, frames=[frame_event(welcome.client_id, finish)], last_seq=0, terminal=True))
     )
     await trio.testing.wait_all_tasks_blocked()
     assert [(s.request_id, s.key, s.tokens) for s in store.settled] == [(rid, "alice", 12)]
