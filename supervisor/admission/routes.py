@@ -394,7 +394,12 @@ class Routing:
         )
         if self.later is None:
             self.store.release_now(held.ticket)
-            return self._took(state, run, held, ticket, self.store.admit_now(ticket), candidates, failed, error, job)
+            if self._took(state, run, held, ticket, self.store.admit_now(ticket), candidates, failed, error, job):
+                return True
+            recount = _recount(held, ticket)
+            if recount is not None:
+                _recounted(state, held, recount, self.store.admit_now(recount))
+            return False
         if gate.nursery is None or self.deliver is None:
             return False
         run.moving = True
@@ -437,6 +442,14 @@ class Routing:
         try:
             if decision is not None and self._took(state, run, held, ticket, decision, candidates, failed, error, job):
                 return
+            recount = _recount(held, ticket) if state.admission is held else None
+            if recount is not None:
+                counted = await store.admit(recount)
+                if self.requests.active.get(state.request_id) is not state:  # it ended meanwhile
+                    if isinstance(counted, Admitted):
+                        await store.release(recount.request_id, recount.key, None, recount.tokens)
+                    return
+                _recounted(state, held, recount, counted)
         except Exception as exc:  # noqa: BLE001 - as above: its error goes out instead
             log.warning("route %s: a fallback could not be sent on: %s", run.route.name, str(exc)[:200])
         state.generation = generation
@@ -458,24 +471,18 @@ class Routing:
         """A fallback's decision on the gate's store: True when it went on to the deployment
         admitted (the request then holds that ticket), False when none may take it (the
         released hold stays on the request, whose settlement then counts nothing twice)."""
-        left = run.deadline - trio.current_time()
-        if not isinstance(decision, Admitted) or left <= 0:
-            if isinstance(decision, Admitted):  # the deadline passed while it was admitted
-                self._give_back(ticket, candidates[decision.deployment or 0].id)
+        if not isinstance(decision, Admitted):
             return False
         if decision.skipped:
             self.skipped(decision.skipped)
         index = decision.deployment or 0
         after = candidates[index]
         state.admission = Held(held.key, after.id, held.tokens, ticket.request_id)
+        left = run.deadline - trio.current_time()
+        if left <= 0:  # its time ran out while it was admitted: it ends here, on that ticket
+            return False
         self._move(state, run, job, failed, error, after, candidates[index + 1 :], left)
         return True
-
-    def _give_back(self, ticket: Ticket, deployment: str) -> None:
-        if self.later is None:
-            self.store.release_now(ticket.request_id)
-        elif self.gate is not None and self.gate.nursery is not None:
-            self.gate.nursery.start_soon(self.later.release, ticket.request_id, ticket.key, deployment, ticket.tokens)
 
     def _move(
         self,
@@ -721,6 +728,19 @@ class _Terminal(msgspec.Struct):
 
 
 _terminals = msgspec.msgpack.Decoder(_Terminal)
+
+
+def _recount(held: Held, refused: Ticket) -> Ticket | None:
+    """After a fallback nothing took: the key's count of the request, given back with the
+    failed attempt's hold, taken again (no limit may refuse it: the request did run)."""
+    if not held.key:
+        return None
+    return Ticket(refused.request_id, held.key, _NO_KEY_LIMITS, (), held.tokens, time.time(), claim=False)
+
+
+def _recounted(state: RequestState, held: Held, recount: Ticket, decision: Decision) -> None:
+    if isinstance(decision, Admitted):
+        state.admission = Held(held.key, None, held.tokens, recount.request_id)
 
 
 def _estimate(request: Request) -> int:
