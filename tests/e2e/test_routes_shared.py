@@ -18,7 +18,7 @@ from helpers import DaemonProcess
 from redis_server import RedisServer
 from trunkline import Client
 from trunkline.errors import TrunklineError
-from trunkline.protocol.messages import KeyUse
+from trunkline.protocol.messages import KeyUse, StreamStart
 
 pytestmark = pytest.mark.e2e
 
@@ -129,7 +129,7 @@ async def test_a_fallback_with_shared_state_goes_on_or_hands_the_client_its_erro
     b.route("POST", PATH, answer("from b"))
     clients = {"alice": {"key_env": "TL_ALICE_KEY", "limits": {"rpm": 10}}}
     config = routed(
-        a, b, {"b": {"limits": {"rpm": 1}}}, clients=clients, shared_state={"redis": redis_server.url, "timeout_s": 2.0}
+        a, b, {"b": {"limits": {"rpm": 2}}}, clients=clients, shared_state={"redis": redis_server.url, "timeout_s": 2.0}
     )
     daemon = await start_daemon(config, env=KEYS)
     with trio.fail_after(30):
@@ -137,14 +137,19 @@ async def test_a_fallback_with_shared_state_goes_on_or_hands_the_client_its_erro
             response = await alice.complete("smart", "hi")
             assert response.text == "from b"
             assert [(f.deployment, f.error_class) for f in response.fallbacks] == [("a", "rate_limit")]
-            # b's one request a minute is taken: the second's fallback finds no deployment,
+            async with alice.stream("smart", "hi") as stream:  # a stream, the same way
+                events = [ev async for ev in stream]
+            start = next(ev for ev in events if isinstance(ev, StreamStart))
+            assert (start.deployment, start.provider) == ("b", "fb")
+            assert events[-1].response.text == "from b"
+            # b's two requests a minute are taken: the third's fallback finds no deployment,
             # and the 529 it withheld while it asked Redis goes out as it came.
             with pytest.raises(TrunklineError) as failed:
                 await alice.complete("smart", "hi")
             status = await alice.status()
     assert failed.value.error_class == "rate_limit"
     assert "Overloaded" in failed.value.message
-    assert len(a.sent(PATH)) == 2 and len(b.sent(PATH)) == 1
+    assert len(a.sent(PATH)) == 3 and len(b.sent(PATH)) == 2
     alice_use = use(status.keys, "key", "alice")
-    assert (alice_use.requests_last_minute, alice_use.in_flight) == (2, 0)  # once per request, fallback or not
-    assert use(status.keys, "deployment", "b").requests_last_minute == 1
+    assert (alice_use.requests_last_minute, alice_use.in_flight) == (3, 0)  # once per request, fallback or not
+    assert use(status.keys, "deployment", "b").requests_last_minute == 2
