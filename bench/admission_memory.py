@@ -12,7 +12,9 @@ batch of "none" beside it:
 * none: the embedded default, no `clients:` and no provider limits (no admission at all);
 * key: the connection's hello gives a named client key with rpm, parallel and a daily and
   monthly budget, and its provider has an rpm of its own (two scopes counted);
-* key+tpm: the same with a tpm limit on the key, so each request's tokens are estimated.
+* key+tpm: the same with a tpm limit on the key, so each request's tokens are estimated;
+* route: a route of two deployments with an rpm each, no client key (the route's own store);
+* route+key: the same route asked with the named key of "key" (key and deployment limits).
 
 The limits are high enough never to refuse: what is measured is the counting.
 """
@@ -67,7 +69,20 @@ VARIANTS: dict[str, dict[str, Any]] = {
         },
         "providers": {OPENAI_PROVIDER: {"limits": {"rpm": HIGH}}},
     },
+    "route": {
+        "routes": {
+            "smart": {
+                "deployments": [
+                    {"id": "d1", "provider": OPENAI_PROVIDER, "model": "gpt-4o-mini", "limits": {"rpm": HIGH}},
+                    {"id": "d2", "provider": OPENAI_PROVIDER, "model": "gpt-4o", "limits": {"rpm": HIGH}},
+                ]
+            }
+        }
+    },
 }
+VARIANTS["route+key"] = {**VARIANTS["route"], "clients": VARIANTS["key"]["clients"]}
+#: The model a variant's requests name (a route's variants: the route).
+ROUTE = "smart"
 
 
 class Bench:
@@ -95,7 +110,7 @@ class Bench:
         welcome = codec.decode_control_reply(daemon.router.on_request(codec.encode(Hello(token=token)), b"h", 1) or b"")
         assert isinstance(welcome, Welcome), welcome
         self.client_id = welcome.client_id
-        self.request = build_request(MODEL, "hi")
+        self.request = build_request(ROUTE if "routes" in extra else MODEL, "hi")
 
     def batch(self, tag: str) -> float:
         """CPU µs per request for `BATCH` requests: their submits, then their ends."""
@@ -143,6 +158,8 @@ async def main(count: int, repeats: int) -> None:
                 if name != "none":
                     added[name].append(us - took["none"])
         for bench in benches[1:]:
+            if bench.name == "route":
+                continue  # no gate: the route's own store counts
             gate = bench.daemon.router.gate
             assert gate is not None, "admission is on"
             assert gate.use_now(), "admission counted"

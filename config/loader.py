@@ -1224,6 +1224,12 @@ def _check_routes(config: Config, source: Path) -> None:
                 raise ConfigError(
                     f"{where}.id`: {deployment.id!r} is already the id of a deployment of {ids[deployment.id]}"
                 )
+            if deployment.id in config.providers:
+                # A provider's `limits` are counted as a deployment named after it, in the
+                # same admission store: a route deployment of that name would share them.
+                raise ConfigError(
+                    f"{where}.id`: {deployment.id!r} is the name of a provider; give the deployment another id"
+                )
             ids[deployment.id] = f"route {name!r}"
             if not (deployment.weight > 0 and math.isfinite(deployment.weight)):
                 raise ConfigError(f"{where}.weight`: must be a positive number, got {deployment.weight}")

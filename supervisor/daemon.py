@@ -30,7 +30,8 @@ from ..protocol.messages import ErrorInfo, ReloadResult, WorkerStatus
 from .admission.gate import Gate
 from .admission.keys import ClientKeys
 from .admission.memory import MemoryStore
-from .admission.routes import Routing, build_routes
+from .admission.routes import Route, Routing, build_routes
+from .admission.store import Limits
 from .forkserver import ForkServer, Launched
 from .frontdoor import FrontDoor, new_secret
 from .relay import EventRelay
@@ -175,6 +176,8 @@ class Daemon:
         if shared is not None:
             # Without a gate the claim is a ticket of its own, which its end must settle.
             shared.settles_claims = self.gate is None
+            if self.gate is not None:
+                self.gate.unclaim = shared.unclaim  # a request refused after its admission frees its id
             self.events.on_end = shared.ended
             if self.metrics is not None and self.shared_store is not None:
                 from .admission.shared import SharedStateCollector
@@ -189,20 +192,28 @@ class Daemon:
         self.pub: nng.EventPublisher | None = None
         self.rep: nng.ControlServer | None = None
         self.hurry = trio.Event()  # a second signal: skip the grace period
+        self._nursery: trio.Nursery | None = None  # the daemon's, once it runs
 
     def _routing(self, config: Config) -> Routing | None:
         """The routes, over the admission store; None without any, so that a submit
         never looks for one."""
         if not config.routes:
             return None
+        routes = build_routes(config, self.catalog)
+        # With a gate, a routed request is decided on its store with its key, in one ticket
+        # (the shared store: every daemon sees the deployments' limits and cooldowns).
         routing = Routing(
-            build_routes(config, self.catalog),
+            routes,
             MemoryStore(claim_s=config.replay.keep_s),
             slots=self.slots,
             requests=self.requests,
             bus=self.events.bus,
             metrics=self.metrics,
+            gate=self.gate,
         )
+        routing.deliver = self.events.relay
+        if self.gate is not None:
+            self.gate.route_deployments = _route_limits(routes)
         self.events.routing = routing
         return routing
 
@@ -212,8 +223,12 @@ class Daemon:
         routing = self.router.routing
         if routing is not None:
             routing.routes = build_routes(config, self.catalog)
+            if self.gate is not None:
+                self.gate.route_deployments = _route_limits(routing.routes)
         elif config.routes:
             self.router.routing = self._routing(config)
+            if self.router.routing is not None and self._nursery is not None:
+                self._nursery.start_soon(self.router.routing.read_cooling)
 
     # -- reload ----------------------------------------------------------------------
 
@@ -383,6 +398,9 @@ class Daemon:
                 await nursery.start(self._reload_on_sighup)  # before any client can ask for one
                 if self.gate is not None:
                     self.gate.nursery = nursery  # a shared store settles in tasks of its own
+                self._nursery = nursery
+                if self.router.routing is not None:
+                    nursery.start_soon(self.router.routing.read_cooling)  # returns at once without a shared store
                 nursery.start_soon(self.router.serve, rep, nursery, self.started_at)
                 if self.frontdoor is not None:
                     nursery.start_soon(self.frontdoor.run)
@@ -615,6 +633,11 @@ def _metrics(requests: RequestTable, children: dict[str, Worker]) -> DaemonMetri
     from .metrics import DaemonMetrics
 
     return DaemonMetrics(requests, children)
+
+
+def _route_limits(routes: dict[str, Route]) -> dict[str, Limits]:
+    """Every route's deployment by id, with its limits (shown in status beside the keys)."""
+    return {d.id: d.limits for route in routes.values() for d in route.deployments}
 
 
 def _telemetry(config: Config, providers: dict[str, ProviderConfig]) -> Telemetry | None:

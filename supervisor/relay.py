@@ -114,7 +114,7 @@ class EventRelay:
             and state.last_seq < 0
             and len(msg.frames) == 1
             and self.routing is not None
-            and self.routing.fallback(state, msg.frames[0])
+            and self.routing.fallback(state, msg)
         ):
             return  # failed before anything went out: the next deployment serves it
         if state.otel_chunks is not None:  # a stream's later chunk, for OpenTelemetry's metrics

@@ -67,7 +67,7 @@ from ..protocol.tokens import estimate_request_tokens
 from .admission.gate import Gate
 from .admission.keys import DOOR, ClientKeys
 from .admission.remote import SharedRequests
-from .admission.routes import RouteRun, Routing
+from .admission.routes import Plan, RouteRun, Routing
 from .reload import JobPolicies
 from .requests import RequestState, RequestTable
 from .slot import WorkerSlot
@@ -456,18 +456,18 @@ class Router:
         if over is not None:
             return Rejected(request_id=msg.request_id, error=over)
         run: RouteRun | None = None
-        if plan is not None and self.routing is not None:  # a route: the deployment the store admits serves it
+        # A route with a gate is decided in the gate's ticket, with its key: the deployment
+        # (and so its worker and key) is known once it is admitted. Without one, now.
+        gated = plan is not None and self.gate is not None
+        if plan is not None and self.routing is not None and self.gate is None:
             admitted = self.routing.admit(plan, msg.request_id, msg.request)
             if isinstance(admitted, ErrorInfo):
                 return Rejected(request_id=msg.request_id, error=admitted)
             run = admitted
             resolved, slot = run.deployment.info, self.slots[run.deployment.provider]
-        # The deployment's own key, else the provider's keys in turn (skipping resting ones).
         key = 0
-        if run is not None and run.deployment.key_index is not None:
-            key = run.deployment.key_index
-        elif slot.keyring is not None:
-            picked = slot.keyring.next_key()
+        if not gated:
+            picked = _key_for(slot, run)
             if isinstance(picked, ErrorInfo):
                 if run is not None and self.routing is not None:
                     self.routing.release(run, msg.request_id)
@@ -503,9 +503,37 @@ class Router:
         if slot.name in self.job_policies:  # a reload changed them since the worker started
             job.retry, job.timeouts = self.job_policies[slot.name]
         if self.gate is not None or msg.client_key is not None:
-            refused = self.admit(msg, pipe_id, state, resolved)
+            refused = self.admit(msg, pipe_id, state, resolved, plan)
             if refused is not None:
                 return refused
+        if gated and plan is not None:
+            return self._routed(msg, state, plan)
+        return self._start(msg, state, slot, job)
+
+    def _routed(self, msg: Submit, state: RequestState, plan: Plan) -> Accepted | Rejected:
+        """A routed request the gate admitted: the deployment its ticket took serves it,
+        with that deployment's key (else its provider's in turn), then it starts."""
+        assert self.routing is not None
+        assert self.gate is not None
+        assert state.job is not None
+        held = state.admission
+        run = state.route = self.routing.take(
+            plan, held.deployment if held is not None else None, msg.request, held.tokens if held is not None else 0
+        )
+        deployment = run.deployment
+        slot = self.slots[deployment.provider]
+        key = _key_for(slot, run)
+        if isinstance(key, ErrorInfo):
+            self.routing.release(run, msg.request_id)
+            self.gate.discard(state)
+            return Rejected(request_id=msg.request_id, error=key)
+        job = state.job
+        job.key_index = key
+        job.deployment = deployment.id
+        if deployment.info is not state.resolved:  # not the plan's first: the request and its job move
+            state.provider, state.model, state.resolved = slot.name, deployment.info.id, deployment.info
+            job.model = deployment.info
+            job.retry, job.timeouts = self.job_policies.get(slot.name, (None, None))
         return self._start(msg, state, slot, job)
 
     def _start(self, msg: Submit, state: RequestState, slot: WorkerSlot, job: Job) -> Accepted:
@@ -525,10 +553,13 @@ class Router:
             raise
         return Accepted(request_id=msg.request_id, provider=slot.name, model=state.model)
 
-    def admit(self, msg: Submit, pipe_id: int, state: RequestState, resolved: ModelInfo) -> Rejected | _Deferred | None:
+    def admit(
+        self, msg: Submit, pipe_id: int, state: RequestState, resolved: ModelInfo, plan: Plan | None = None
+    ) -> Rejected | _Deferred | None:
         """The client key's and the deployment's limits and budgets (`admission.gate`):
         None when admitted; a refusal; or, with a store that must be awaited, the reply
-        to come. A `client_key` is trusted from the front door's connections only."""
+        to come. A `client_key` is trusted from the front door's connections only. A
+        route's `plan`: its deployments are the ticket's candidates."""
         key = self.pipe_keys.get(pipe_id, "")
         if msg.client_key is not None:
             if pipe_id not in self.door_pipes:
@@ -552,15 +583,22 @@ class Router:
                 request_id=msg.request_id,
                 error=_error("invalid_request", f"request_id {msg.request_id!r} is being admitted already"),
             )
-        verdict = self.gate.admit(state, msg.request, resolved, key)
+        if plan is None:
+            verdict = self.gate.admit(state, msg.request, resolved, key)
+        else:
+            verdict = self.gate.admit(state, msg.request, resolved, key, plan.candidates(), plan.route.needs_tokens)
         if verdict is None:
             return None
         if isinstance(verdict, ErrorInfo):
             return Rejected(request_id=msg.request_id, error=verdict)
-        return _Deferred(self._start_when_admitted(verdict, msg, state))
+        return _Deferred(self._start_when_admitted(verdict, msg, state, plan))
 
     async def _start_when_admitted(
-        self, verdict: Coroutine[Any, Any, ErrorInfo | None], msg: Submit, state: RequestState
+        self,
+        verdict: Coroutine[Any, Any, ErrorInfo | None],
+        msg: Submit,
+        state: RequestState,
+        plan: Plan | None = None,
     ) -> Accepted | Rejected:
         refused = await verdict
         slot = self.slots[state.provider]
@@ -574,6 +612,11 @@ class Router:
             if self.on_refused is not None:
                 self.on_refused(refused)
             return Rejected(request_id=msg.request_id, error=refused)
+        if plan is not None:
+            reply = self._routed(msg, state, plan)
+            if self.on_refused is not None and isinstance(reply, Rejected):
+                self.on_refused(reply.error)
+            return reply
         job = state.job
         assert job is not None  # it is sent by `_start` only
         return self._start(msg, state, slot, job)
@@ -674,6 +717,15 @@ class Router:
             if result.ok:
                 return TokenCount(input_tokens=result.input_tokens, exact=result.exact)
         return TokenCount(input_tokens=estimate_request_tokens(msg.request), exact=False)
+
+
+def _key_for(slot: WorkerSlot, run: RouteRun | None) -> int | ErrorInfo:
+    """The deployment's own key, else the provider's keys in turn (skipping resting ones)."""
+    if run is not None and run.deployment.key_index is not None:
+        return run.deployment.key_index
+    if slot.keyring is not None:
+        return slot.keyring.next_key()
+    return 0
 
 
 def _refusal(error: ErrorInfo, pipe_id: int) -> str:

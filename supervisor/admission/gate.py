@@ -1,9 +1,11 @@
 """The router's admission step for client keys and provider deployments, and the
 settlement of every admitted request when it ends.
 
-Built only when the config names client keys or limits a provider (`Gate.of`
-answers None otherwise, and the router then does nothing per request). A request
-whose key and provider have nothing to count is let through without a ticket. With
+Built only when the config names client keys or limits a provider, or shares state
+through Redis (`Gate.of` answers None otherwise, and the router then does nothing per
+request). A request whose key and provider have nothing to count, and whose id needs
+no claim, is let through without a ticket. A routed request is decided in the same
+ticket as its key: the route's deployments, in selection's order, are its candidates. With
 the memory store a submit is decided in the step that reads it (`admit_now`); with
 a store that needs a round trip, `admit` hands back a coroutine the router awaits
 before it answers, the request id held meanwhile (`pending`).
@@ -46,14 +48,17 @@ class KeyHooks(Protocol):
 
 class Held:
     """What an admitted request holds until it ends: settled, or released if its job
-    never reached a worker."""
+    never reached a worker. `ticket`: the id the store holds it under (the request id;
+    a route's fallback is admitted anew under another, as a shared store settles an id
+    once)."""
 
-    __slots__ = ("deployment", "key", "tokens")
+    __slots__ = ("deployment", "key", "ticket", "tokens")
 
-    def __init__(self, key: str, deployment: str | None, tokens: int) -> None:
+    def __init__(self, key: str, deployment: str | None, tokens: int, ticket: str) -> None:
         self.key = key
         self.deployment = deployment
         self.tokens = tokens
+        self.ticket = ticket
 
 
 def limits_of(
@@ -99,10 +104,18 @@ class Gate:
         #: Request ids whose admission is being awaited (a second submit of one is refused).
         self.pending: set[str] = set()
         self.nursery: trio.Nursery | None = None
+        #: The routes' deployments, by id, shown in status beside the keys (the daemon sets them).
+        self.route_deployments: dict[str, Limits] = {}
+        #: Told of the candidates a ticket skipped, and why (the routes learn of cooldowns
+        #: other daemons set); None without routes.
+        self.on_skipped: Callable[[tuple[tuple[str, str], ...]], None] | None = None
+        #: Gives back a hold and frees its request id's claim (shared state; the daemon sets it).
+        self.unclaim: Callable[[str, str, str | None, int], Coroutine[Any, Any, None]] | None = None
 
     @classmethod
     def of(cls, config: Config, *, store: AdmissionStore | None = None, hooks: KeyHooks | None = None) -> Gate | None:
-        """The gate for `config`, or None when it names no client key and limits no provider."""
+        """The gate for `config`, or None when it names no client key, limits no provider
+        and shares no state (a shared store decides routes and claims request ids)."""
         keys = {
             name: limits_of(entry.limits, entry.budget.usd_per_day, entry.budget.usd_per_month)
             for name, entry in config.clients.items()
@@ -112,7 +125,7 @@ class Gate:
             for name, p in config.providers.items()
             if p.enabled and p.limits is not None and not limits_of(p.limits).empty
         }
-        if not keys and not deployments:
+        if not keys and not deployments and (store is None or isinstance(store, MemoryStore)):
             return None
         if store is None:
             store = MemoryStore(claim_s=config.replay.keep_s)
@@ -121,18 +134,26 @@ class Gate:
     # -- admission ------------------------------------------------------------------------
 
     def admit(
-        self, state: RequestState, request: Request, model: ModelInfo, key: str
+        self,
+        state: RequestState,
+        request: Request,
+        model: ModelInfo,
+        key: str,
+        route: tuple[Candidate, ...] | None = None,
+        route_tpm: bool = False,
     ) -> ErrorInfo | Coroutine[Any, Any, ErrorInfo | None] | None:
         """None: admitted (or nothing to count); an error: refused, before any call; a
-        coroutine: the store's answer, to await."""
+        coroutine: the store's answer, to await. `route`: a routed request's deployments,
+        in the order to offer them (the one admitted is `state.admission.deployment`);
+        `route_tpm`: one of them has a tpm limit."""
         key_limits = self.keys.get(key) if key else NO_LIMITS
         if key_limits is None:
             return _error("invalid_request", f"no client key is named {key!r} (clients: in the config)")
-        candidates = self.candidates.get(state.provider, ())
-        if not key and not candidates:
+        candidates = self.candidates.get(state.provider, ()) if route is None else route
+        if not key and not candidates and not self.claim:
             return None
         tokens = 0
-        if key in self._tpm_keys or state.provider in self._tpm_deployments:
+        if key in self._tpm_keys or (route_tpm if route is not None else state.provider in self._tpm_deployments):
             tokens = estimated_tokens(request, model)
         ticket = Ticket(state.request_id, key, key_limits, candidates, tokens, time.time(), self.claim)
         if self.admit_now is not None:
@@ -151,7 +172,9 @@ class Gate:
         if isinstance(decision, Admitted):
             index = decision.deployment
             deployment = ticket.candidates[index].name if index is not None else None
-            state.admission = Held(key, deployment, ticket.tokens)
+            state.admission = Held(key, deployment, ticket.tokens, ticket.request_id)
+            if decision.skipped and self.on_skipped is not None:
+                self.on_skipped(decision.skipped)
             if self.hooks is not None and key:
                 self.hooks.key_admitted(key)
             return None
@@ -184,10 +207,10 @@ class Gate:
             return
         state.admission = None
         if state.generation is None:
-            self.release(state.request_id, held)
+            self.release(held)
             return
         tokens, cost = _usage_of(state)
-        settlement = Settlement(state.request_id, held.key, held.deployment, held.tokens, tokens, cost, time.time())
+        settlement = Settlement(held.ticket, held.key, held.deployment, held.tokens, tokens, cost, time.time())
         if isinstance(self.store, MemoryStore):
             self.store.settle_now(settlement)
         elif self.settle_soon is not None:
@@ -197,26 +220,38 @@ class Gate:
         if self.hooks is not None and held.key:
             self.hooks.key_ended(held.key, tokens, cost)
 
-    def release(self, request_id: str, held: Held) -> None:
+    def release(self, held: Held) -> None:
         """Give back what a request that never ran held."""
         if isinstance(self.store, MemoryStore):
-            self.store.release_now(request_id)
+            self.store.release_now(held.ticket)
         elif self.nursery is not None:
-            self.nursery.start_soon(self.store.release, request_id, held.key, held.deployment, held.tokens)
+            self.nursery.start_soon(self.store.release, held.ticket, held.key, held.deployment, held.tokens)
         if self.hooks is not None and held.key:
             self.hooks.key_ended(held.key, 0, None)
 
     def discard(self, state: RequestState) -> None:
-        """The submit failed after admission (its job could not be queued)."""
+        """The submit failed after admission (its job could not be queued, its keys all
+        rest): what it holds is given back, and its id's claim too, so that the same
+        request may be sent again."""
         held = state.admission
-        if held is not None:
-            state.admission = None
-            self.release(state.request_id, held)
+        if held is None:
+            return
+        state.admission = None
+        if self.unclaim is not None and self.nursery is not None:
+            self.nursery.start_soon(self.unclaim, held.ticket, held.key, held.deployment, held.tokens)
+            if self.hooks is not None and held.key:
+                self.hooks.key_ended(held.key, 0, None)
+            return
+        self.release(held)
 
     # -- use ------------------------------------------------------------------------------
 
     def scopes(self) -> list[str]:
-        return [f"key:{name}" for name in self.keys] + [f"deployment:{name}" for name in self.deployments]
+        return (
+            [f"key:{name}" for name in self.keys]
+            + [f"deployment:{name}" for name in self.deployments]
+            + [f"deployment:{name}" for name in self.route_deployments if name not in self.deployments]
+        )
 
     def use_now(self) -> list[KeyUse] | None:
         """Each key's and limited deployment's use, or None when the store must be awaited (`use`)."""
@@ -231,7 +266,10 @@ class Gate:
         out: list[KeyUse] = []
         for use in found:
             kind, _, name = use.scope.partition(":")
-            limits = (self.keys if kind == "key" else self.deployments).get(name, NO_LIMITS)
+            if kind == "key":
+                limits = self.keys.get(name, NO_LIMITS)
+            else:
+                limits = self.deployments.get(name) or self.route_deployments.get(name, NO_LIMITS)
             out.append(
                 KeyUse(
                     scope="key" if kind == "key" else "deployment",

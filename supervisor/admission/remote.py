@@ -115,9 +115,10 @@ class SharedRequests:
             await self.unclaim(rid)
         return reply
 
-    async def unclaim(self, request_id: str) -> None:
+    async def unclaim(self, request_id: str, key: str = "", deployment: str | None = None, tokens: int = 0) -> None:
+        """Give back what the request's ticket held and free its id."""
         store = self.store
-        await store.release(request_id, "", None, 0)
+        await store.release(request_id, key, deployment, tokens)
         if not store.degraded:
             try:
                 await store.client.call("DEL", store.redis.key("claim", request_id))

@@ -7,6 +7,13 @@ and `admit` (which of them the store lets take the request); the relay hands ove
 routed request's terminal frame (`fallback`: True when the request went on elsewhere,
 so the frame is never published) and its end (`ended`: the store settled, the breaker
 and the share told). Nothing here runs for a model named directly.
+
+With a gate (client keys, limits, shared state), a routed request is decided in the
+gate's ticket, with its key, on the gate's store (`take` builds its run from what that
+ticket admitted), the gate settles it, and fallbacks, failures and cooldowns go to that
+store too: with the shared one every daemon skips a deployment another cooled. A store
+that must be awaited never blocks the relay: a fallback's error frame is withheld while
+its admission runs in a task, then the job moves on or the frame goes out.
 """
 
 from __future__ import annotations
@@ -29,20 +36,25 @@ from ...protocol.messages import (
     ErrorEvent,
     ErrorInfo,
     FallbackInfo,
+    Job,
     ModelInfo,
     RateLimit,
+    Relay,
     Request,
     Submit,
     Timeouts,
 )
 from ...protocol.tokens import estimate_request_tokens
+from .gate import Held
+from .memory import MemoryStore
 from .selection import Option, Selector, Strategy
-from .store import Admitted, Candidate, Decision, Limits, Refused, Settlement, Ticket
+from .store import AdmissionStore, Admitted, Candidate, Decision, Limits, Refused, Settlement, Ticket
 
 if TYPE_CHECKING:
     from ..metrics import DaemonMetrics
     from ..requests import RequestState, RequestTable
     from ..slot import WorkerSlot
+    from .gate import Gate
 
 log = logging.getLogger("trunkline.supervisor")
 
@@ -58,6 +70,9 @@ _CANNOT_SERVE = ("not_configured", "unavailable")
 _NO_KEY_LIMITS = Limits()
 #: Characters of a failed deployment's error message kept on the response's `fallbacks`.
 FALLBACK_MESSAGE_CHARS = 500
+#: How often a daemon on a shared store reads its deployments' cooldowns (those other
+#: daemons set), to offer them last; the store skips them whatever this daemon knows.
+COOLING_READ_S = 2.0
 
 
 class AdmitsNow(Protocol):
@@ -146,7 +161,7 @@ class RouteRun:
     """One routed request: the deployment serving it now, those left to fall back on,
     those tried, and its deadline (trio's clock) across all of them."""
 
-    __slots__ = ("deadline", "deployment", "fallbacks", "remaining", "route", "tokens")
+    __slots__ = ("deadline", "deployment", "fallbacks", "moving", "remaining", "route", "tokens")
 
     def __init__(self, route: Route, deployment: Deployment, remaining: list[Deployment], deadline: float) -> None:
         self.route = route
@@ -155,6 +170,8 @@ class RouteRun:
         self.fallbacks: list[FallbackInfo] = []
         self.deadline = deadline
         self.tokens = 0
+        #: A fallback's admission is being awaited: no deployment serves it meanwhile.
+        self.moving = False
 
 
 @dataclass(slots=True)
@@ -168,10 +185,14 @@ class Plan:
     def first(self) -> ModelInfo:
         return self.order[0].info
 
+    def candidates(self) -> tuple[Candidate, ...]:
+        return tuple([d.candidate for d in self.order])
+
 
 class Routing:
     """The routes of the running config and what this daemon knows of their deployments:
-    requests in flight, cooldowns, shares lowered by upstream rate-limit headers."""
+    requests in flight, cooldowns, shares lowered by upstream rate-limit headers.
+    `store`: its own, when no `gate` decides routed requests (with one: the gate's)."""
 
     def __init__(
         self,
@@ -183,9 +204,23 @@ class Routing:
         bus: Callable[..., None],
         metrics: DaemonMetrics | None = None,
         rng: random.Random | None = None,
+        gate: Gate | None = None,
     ) -> None:
         self.routes = routes
         self.store = store
+        #: Decides routed requests with their key, in one ticket, and settles them.
+        self.gate = gate
+        #: The gate's store when it must be awaited (shared): fallbacks, failures and
+        #: cooldowns then go to it in tasks; None: `store` answers at once.
+        self.later: AdmissionStore | None = None
+        if gate is not None:
+            if isinstance(gate.store, MemoryStore):
+                self.store = gate.store
+            else:
+                self.later = gate.store
+            gate.on_skipped = self.skipped
+        #: The relay's entry, where a withheld terminal frame goes back (the daemon sets it).
+        self.deliver: Callable[[Relay], None] | None = None
         self.slots = slots
         self.requests = requests
         self.bus = bus
@@ -245,22 +280,76 @@ class Routing:
         self.busy[deployment.id] = self.busy.get(deployment.id, 0) + 1
         return run
 
+    def take(self, plan: Plan, deployment: str | None, request: Request, tokens: int) -> RouteRun:
+        """The run of a request the gate's ticket admitted on `deployment` (one of the
+        plan's), held for it until it ends (the gate settles it)."""
+        order = plan.order
+        index = 0
+        for i, d in enumerate(order):
+            if d.id == deployment:
+                index = i
+                break
+        chosen = order[index]
+        timeouts = request.timeouts
+        total = timeouts.request_s if timeouts is not None and timeouts.request_s else chosen.request_s
+        run = RouteRun(plan.route, chosen, order[index + 1 :], trio.current_time() + total)
+        run.tokens = tokens
+        self.busy[chosen.id] = self.busy.get(chosen.id, 0) + 1
+        return run
+
+    def skipped(self, skipped: tuple[tuple[str, str], ...]) -> None:
+        """Candidates a ticket skipped: one cooling down (another daemon may have cooled
+        it) is offered last until the next read of the store's cooldowns says until when."""
+        for name, why in skipped:
+            if why == "cooldown":
+                self.cooling[name] = max(self.cooling.get(name, 0.0), time.time() + COOLING_READ_S)
+
     def release(self, run: RouteRun, request_id: str) -> None:
-        """An admitted request that never ran (refused after admission)."""
-        self.store.release_now(request_id)
+        """An admitted request that never ran (refused after admission; with a gate, the
+        gate gives back what its ticket held)."""
+        if self.gate is None:
+            self.store.release_now(request_id)
         self._not_busy(run.deployment)
+
+    async def read_cooling(self) -> None:
+        """With a shared store, until cancelled: the cooldowns of every route's deployment,
+        those other daemons set included, every `COOLING_READ_S` (one read, whatever the
+        traffic), so that selection offers them last."""
+        store = self.later
+        if store is None:
+            return
+        while True:
+            scopes = [f"deployment:{d.id}" for route in self.routes.values() for d in route.deployments]
+            now = time.time()
+            try:
+                found = await store.use(scopes, now)
+            except Exception as exc:  # noqa: BLE001 - a view of cooldowns is never worth a crash
+                log.debug("reading the deployments' cooldowns failed: %s", exc)
+                found = []
+            cooling = self.cooling
+            for use in found:
+                until = use.cooldown_until
+                if until is not None:
+                    name = use.scope.partition(":")[2]
+                    if until > cooling.get(name, 0.0):
+                        cooling[name] = until
+            for name in [n for n, until in cooling.items() if until <= now]:
+                del cooling[name]  # past: a submit no longer looks at the clock for it
+            await trio.sleep(COOLING_READ_S)
 
     # -- the relay ------------------------------------------------------------------------
 
-    def fallback(self, state: RequestState, frame: bytes) -> bool:
+    def fallback(self, state: RequestState, msg: Relay) -> bool:
         """A routed request's terminal frame, when nothing of it was published before:
         True if it failed in a class the route falls back on and the next deployment
-        took it (the frame must then not be published), else False."""
+        took it, or its admission runs in a task that either sends the job on or hands
+        the frame back to the relay (`deliver`): either way it must not be published now.
+        Else False."""
         run: RouteRun = state.route
         route = run.route
         if not route.fallback or not run.remaining:
             return False
-        event = decode_event(split_frame(frame)[1])
+        event = decode_event(split_frame(msg.frames[0])[1])
         if type(event) is not ErrorEvent:
             return False
         error = event.error
@@ -275,15 +364,140 @@ class Routing:
         failed = run.deployment
         now = time.time()
         self._failed(route, failed, error, now)
-        self.store.settle_now(
-            Settlement(state.request_id, "", failed.id, run.tokens, 0, None, now)  # nothing was billed
-        )
         self._not_busy(failed)
-        chosen = self._admit(state.request_id, [d for d in run.remaining if self._can_serve(d)], run.tokens)
-        if isinstance(chosen, ErrorInfo):
-            # Nothing may take it: its own error goes out, as it is.
+        candidates = [d for d in run.remaining if self._can_serve(d)]
+        gate = self.gate
+        if gate is None:
+            self.store.settle_now(
+                Settlement(state.request_id, "", failed.id, run.tokens, 0, None, now)  # nothing was billed
+            )
+            chosen = self._admit(state.request_id, candidates, run.tokens)
+            if isinstance(chosen, ErrorInfo):
+                # Nothing may take it: its own error goes out, as it is.
+                return False
+            self._move(state, run, job, failed, error, chosen[0], chosen[1], left)
+            return True
+        held: Held | None = state.admission
+        if held is None or not candidates:
             return False
-        after, run.remaining = chosen
+        # The failed attempt's hold is given back and the request admitted anew over the
+        # deployments left, with its key (so the key counts one request, however many
+        # deployments it takes), under an id of its own: a shared store settles an id once.
+        ticket = Ticket(
+            f"{state.request_id}#{len(run.fallbacks) + 1}",
+            held.key,
+            gate.keys.get(held.key, _NO_KEY_LIMITS) if held.key else _NO_KEY_LIMITS,
+            tuple([d.candidate for d in candidates]),
+            held.tokens,
+            now,
+            claim=False,
+        )
+        if self.later is None:
+            self.store.release_now(held.ticket)
+            if self._took(state, run, held, ticket, self.store.admit_now(ticket), candidates, failed, error, job):
+                return True
+            recount = _recount(held, ticket)
+            if recount is not None:
+                _recounted(state, held, recount, self.store.admit_now(recount))
+            return False
+        if gate.nursery is None or self.deliver is None:
+            return False
+        run.moving = True
+        generation, state.generation = state.generation, None  # between deployments: a cancel ends it here
+        gate.nursery.start_soon(
+            self._fall_back_later, state, msg, generation, held, ticket, candidates, failed, error, job
+        )
+        return True
+
+    async def _fall_back_later(
+        self,
+        state: RequestState,
+        msg: Relay,
+        generation: int | None,
+        held: Held,
+        ticket: Ticket,
+        candidates: list[Deployment],
+        failed: Deployment,
+        error: ErrorInfo,
+        job: Job,
+    ) -> None:
+        """A fallback's admission on a store that must be awaited; whatever happens, the
+        request goes on elsewhere or gets its withheld terminal frame."""
+        store = self.later
+        assert store is not None
+        assert self.deliver is not None
+        run: RouteRun = state.route
+        decision: Decision | None = None
+        try:
+            await store.release(held.ticket, held.key, held.deployment, held.tokens)
+            decision = await store.admit(ticket)
+        except Exception as exc:  # noqa: BLE001 - the request must still get its end
+            log.warning("route %s: a fallback's admission failed: %s", run.route.name, str(exc)[:200])
+        run.moving = False
+        if state.ended:  # cancelled (or the daemon stopped) meanwhile: nothing goes on
+            if isinstance(decision, Admitted) and self.gate is not None and self.gate.nursery is not None:
+                taken = candidates[decision.deployment or 0].id
+                self.gate.nursery.start_soon(store.release, ticket.request_id, ticket.key, taken, ticket.tokens)
+            return
+        try:
+            if decision is not None and self._took(state, run, held, ticket, decision, candidates, failed, error, job):
+                return
+            recount = _recount(held, ticket) if state.admission is held else None
+            if recount is not None:
+                counted = await store.admit(recount)
+                if self.requests.active.get(state.request_id) is not state:  # it ended meanwhile
+                    if isinstance(counted, Admitted):
+                        await store.release(recount.request_id, recount.key, None, recount.tokens)
+                    return
+                _recounted(state, held, recount, counted)
+        except Exception as exc:  # noqa: BLE001 - as above: its error goes out instead
+            log.warning("route %s: a fallback could not be sent on: %s", run.route.name, str(exc)[:200])
+        state.generation = generation
+        run.remaining = []  # so the relay publishes it now, as it would have
+        self.deliver(msg)
+
+    def _took(
+        self,
+        state: RequestState,
+        run: RouteRun,
+        held: Held,
+        ticket: Ticket,
+        decision: Decision,
+        candidates: list[Deployment],
+        failed: Deployment,
+        error: ErrorInfo,
+        job: Job,
+    ) -> bool:
+        """A fallback's decision on the gate's store: True when it went on to the deployment
+        admitted (the request then holds that ticket), False when none may take it (the
+        released hold stays on the request, whose settlement then counts nothing twice)."""
+        if not isinstance(decision, Admitted):
+            return False
+        if decision.skipped:
+            self.skipped(decision.skipped)
+        index = decision.deployment or 0
+        after = candidates[index]
+        state.admission = Held(held.key, after.id, held.tokens, ticket.request_id)
+        left = run.deadline - trio.current_time()
+        if left <= 0:  # its time ran out while it was admitted: it ends here, on that ticket
+            return False
+        self._move(state, run, job, failed, error, after, candidates[index + 1 :], left)
+        return True
+
+    def _move(
+        self,
+        state: RequestState,
+        run: RouteRun,
+        job: Job,
+        failed: Deployment,
+        error: ErrorInfo,
+        after: Deployment,
+        remaining: list[Deployment],
+        left: float,
+    ) -> None:
+        """The same job to the next deployment's worker, with the time left."""
+        route = run.route
+        run.remaining = remaining
         run.fallbacks.append(
             FallbackInfo(
                 deployment=failed.id, error_class=error.error_class, message=error.message[:FALLBACK_MESSAGE_CHARS]
@@ -331,14 +545,14 @@ class Routing:
         state.model = after.info.id
         state.progress = None  # the failed deployment's gathered content is not this one's
         slot.send(moved)
-        return True
 
     def ended(self, state: RequestState) -> None:
         """A routed request ended: the store settled with what it cost, the breaker told
         of a failure, the deployment's share updated from its rate-limit headers."""
         run: RouteRun = state.route
         deployment = run.deployment
-        self._not_busy(deployment)
+        if not run.moving:
+            self._not_busy(deployment)
         outcome = "ended"
         now = time.time()
         tokens, cost = 0, None
@@ -357,7 +571,8 @@ class Routing:
             elif terminal.type == "error" and terminal.error is not None:
                 outcome = "error"
                 self._failed(run.route, deployment, terminal.error, now)
-        self.store.settle_now(Settlement(state.request_id, "", deployment.id, run.tokens, tokens, cost, now))
+        if self.gate is None:  # else the gate settles the ticket that admitted it, key and deployment
+            self.store.settle_now(Settlement(state.request_id, "", deployment.id, run.tokens, tokens, cost, now))
         if state.span is not None:
             state.span.attributes["trunkline.route"] = run.route.name
         if self.metrics is not None:
@@ -394,15 +609,36 @@ class Routing:
         if not RETRYABLE.get(error.error_class, False):
             return
         breaker = route.breaker
-        if self.store.failure_now(
+        later = self.later
+        nursery = self.gate.nursery if self.gate is not None else None
+        if later is not None:
+            if nursery is not None:
+                nursery.start_soon(self._fail_later, later, route, deployment, now)
+        elif self.store.failure_now(
             deployment.id, now, threshold=breaker.failures, window_s=breaker.window_s, cooldown_s=breaker.cooldown_s
         ):
             self._cooled(route, deployment, now + breaker.cooldown_s, f"{breaker.failures} failures")
         if error.error_class == "rate_limit" and error.retry_after_s:
             until = now + error.retry_after_s
             if until > self.cooling.get(deployment.id, 0.0):
-                self.store.cooldown_now(deployment.id, until)
+                if later is None:
+                    self.store.cooldown_now(deployment.id, until)
+                elif nursery is not None:
+                    nursery.start_soon(later.cooldown, deployment.id, until)
                 self._cooled(route, deployment, until, "rate limited (Retry-After)")
+
+    async def _fail_later(self, store: AdmissionStore, route: Route, deployment: Deployment, now: float) -> None:
+        """A failure counted on the shared store (every daemon's count together), off the relay."""
+        breaker = route.breaker
+        try:
+            cooled = await store.failure(
+                deployment.id, now, threshold=breaker.failures, window_s=breaker.window_s, cooldown_s=breaker.cooldown_s
+            )
+        except Exception as exc:  # noqa: BLE001 - a lost count is never worth a crash
+            log.debug("counting a failure of deployment %s failed: %s", deployment.id, exc)
+            return
+        if cooled:
+            self._cooled(route, deployment, now + breaker.cooldown_s, f"{breaker.failures} failures")
 
     def _cooled(self, route: Route, deployment: Deployment, until: float, why: str) -> None:
         self.cooling[deployment.id] = max(self.cooling.get(deployment.id, 0.0), until)
@@ -492,6 +728,19 @@ class _Terminal(msgspec.Struct):
 
 
 _terminals = msgspec.msgpack.Decoder(_Terminal)
+
+
+def _recount(held: Held, refused: Ticket) -> Ticket | None:
+    """After a fallback nothing took: the key's count of the request, given back with the
+    failed attempt's hold, taken again (no limit may refuse it: the request did run)."""
+    if not held.key:
+        return None
+    return Ticket(refused.request_id, held.key, _NO_KEY_LIMITS, (), held.tokens, time.time(), claim=False)
+
+
+def _recounted(state: RequestState, held: Held, recount: Ticket, decision: Decision) -> None:
+    if isinstance(decision, Admitted):
+        state.admission = Held(held.key, None, held.tokens, recount.request_id)
 
 
 def _estimate(request: Request) -> int:

@@ -75,6 +75,11 @@ def test_a_route_gets_its_defaults(tmp_path):
             "already the id",
         ),
         (
+            {"smart": {"deployments": [{"id": "openai", "provider": "mock", "model": "echo"}]}},
+            "routes.smart.deployments[0].id",
+            "name of a provider",
+        ),
+        (
             {"smart": {"fallback_on": ["invalid_request"], "deployments": [{"provider": "mock", "model": "echo"}]}},
             "routes.smart.fallback_on",
             "not a class",
