@@ -230,7 +230,10 @@ async def test_tl_chat_streams_a_reply_from_a_real_daemon(daemon):
     build = subprocess.run(["make", "-C", str(C_DIR)], capture_output=True, text=True)
     assert build.returncode == 0, build.stderr[-4000:]
     env = {**os.environ, "TRUNKLINE_CONTROL": daemon.control}
-    with trio.fail_after(30):
+    # Longer than the C client's own call timeout (30 s): if a call goes unanswered the
+    # client says which, and the daemon's log is shown beside it (the test used to give
+    # up at the same moment and show neither).
+    with trio.fail_after(60):
         done = await trio.run_process(
             [str(C_DIR / "build" / "tl"), "chat", "echo", "hello from C"],
             capture_stdout=True,
@@ -238,7 +241,7 @@ async def test_tl_chat_streams_a_reply_from_a_real_daemon(daemon):
             env=env,
             check=False,
         )
-    assert done.returncode == 0, done.stderr.decode()
+    assert done.returncode == 0, done.stderr.decode() + "\n-- daemon --\n" + "\n".join(daemon.lines[-40:])
     assert done.stdout.decode() == "hello from C\n"
     with trio.fail_after(30):
         done = await trio.run_process(
