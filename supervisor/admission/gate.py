@@ -209,7 +209,9 @@ class Gate:
         if state.generation is None:
             self.release(held)
             return
-        tokens, cost = _usage_of(state)
+        route = state.route
+        billed = route.billed if route is not None else None
+        tokens, cost = billed if billed is not None else _usage_of(state)
         settlement = Settlement(held.ticket, held.key, held.deployment, held.tokens, tokens, cost, time.time())
         if isinstance(self.store, MemoryStore):
             self.store.settle_now(settlement)

@@ -161,7 +161,7 @@ class RouteRun:
     """One routed request: the deployment serving it now, those left to fall back on,
     those tried, and its deadline (trio's clock) across all of them."""
 
-    __slots__ = ("deadline", "deployment", "fallbacks", "moving", "remaining", "route", "tokens")
+    __slots__ = ("billed", "deadline", "deployment", "fallbacks", "moving", "remaining", "route", "tokens")
 
     def __init__(self, route: Route, deployment: Deployment, remaining: list[Deployment], deadline: float) -> None:
         self.route = route
@@ -170,6 +170,9 @@ class RouteRun:
         self.fallbacks: list[FallbackInfo] = []
         self.deadline = deadline
         self.tokens = 0
+        #: At its end: the input + output tokens and the cost its terminal event reports,
+        #: read once here for the gate's settlement too.
+        self.billed: tuple[int, float | None] | None = None
         #: A fallback's admission is being awaited: no deployment serves it meanwhile.
         self.moving = False
 
@@ -557,8 +560,10 @@ class Routing:
         now = time.time()
         tokens, cost = 0, None
         if state.ring:
+            frame = state.ring[-1]
+            cut = frame.find(b"\x00", 0, 256)  # the topic's end (`codec.split_frame`, without its copies)
             try:
-                terminal = _terminals.decode(split_frame(state.ring[-1])[1])
+                terminal = _terminals.decode(memoryview(frame)[cut + 1 :])
             except Exception:  # noqa: BLE001 - the end is recorded whatever the frame
                 terminal = _Terminal()
             answer = terminal.response if terminal.type == "finish" else terminal.partial
@@ -571,6 +576,7 @@ class Routing:
             elif terminal.type == "error" and terminal.error is not None:
                 outcome = "error"
                 self._failed(run.route, deployment, terminal.error, now)
+        run.billed = (tokens, cost)
         if self.gate is None:  # else the gate settles the ticket that admitted it, key and deployment
             self.store.settle_now(Settlement(state.request_id, "", deployment.id, run.tokens, tokens, cost, now))
         if state.span is not None:
