@@ -15,7 +15,6 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-import msgspec
 import trio
 
 from ..protocol import trace
@@ -36,6 +35,7 @@ from ..protocol.messages import (
 )
 from ..protocol.ratelog import RateLimitedLog
 from .requests import RequestState, RequestTable, estimate_billing
+from .terminal import summary_of
 
 if TYPE_CHECKING:
     from .admission.gate import Gate
@@ -168,7 +168,7 @@ class EventRelay:
             try:
                 if self.metrics is None and self.telemetry is None:
                     # The log line alone reads three fields: not the whole response.
-                    outcome = _outcome_of(state)
+                    outcome = summary_of(state).outcome()
                 else:
                     terminal = _terminal(state)
                     outcome = _outcome(terminal)
@@ -306,52 +306,6 @@ def _terminal(state: RequestState) -> AnyEvent | None:
     except Exception:  # noqa: BLE001 - a log line or a metric must never fail a request
         return None
     return event
-
-
-class _Reason(msgspec.Struct):
-    reason: str = "other"
-
-
-class _Tokens(msgspec.Struct):
-    input_tokens: int = 0
-    output_tokens: int = 0
-
-
-class _Answer(msgspec.Struct):
-    finish_reason: _Reason = msgspec.field(default_factory=_Reason)
-    usage: _Tokens = msgspec.field(default_factory=_Tokens)
-
-
-class _Failure(msgspec.Struct):
-    error_class: str = ""
-
-
-class _Terminal(msgspec.Struct):
-    """The fields of a terminal event (`Finish`, `ErrorEvent`) its log line prints, with
-    the wire's defaults: decoding only these skips the response's content."""
-
-    type: str = ""
-    response: _Answer | None = None
-    error: _Failure | None = None
-
-
-_terminals = msgspec.msgpack.Decoder(_Terminal)
-
-
-def _outcome_of(state: RequestState) -> str:
-    """`_outcome` of the request's terminal event, read from its last frame."""
-    if not state.ring:
-        return "ended"
-    try:
-        terminal = _terminals.decode(split_frame(state.ring[-1])[1])
-    except Exception:  # noqa: BLE001 - a log line must never fail a request
-        return "ended"
-    if terminal.type == "finish" and terminal.response is not None:
-        answer = terminal.response
-        return f"{answer.finish_reason.reason}, {answer.usage.input_tokens} in / {answer.usage.output_tokens} out"
-    if terminal.type == "error" and terminal.error is not None:
-        return f"error {terminal.error.error_class}"
-    return "ended"
 
 
 def _outcome(event: AnyEvent | None) -> str:

@@ -19,13 +19,16 @@ says `unknown`.
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config.catalog import compute_cost
 from ..protocol.accumulate import StreamAccumulator
 from ..protocol.codec import decode_event, decode_to_worker, split_frame
 from ..protocol.messages import Job, ModelInfo, Progress, Response, Usage
 from ..protocol.tokens import estimate_content_tokens, estimate_request_tokens
+
+if TYPE_CHECKING:
+    from .terminal import Summary
 
 
 class RequestState:
@@ -58,6 +61,7 @@ class RequestState:
         "span",
         "stream",
         "submitted_at",
+        "summary",
         "trace",
     )
 
@@ -112,6 +116,8 @@ class RequestState:
         self.job_bytes: bytes | None = None
         #: The catalog entry it was resolved to.
         self.resolved: ModelInfo | None = None
+        #: Its terminal event as read at its end (`supervisor.terminal.summary_of`).
+        self.summary: Summary | None = None
         #: A route's request: its deployment now, those left, those tried
         #: (`admission.routes.RouteRun`); None for a model named directly.
         self.route: Any = None

@@ -17,12 +17,12 @@ import time
 from collections.abc import Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
-import msgspec
 import trio
 
 from ...config.loader import Config, RateLimitsConfig
 from ...protocol.messages import RETRYABLE, ErrorInfo, KeyUse, ModelInfo, Request
 from ...protocol.tokens import estimate_request_tokens
+from ..terminal import summary_of
 from .memory import MemoryStore
 from .store import CLAIMED_BY, AdmissionStore, Admitted, Candidate, Decision, Duplicate, Limits, Settlement, Ticket
 
@@ -209,9 +209,7 @@ class Gate:
         if state.generation is None:
             self.release(held)
             return
-        route = state.route
-        billed = route.billed if route is not None else None
-        tokens, cost = billed if billed is not None else _usage_of(state)
+        tokens, cost = summary_of(state).billed()
         settlement = Settlement(held.ticket, held.key, held.deployment, held.tokens, tokens, cost, time.time())
         if isinstance(self.store, MemoryStore):
             self.store.settle_now(settlement)
@@ -303,43 +301,3 @@ def estimated_tokens(request: Request, model: ModelInfo) -> int:
 
 def _error(error_class: Any, message: str) -> ErrorInfo:
     return ErrorInfo(error_class=error_class, message=message, retryable=RETRYABLE[error_class])
-
-
-class _Tokens(msgspec.Struct, gc=False):
-    input_tokens: int = 0
-    output_tokens: int = 0
-
-
-class _Billed(msgspec.Struct, gc=False):
-    usage: _Tokens = msgspec.field(default_factory=_Tokens)
-    cost_usd: float | None = None
-
-
-class _Terminal(msgspec.Struct, gc=False):
-    """What settlement reads of a terminal event (a finish's response, an error's
-    partial): decoding only these skips the content (and, holding no containers, the
-    objects need no garbage collector's tracking)."""
-
-    type: str = ""
-    response: _Billed | None = None
-    partial: _Billed | None = None
-
-
-_terminals = msgspec.msgpack.Decoder(_Terminal)
-
-
-def _usage_of(state: RequestState) -> tuple[int, float | None]:
-    """Input + output tokens and the cost its terminal event reports (0 and None when
-    it reports none: a request that failed before the provider answered)."""
-    if not state.ring:
-        return 0, None
-    frame = state.ring[-1]
-    cut = frame.find(b"\x00", 0, 256)  # the topic's end (`codec.split_frame`, without its copies)
-    try:
-        terminal = _terminals.decode(memoryview(frame)[cut + 1 :])
-    except msgspec.DecodeError:
-        return 0, None
-    billed = terminal.response if terminal.type == "finish" else terminal.partial
-    if billed is None:
-        return 0, None
-    return billed.usage.input_tokens + billed.usage.output_tokens, billed.cost_usd

@@ -45,6 +45,7 @@ from ...protocol.messages import (
     Timeouts,
 )
 from ...protocol.tokens import estimate_request_tokens
+from ..terminal import summary_of
 from .gate import Held
 from .memory import MemoryStore
 from .selection import Option, Selector, Strategy
@@ -161,7 +162,7 @@ class RouteRun:
     """One routed request: the deployment serving it now, those left to fall back on,
     those tried, and its deadline (trio's clock) across all of them."""
 
-    __slots__ = ("billed", "deadline", "deployment", "fallbacks", "moving", "remaining", "route", "tokens")
+    __slots__ = ("deadline", "deployment", "fallbacks", "moving", "remaining", "route", "tokens")
 
     def __init__(self, route: Route, deployment: Deployment, remaining: list[Deployment], deadline: float) -> None:
         self.route = route
@@ -170,9 +171,6 @@ class RouteRun:
         self.fallbacks: list[FallbackInfo] = []
         self.deadline = deadline
         self.tokens = 0
-        #: At its end: the input + output tokens and the cost its terminal event reports,
-        #: read once here for the gate's settlement too.
-        self.billed: tuple[int, float | None] | None = None
         #: A fallback's admission is being awaited: no deployment serves it meanwhile.
         self.moving = False
 
@@ -558,25 +556,15 @@ class Routing:
             self._not_busy(deployment)
         outcome = "ended"
         now = time.time()
-        tokens, cost = 0, None
-        if state.ring:
-            frame = state.ring[-1]
-            cut = frame.find(b"\x00", 0, 256)  # the topic's end (`codec.split_frame`, without its copies)
-            try:
-                terminal = _terminals.decode(memoryview(frame)[cut + 1 :])
-            except Exception:  # noqa: BLE001 - the end is recorded whatever the frame
-                terminal = _Terminal()
-            answer = terminal.response if terminal.type == "finish" else terminal.partial
-            if answer is not None:
-                tokens, cost = answer.usage.input_tokens + answer.usage.output_tokens, answer.cost_usd
-            if terminal.type == "finish" and terminal.response is not None:
-                outcome = terminal.response.finish_reason.reason
-                if terminal.response.rate_limit is not None:
-                    self._note_share(deployment, terminal.response.rate_limit, now)
-            elif terminal.type == "error" and terminal.error is not None:
-                outcome = "error"
-                self._failed(run.route, deployment, terminal.error, now)
-        run.billed = (tokens, cost)
+        terminal = summary_of(state)
+        tokens, cost = terminal.billed()
+        if terminal.type == "finish" and terminal.response is not None:
+            outcome = terminal.response.finish_reason.reason
+            if terminal.response.rate_limit is not None:
+                self._note_share(deployment, terminal.response.rate_limit, now)
+        elif terminal.type == "error" and terminal.error is not None:
+            outcome = "error"
+            self._failed(run.route, deployment, terminal.error, now)
         if self.gate is None:  # else the gate settles the ticket that admitted it, key and deployment
             self.store.settle_now(Settlement(state.request_id, "", deployment.id, run.tokens, tokens, cost, now))
         if state.span is not None:
@@ -705,35 +693,6 @@ class Routing:
         first = route.deployments[0].info
         ids = ", ".join(f"{d.id} ({d.info.id})" for d in route.deployments)
         return msgspec.structs.replace(first, id=name, display_name=f"route {name}: {ids}", aliases=[])
-
-
-class _Reason(msgspec.Struct):
-    reason: str = "other"
-
-
-class _Tokens(msgspec.Struct):
-    input_tokens: int = 0
-    output_tokens: int = 0
-
-
-class _Answer(msgspec.Struct):
-    finish_reason: _Reason = msgspec.field(default_factory=_Reason)
-    usage: _Tokens = msgspec.field(default_factory=_Tokens)
-    cost_usd: float | None = None
-    rate_limit: RateLimit | None = None
-
-
-class _Terminal(msgspec.Struct):
-    """What a routed request's end settles and tells the breaker, read from its terminal
-    frame without its content (a whole response's text is most of it)."""
-
-    type: str = ""
-    response: _Answer | None = None
-    partial: _Answer | None = None
-    error: ErrorInfo | None = None
-
-
-_terminals = msgspec.msgpack.Decoder(_Terminal)
 
 
 def _recount(held: Held, refused: Ticket) -> Ticket | None:
