@@ -862,20 +862,15 @@ def load_config(
                 msgspec.convert(value, ProviderConfig)
             except msgspec.ValidationError as exc:
                 raise _explain(exc, user, user_path, prefix=f"providers.{key}", root=ProviderConfig) from None
-    routes = merged.get("routes")
-    if isinstance(routes, dict):
-        for key, value in routes.items():
-            try:
-                msgspec.convert(value, RouteConfig)
-            except msgspec.ValidationError as exc:
-                raise _explain(exc, user, user_path, prefix=f"routes.{key}", root=RouteConfig) from None
-    clients = merged.get("clients")
-    if isinstance(clients, dict):
-        for key, value in clients.items():
-            try:
-                msgspec.convert(value, ClientKeyConfig)
-            except msgspec.ValidationError as exc:
-                raise _explain(exc, user, user_path, prefix=f"clients.{key}", root=ClientKeyConfig) from None
+    # Each entry of a named section checked alone, so an error names its own key path.
+    for section, root in (("routes", RouteConfig), ("clients", ClientKeyConfig)):
+        entries_of = merged.get(section)
+        if isinstance(entries_of, dict):
+            for key, value in entries_of.items():
+                try:
+                    msgspec.convert(value, root)
+                except msgspec.ValidationError as exc:
+                    raise _explain(exc, user, user_path, prefix=f"{section}.{key}", root=root) from None
     models = merged.get("models")
     if isinstance(models, dict):
         entries: dict[str, ModelInfo] = {}
