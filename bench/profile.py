@@ -63,7 +63,7 @@ def door_op(target: HttpTarget, load: str) -> tuple[Op, int]:
     return (lambda: target.complete(f"{OPENAI_PROVIDER}:bench-c1")), 64
 
 
-async def main(seconds: float, load: str, out: Path, door: bool = False) -> None:
+async def main(seconds: float, load: str, out: Path, door: bool = False, concurrency_override: int = 0) -> None:
     spy = BENCH_VENV / "bin" / "py-spy"
     if not spy.exists():
         sys.exit("py-spy is not in bench/.venv: bench/.venv/bin/pip install py-spy")
@@ -84,6 +84,8 @@ async def main(seconds: float, load: str, out: Path, door: bool = False) -> None
             else:
                 model, concurrency = f"{OPENAI_PROVIDER}:gpt-4o-mini", 16
                 op = lambda: ops.complete(model)  # noqa: E731 - one of two ops chosen here
+            if concurrency_override:
+                concurrency = concurrency_override
             await closed_loop(op, concurrency, count=200, duration_s=5)  # warm up
             targets = {"supervisor": daemon.pid, "worker": daemon.workers[OPENAI_PROVIDER], "client": os.getpid()}
             if door:
@@ -132,7 +134,8 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("--seconds", type=float, default=8.0)
     p.add_argument("--load", choices=["complete", "stream"], default="stream")
+    p.add_argument("--concurrency", type=int, default=0, help="requests in flight (default: 64 streaming, 16 complete)")
     p.add_argument("--door", action="store_true", help="the load through the HTTP front door; the door sampled too")
     p.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "profile")
     a = p.parse_args()
-    trio.run(main, a.seconds, a.load, a.out, a.door)
+    trio.run(main, a.seconds, a.load, a.out, a.door, a.concurrency)

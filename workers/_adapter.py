@@ -211,6 +211,11 @@ class Adapter:
         servers are probed: a hosted API is not worth a request every few seconds."""
         return None
 
+    async def trim_idle(self, keep: int) -> int:
+        """Close idle pooled connections beyond `keep`; how many were closed. Nothing
+        to trim for a provider without a connection pool."""
+        return 0
+
     async def aclose(self) -> None:
         pass
 

@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 import msgspec
+import trio
 
 from ..config import hosts
 from ..protocol import __version__
@@ -39,6 +40,9 @@ USER_AGENT = f"trunkline/{__version__}"
 #: the worker's CPU per request with 1,200 allowed to idle, 2.4 ms with 16 (and three
 #: times the requests/s). Busy connections are never limited by this.
 KEEPALIVE_MAX = 16
+#: How long closing one idle connection may take (a TLS close_notify to a peer that
+#: stopped reading): it is closed on our side whatever happens.
+TRIM_CLOSE_S = 1.0
 #: Most of an error body (or of a body of the wrong kind) read, to explain the failure.
 EXCERPT_BYTES = 64 * 1024
 #: We inflate bodies ourselves, bounded (`_body.py`): only these encodings are asked for.
@@ -412,6 +416,30 @@ class HttpAdapter(Adapter):
         except httpx.TransportError as exc:
             return from_transport(exc, self.name).message
         return None if response.status_code < 500 else f"{self.name} answered HTTP {response.status_code}"
+
+    async def trim_idle(self, keep: int) -> int:
+        """Close the idle connections beyond `keep` (at least one stays), the least used
+        first. httpcore walks every pooled connection on each request and each release
+        (a readability poll per idle one, and a count of the pool per connection), so
+        after a burst the connections it leaves idle for `keepalive_expiry` make each
+        later request cost more: one request at a time through httpx, in-process, took
+        1.09 ms of CPU with 16 idle against 0.88 ms with one. Closing an idle connection is safe from outside the
+        pool: httpcore marks it closed before its first await and drops it from the
+        pool at the next request; a request that had just been given it is handed
+        another (httpcore's `ConnectionNotAvailable`)."""
+        # httpx keeps its httpcore pool in `_pool`; from there on the API is httpcore's
+        # public one (`connections`, `is_idle`, `aclose`). Proxied clients (no
+        # transport of ours) are left alone.
+        pool = getattr(self.transport, "_pool", None)
+        if pool is None:
+            return 0
+        # httpcore gives a request the first available connection in its list, so the
+        # last idle ones are those used least.
+        surplus = [c for c in pool.connections if c.is_idle()][max(keep, 1) :]
+        for connection in surplus:
+            with trio.move_on_after(TRIM_CLOSE_S):
+                await connection.aclose()
+        return len(surplus)
 
     async def aclose(self) -> None:
         await self.client.aclose()

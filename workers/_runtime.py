@@ -54,6 +54,8 @@ log = logging.getLogger("trunkline.worker")
 
 #: How often a worker checks that its provider's server answers (local servers only).
 PROBE_INTERVAL_S = 15.0
+#: How often idle pooled connections beyond recent need are closed.
+TRIM_INTERVAL_S = 5.0
 
 
 @dataclass(slots=True)
@@ -193,6 +195,7 @@ class JobRunner:
         self.scopes: dict[str, trio.CancelScope] = {}
         self.calls: dict[str, Call] = {}  # the current attempt of each job
         self.received_ns: dict[str, int] = {}  # when each job arrived (TRUNKLINE_TRACE_HOPS only)
+        self.peak = 0  # the most jobs at once since `take_peak`
         self._idle = trio.Event()
         self._idle.set()
 
@@ -200,6 +203,11 @@ class JobRunner:
         """Until no job is running."""
         while self.scopes:
             await self._idle.wait()
+
+    def take_peak(self) -> int:
+        """The most jobs that ran at once since the last call."""
+        peak, self.peak = self.peak, len(self.scopes)
+        return peak
 
     def cancel(self, request_id: str) -> bool:
         scope = self.scopes.get(request_id)
@@ -293,6 +301,8 @@ class JobRunner:
         deadlines = Deadlines.resolve(reloaded(job.timeouts, TimeoutPolicy) or self.adapter.timeouts, job)
         with trio.CancelScope() as scope:
             self.scopes[job.request_id] = scope
+            if len(self.scopes) > self.peak:
+                self.peak = len(self.scopes)
             if self._idle.is_set():
                 self._idle = trio.Event()
             try:
@@ -537,6 +547,19 @@ def load_adapter(settings: WorkerSettings) -> Adapter:
     return adapter
 
 
+async def trim_pool(adapter: Adapter, runner: JobRunner) -> None:
+    """Every `TRIM_INTERVAL_S`, close the idle connections beyond the most jobs that ran
+    at once over the last two periods. The connections a burst opened would otherwise
+    stay pooled for the keep-alive time and cost every later request
+    (`HttpAdapter.trim_idle`)."""
+    previous = 0
+    while True:
+        await trio.sleep(TRIM_INTERVAL_S)
+        current = runner.take_peak()
+        await adapter.trim_idle(max(previous, current))
+        previous = current
+
+
 async def serve(settings: WorkerSettings) -> None:
     """The worker's main loop, until `shutdown` or the supervisor goes away."""
     adapter = load_adapter(settings)
@@ -570,6 +593,7 @@ async def serve(settings: WorkerSettings) -> None:
 
             nursery.start_soon(probe)
             nursery.start_soon(heartbeat)
+            nursery.start_soon(trim_pool, adapter, runner)
             jobs_nursery = nursery
             while True:
                 try:

@@ -64,6 +64,7 @@ class FakeUpstream:
         self.requests: list[Recorded] = []
         self.port = 0
         self.open_connections = 0
+        self._connections_changed = trio.Event()
         self.closed_early = 0  # streams the client abandoned before the end
         self.client_closed = trio.Event()
         self.request_seen = trio.Event()
@@ -75,6 +76,17 @@ class FakeUpstream:
     def sent(self, path: str, method: str = "POST") -> list[Recorded]:
         """The requests made to one route (workers also probe local servers now and then)."""
         return [r for r in self.requests if r.method == method and r.path.split("?", 1)[0] == path]
+
+    async def wait_open_connections(self, count: int) -> None:
+        """Until exactly `count` client connections are open."""
+        while self.open_connections != count:
+            changed = self._connections_changed
+            await changed.wait()
+
+    def _connection_count(self, change: int) -> None:
+        self.open_connections += change
+        self._connections_changed.set()
+        self._connections_changed = trio.Event()
 
     def route(self, method: str, path: str, *replies: Reply | Callable[[Recorded], Reply]) -> None:
         self.routes[(method, path)] = list(replies)
@@ -94,7 +106,7 @@ class FakeUpstream:
 
     async def _serve(self, stream: trio.SocketStream) -> None:
         conn = h11.Connection(h11.SERVER)
-        self.open_connections += 1
+        self._connection_count(+1)
         try:
             while True:
                 request = await self._read_request(stream, conn)
@@ -113,7 +125,7 @@ class FakeUpstream:
         except (trio.BrokenResourceError, trio.ClosedResourceError, h11.ProtocolError):
             return
         finally:
-            self.open_connections -= 1
+            self._connection_count(-1)
             with trio.CancelScope(shield=True):
                 await stream.aclose()
 

@@ -304,3 +304,45 @@ def test_whether_the_provider_had_the_request_follows_the_transport_error():
 def test_only_this_machine_and_private_networks_are_local(host, local):
     # 172.16.0.0/12 is private; the rest of 172/8 is not (it is routed on the internet).
     assert is_local(host) is local
+
+
+async def test_idle_connections_beyond_need_are_closed_and_busy_ones_are_left_alone(upstream):
+    # Three streams held open at once take three connections.
+    releases = {path: trio.Event() for path in ("/v1/a", "/v1/b", "/v1/c")}
+    for path, release in releases.items():
+        upstream.route("POST", path, Reply.sse("data: 1\n\ndata: 2\n\n", chunk_size=9, hold_after=1, release=release))
+    adapter = make(upstream.base_url)
+    first = {path: trio.Event() for path in releases}
+    done = {path: trio.Event() for path in releases}
+    got: dict[str, list[bytes]] = {path: [] for path in releases}
+
+    async def stream(path: str) -> None:
+        def chunk(data: bytes) -> None:
+            got[path].append(data)
+            first[path].set()
+
+        await adapter.stream_leg(call(), Leg(path, {}), chunk)
+        done[path].set()
+
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            for path in releases:
+                nursery.start_soon(stream, path)
+            for event in first.values():
+                await event.wait()
+            assert upstream.open_connections == 3
+            for path in ("/v1/a", "/v1/b"):
+                releases[path].set()
+                await done[path].wait()
+            # Two idle, one busy: keeping one idle closes one, never the busy one.
+            assert await adapter.trim_idle(1) == 1
+            await upstream.wait_open_connections(2)
+            releases["/v1/c"].set()
+        assert all(b"".join(chunks) == b"data: 1\n\ndata: 2\n\n" for chunks in got.values())
+        # Two idle now: a keep of zero still leaves one, and the next request reuses it.
+        assert await adapter.trim_idle(0) == 1
+        await upstream.wait_open_connections(1)
+        upstream.route("POST", "/v1/chat", Reply.json({"ok": 1}))
+        assert (await adapter.post_json(call(), "/v1/chat", {}))[0] == {"ok": 1}
+        assert upstream.open_connections == 1
+    await adapter.aclose()

@@ -639,3 +639,28 @@ async def test_the_mock_stops_playing_while_the_outbox_is_full():
     check_invariants(waiting)
     assert type(waiting[-1]) is Finish
     assert "".join(e.text for e in waiting if type(e) is TextDelta) == "".join(s["text"] for s in steps)
+
+
+async def test_the_pool_keeps_idle_as_many_connections_as_recent_jobs_needed(autojump_clock):
+    from trunkline.workers._runtime import TRIM_INTERVAL_S, trim_pool
+
+    runner = make_runner()
+    kept: list[tuple[float, int]] = []
+
+    async def trim_idle(keep: int) -> int:
+        kept.append((trio.current_time(), keep))
+        return 0
+
+    runner.adapter.trim_idle = trim_idle  # type: ignore[method-assign]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trim_pool, runner.adapter, runner)
+        # A burst of three jobs in the first period, then one job at a time.
+        for i in range(3):
+            nursery.start_soon(runner.run, job({"text": "x", "delay": 1}, rid=f"burst{i}"))
+        await trio.sleep(TRIM_INTERVAL_S * 1.5)
+        for i in range(3):
+            await runner.run(job({"text": "x", "delay": 1}, rid=f"one{i}"))
+            await trio.sleep(TRIM_INTERVAL_S)
+        nursery.cancel_scope.cancel()
+    # The burst's need is kept for two periods, then only what one job at a time needs.
+    assert [keep for _, keep in kept][:4] == [3, 3, 1, 1]
