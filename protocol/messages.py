@@ -669,11 +669,15 @@ class Limits(Data, kw_only=True):
 
 
 class Hello(Msg, tag="hello", kw_only=True):
-    """Opens a session. `token` is required only on TCP endpoints."""
+    """Opens a session. `token` is required only on TCP endpoints. `watch_bus` false
+    promises that this client id does not subscribe to `bus`: a daemon whose welcome says
+    `bus_on_demand` then publishes a request's bus events only while some client wants
+    them (left out, as older clients do: true)."""
 
     protocol: int = PROTOCOL_VERSION
     client_name: str = ""
     token: str | None = None
+    watch_bus: bool = True
 
 
 class Probe(Msg, tag="probe", kw_only=True):
@@ -743,6 +747,14 @@ class Goodbye(Msg, tag="goodbye", kw_only=True):
     client_id: str
 
 
+class WatchBus(Msg, tag="watch_bus", kw_only=True):
+    """Change what this client's `hello.watch_bus` said: from the reply on, a daemon with
+    `bus_on_demand` publishes requests' bus events while `watch` is true for any client."""
+
+    client_id: str
+    watch: bool = True
+
+
 class Reload(Msg, tag="reload", kw_only=True):
     """Re-read the daemon's config file and the catalog (as SIGHUP does). Requests in
     flight finish as they started; new ones use what was read. A file that cannot be
@@ -750,7 +762,18 @@ class Reload(Msg, tag="reload", kw_only=True):
 
 
 ControlRequest = (
-    Hello | Probe | Submit | Cancel | Replay | ListModels | StatusQuery | Ready | CountTokens | Goodbye | Reload
+    Hello
+    | Probe
+    | Submit
+    | Cancel
+    | Replay
+    | ListModels
+    | StatusQuery
+    | Ready
+    | CountTokens
+    | Goodbye
+    | Reload
+    | WatchBus
 )
 
 
@@ -767,6 +790,10 @@ class Welcome(Msg, tag="welcome", kw_only=True):
     limits: Limits
     protocol: int = PROTOCOL_VERSION
     providers: list[str] = msgspec.field(default_factory=list)
+    #: True: the bus events of requests (those with a `request_id`) are published only
+    #: while a client wants them (`hello.watch_bus`, `watch_bus`); the others always are.
+    #: False (older daemons): every bus event is published.
+    bus_on_demand: bool = False
 
 
 class ProbeSent(Msg, tag="probe_sent", kw_only=True):
@@ -873,6 +900,12 @@ class TokenCount(Msg, tag="token_count", kw_only=True):
     exact: bool = False
 
 
+class WatchBusAck(Msg, tag="watch_bus_ack", kw_only=True):
+    """Reply to `watch_bus`."""
+
+    watch: bool
+
+
 class GoodbyeAck(Msg, tag="goodbye_ack", kw_only=True):
     """Reply to `goodbye`: how many unfinished requests were cancelled."""
 
@@ -911,6 +944,7 @@ ControlReply = (
     | TokenCount
     | GoodbyeAck
     | ReloadResult
+    | WatchBusAck
     | ProtocolError
 )
 

@@ -173,6 +173,8 @@ class Daemon:
             client_keys=self.client_keys,
         )
         self.router.shared = shared
+        self.events.bus_watched = False  # until a client that may watch it says hello
+        self.router.on_bus_watch = self._bus_watch
         if shared is not None:
             # Without a gate the claim is a ticket of its own, which its end must settle.
             shared.settles_claims = self.gate is None
@@ -352,6 +354,9 @@ class Daemon:
             for process in self.frontdoor.processes:
                 self.children[process.name] = process
         return rep
+
+    def _bus_watch(self, watched: bool) -> None:
+        self.events.bus_watched = watched
 
     def _front_door_status(self) -> list[WorkerStatus]:
         return self.frontdoor.status() if self.frontdoor is not None else []

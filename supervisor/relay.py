@@ -84,6 +84,10 @@ class EventRelay:
         #: Told of every request's end before the table lets it go (shared state: its
         #: result is stored for the daemons following it).
         self.on_end: Callable[[RequestState], None] | None = None
+        #: Whether any client may be subscribed to the bus (the router says, from the
+        #: clients' `watch_bus`): when none is, requests' bus events (two per request at
+        #: least) are not published. Events without a request always are.
+        self.bus_watched = True
 
     # -- publishing ----------------------------------------------------------------
 
@@ -92,7 +96,8 @@ class EventRelay:
 
     def bus(self, name: str, **fields: Any) -> None:
         event = BusEvent(name=name, **fields)
-        self.publish(frame_event(BUS_TOPIC, event))
+        if self.bus_watched or not event.request_id:
+            self.publish(frame_event(BUS_TOPIC, event))
         if event.request_id and (self.metrics is not None or self.telemetry is not None):
             self._observe_bus(event)  # a request's own (a route's fallback): on its span
 
@@ -100,7 +105,10 @@ class EventRelay:
         """Publish a worker's frames and keep them for replay; drop those of requests
         the supervisor already ended (cancelled by timeout, or a previous generation)."""
         if not msg.request_id:
-            self.pub.publish_many(msg.frames)  # bus events, each its own topic's message
+            # A worker's bus events, each its own topic's message: all of requests (the
+            # worker's own news, `worker.*`, is the supervisor's to publish).
+            if self.bus_watched:
+                self.pub.publish_many(msg.frames)
             if self.metrics is not None or self.telemetry is not None:
                 for frame in msg.frames:
                     self._observe_bus(decode_event(split_frame(frame)[1]))

@@ -59,6 +59,8 @@ from ..protocol.messages import (
     StatusReport,
     Submit,
     TokenCount,
+    WatchBus,
+    WatchBusAck,
     Welcome,
     WorkerStatus,
 )
@@ -140,6 +142,12 @@ class Router:
         # for its requests.
         self.pipes: dict[int, set[str]] = {}  # control pipe -> the client ids it owns
         self.owner: dict[str, int] = {}  # client id -> its control pipe
+        #: The client ids that said they do not subscribe to the bus (`hello.watch_bus`):
+        #: when every client has, requests' bus events are not published at all.
+        self.unwatched: set[str] = set()
+        #: Told whether any client wants the bus, each time that changes.
+        self.on_bus_watch: Callable[[bool], None] | None = None
+        self._bus_watched = False
         self.max_bytes = limits.max_message_bytes
         self.token = os.environ.get("TRUNKLINE_TOKEN")
         # On a network control endpoint (tcp, tls+tcp, ws) a connection must say hello
@@ -278,6 +286,8 @@ class Router:
             return self.goodbye(msg, pipe_id)
         if isinstance(msg, Reload):
             return self.reload()
+        if isinstance(msg, WatchBus):
+            return self.watch_bus(msg, pipe_id)
         assert_never(msg)  # mypy checks that every control request is answered above
 
     # -- clients -----------------------------------------------------------------------
@@ -290,9 +300,11 @@ class Router:
         self.door_pipes.discard(pipe_id)
         for client_id in self.pipes.pop(pipe_id, set()):
             self.owner.pop(client_id, None)
+            self.unwatched.discard(client_id)
             n = self.client_gone(client_id)
             if n:
                 log.info("client %s went away; cancelled %d request(s)", client_id, n)
+        self._bus_watch_changed()
 
     def goodbye(self, msg: Goodbye, pipe_id: int) -> GoodbyeAck | ProtocolError:
         """The client leaves: its unfinished requests are cancelled and its id retired."""
@@ -300,7 +312,29 @@ class Router:
             return ProtocolError(error=_not_yours(msg.client_id))
         del self.owner[msg.client_id]
         self.pipes.get(pipe_id, set()).discard(msg.client_id)
+        self.unwatched.discard(msg.client_id)
+        self._bus_watch_changed()
         return GoodbyeAck(cancelled=self.client_gone(msg.client_id))
+
+    def watch_bus(self, msg: WatchBus, pipe_id: int) -> WatchBusAck | ProtocolError:
+        if self.owner.get(msg.client_id) != pipe_id:
+            return ProtocolError(error=_not_yours(msg.client_id))
+        if msg.watch:
+            self.unwatched.discard(msg.client_id)
+        else:
+            self.unwatched.add(msg.client_id)
+        self._bus_watch_changed()
+        return WatchBusAck(watch=msg.watch)
+
+    def _bus_watch_changed(self) -> None:
+        # A client that never said (an older one) wants the bus: only a promise not to
+        # subscribe lets the daemon skip publishing, so every PROTOCOL.md client still
+        # gets every bus event it could subscribe to.
+        watched = len(self.owner) > len(self.unwatched)
+        if watched != self._bus_watched:
+            self._bus_watched = watched
+            if self.on_bus_watch is not None:
+                self.on_bus_watch(watched)
 
     def client_gone(self, client_id: str) -> int:
         n = 0
@@ -331,6 +365,9 @@ class Router:
         client_id = "c" + ulid()
         self.owner[client_id] = pipe_id
         self.pipes.setdefault(pipe_id, set()).add(client_id)
+        if not msg.watch_bus:
+            self.unwatched.add(client_id)
+        self._bus_watch_changed()
         return Welcome(
             client_id=client_id,
             server_version=_version(),
@@ -342,6 +379,7 @@ class Router:
                 replay_keep_s=self.replay_config.keep_s,
             ),
             providers=sorted(self.slots),
+            bus_on_demand=True,
         )
 
     # -- requests ---------------------------------------------------------------------

@@ -89,7 +89,7 @@ MODEL = m.ModelInfo(
 )
 
 SAMPLES: list[m.Msg] = [
-    m.Hello(client_name="t", token="secret"),
+    m.Hello(client_name="t", token="secret", watch_bus=False),
     m.Probe(client_id="c1"),
     m.Submit(request_id="r", client_id="c", request=REQUEST, stream=False, operation_id="op"),
     m.Cancel(request_id="r"),
@@ -99,6 +99,7 @@ SAMPLES: list[m.Msg] = [
     m.Ready(model="echo", provider="mock"),
     m.CountTokens(request=REQUEST),
     m.Goodbye(client_id="c"),
+    m.WatchBus(client_id="c", watch=False),
     m.Reload(),
     m.Welcome(
         client_id="c",
@@ -140,6 +141,7 @@ SAMPLES: list[m.Msg] = [
     m.ReadyResult(ok=False, model="m", error=ERROR),
     m.TokenCount(input_tokens=5, exact=True),
     m.GoodbyeAck(cancelled=2),
+    m.WatchBusAck(watch=False),
     m.ProtocolError(error=ERROR),
     m.ReloadResult(
         ok=False, error=ERROR, pricing_version="2026-11-20", config_path="/c.yaml", restart_needed=["providers.vllm"]

@@ -219,7 +219,7 @@ class Client:
         route = connection.route(rid)
         if on_retry is not None:
             route.on_bus = RetryWatcher(on_retry, rid, connection.start_soon)
-            connection.listen_bus()
+            await connection.listen_bus()
         submit = Submit(
             request_id=rid,
             client_id=connection.client_id,

@@ -37,6 +37,8 @@ from .protocol.messages import (
     ProtocolError,
     Replay,
     ReplayResult,
+    WatchBus,
+    WatchBusAck,
     Welcome,
 )
 from .routing import Route, Wake
@@ -164,7 +166,12 @@ class Connection:
             raise
 
     async def _hello(self) -> Welcome:
-        welcome = await self.ask(Hello(client_name=self._client_name, token=self._token), Welcome, timeout_s=10.0)
+        hello = Hello(
+            client_name=self._client_name,
+            token=self._token,
+            watch_bus=self._bus is not None or self._bus_for_routes,
+        )
+        welcome = await self.ask(hello, Welcome, timeout_s=10.0)
         self.welcome = welcome
         self.client_id = welcome.client_id
         return welcome
@@ -326,14 +333,19 @@ class Connection:
                 if route is not None and route.on_bus is not None:
                     route.on_bus(ev)
 
-    def listen_bus(self) -> None:
+    async def listen_bus(self) -> None:
         """Subscribe to the bus for routes that watch their request's bus events (the
         retries a worker makes are announced there, and only there). nng filters on the
-        subscriber's side, so this takes effect for the next message that arrives."""
-        if not self._bus_for_routes:
-            self._bus_for_routes = True
-            if self._bus is None and self.sub is not None:
-                self.sub.subscribe(codec.topic_prefix(codec.BUS_TOPIC))
+        subscriber's side, so this takes effect for the next message that arrives; a
+        daemon that publishes the bus on demand is told first (our hello said we would
+        not watch it)."""
+        if self._bus_for_routes:
+            return
+        if self._bus is None and self.sub is not None:
+            self.sub.subscribe(codec.topic_prefix(codec.BUS_TOPIC))
+            if self.welcome is not None and self.welcome.bus_on_demand:
+                await self.ask(WatchBus(client_id=self.client_id), WatchBusAck)
+        self._bus_for_routes = True
 
     def start_soon(self, fn: Callable[..., Coroutine[Any, Any, Any]], *args: Any) -> None:
         """Run `fn` in the connection's task group (a hook of the caller's, off the reader)."""
