@@ -1219,6 +1219,9 @@ def _check_routes(config: Config, source: Path) -> None:
                 raise ConfigError(
                     f"{where}.id`: {deployment.id!r} is already the id of a deployment of {ids[deployment.id]}"
                 )
+            if deployment.id.startswith("key:"):
+                # The admission store keeps a provider key's rest under that prefix.
+                raise ConfigError(f"{where}.id`: an id may not start with 'key:' (the daemon's own names do)")
             if deployment.id in config.providers:
                 # A provider's `limits` are counted as a deployment named after it, in the
                 # same admission store: a route deployment of that name would share them.

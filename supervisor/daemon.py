@@ -43,6 +43,7 @@ from .slot import SlotTerms, WorkerSlot
 if TYPE_CHECKING:
     # prometheus_client and its HTTP server are imported only when `metrics.listen` is
     # set (about 1.7 MiB of the supervisor's memory otherwise, and 35 ms of its start).
+    from .admission.key_rests import KeyRests
     from .admission.remote import SharedRequests
     from .admission.shared import SharedStore
     from .metrics import DaemonMetrics, Worker
@@ -173,6 +174,15 @@ class Daemon:
             client_keys=self.client_keys,
         )
         self.router.shared = shared
+        #: With shared state, the rests of providers' several keys go to every daemon.
+        self.key_rests: KeyRests | None = None
+        keyrings = {name: slot.keyring for name, slot in self.slots.items() if slot.keyring is not None}
+        if self.shared_store is not None and keyrings:
+            from .admission.key_rests import KeyRests
+
+            self.key_rests = KeyRests(self.shared_store, keyrings)
+            for name in keyrings:
+                self.slots[name].key_rests = self.key_rests
         self.events.bus_watched = False  # until a client that may watch it says hello
         self.router.on_bus_watch = self._bus_watch
         if shared is not None:
@@ -406,6 +416,8 @@ class Daemon:
                 self._nursery = nursery
                 if self.router.routing is not None:
                     nursery.start_soon(self.router.routing.read_cooling)  # returns at once without a shared store
+                if self.key_rests is not None:
+                    await nursery.start(self.key_rests.run)
                 nursery.start_soon(self.router.serve, rep, nursery, self.started_at)
                 if self.frontdoor is not None:
                     nursery.start_soon(self.frontdoor.run)

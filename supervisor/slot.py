@@ -14,7 +14,7 @@ import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import trio
 
@@ -46,6 +46,9 @@ from .admission.keyring import Keyring
 from .forkserver import ForkServer
 from .requests import RequestState, RequestTable
 from .tree import Intensity
+
+if TYPE_CHECKING:
+    from .admission.key_rests import KeyRests  # only with shared state: its import is deferred
 
 log = logging.getLogger("trunkline.supervisor")
 
@@ -141,6 +144,8 @@ class WorkerSlot:
         self.intensity = Intensity(terms.supervision.max_restarts, terms.supervision.restart_window_s)
         #: Its keys, given to its jobs in turn, when it has several (else None).
         self.keyring = Keyring.of(name, config)
+        #: With shared state: where its keys' rests go to the other daemons.
+        self.key_rests: KeyRests | None = None
 
     def reconfigure(self, terms: SlotTerms) -> None:
         """A reload's terms: supervision from now on, the rest for the next worker started.
@@ -333,7 +338,9 @@ class WorkerSlot:
             self._up.set()
             self.events.bus("worker.up", provider=self.name, detail=f"pid {msg.pid}")
         elif isinstance(msg, KeyFailed) and self.keyring is not None:
-            self.keyring.failed(msg.key_index, msg.error_class, msg.retry_after_s)
+            until = self.keyring.failed(msg.key_index, msg.error_class, msg.retry_after_s)
+            if until is not None and self.key_rests is not None:
+                self.key_rests.rested(self.name, msg.key_index, until)
 
     def _relay(self, relay: Relay) -> None:
         try:

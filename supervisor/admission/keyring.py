@@ -68,15 +68,24 @@ class Keyring:
         index = self.pick()
         return self.refusal() if index is None else index
 
-    def failed(self, index: int, error_class: ErrorClass, retry_after_s: float | None) -> None:
+    def failed(self, index: int, error_class: ErrorClass, retry_after_s: float | None) -> float | None:
         """Key `index` was answered `error_class`: a 429, 401 or 403 rests it (other
-        classes say nothing about the key)."""
+        classes say nothing about the key). Until when (this keyring's clock), if that
+        rest is longer than the one it had."""
         if error_class not in KEY_FAILURES or not 0 <= index < len(self.names):
-            return
+            return None
         until = self.clock() + self.cooldown(error_class, retry_after_s)
-        if until > self.resting_until[index]:
+        if until <= self.resting_until[index]:
+            return None
+        self.resting_until[index] = until
+        self.rested_for[index] = error_class
+        return until
+
+    def rest(self, index: int, until: float) -> None:
+        """Key `index` rests until then (this keyring's clock): another daemon saw it
+        refused. Its class is not known here."""
+        if 0 <= index < len(self.names) and until > self.resting_until[index]:
             self.resting_until[index] = until
-            self.rested_for[index] = error_class
 
     def refusal(self) -> ErrorInfo:
         """Why a request cannot be given a key now: every key set rests. The class is that

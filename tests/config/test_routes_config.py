@@ -80,6 +80,11 @@ def test_a_route_gets_its_defaults(tmp_path):
             "name of a provider",
         ),
         (
+            {"smart": {"deployments": [{"id": "key:mock:X", "provider": "mock", "model": "echo"}]}},
+            "routes.smart.deployments[0].id",
+            "may not start with 'key:'",
+        ),
+        (
             {"smart": {"fallback_on": ["invalid_request"], "deployments": [{"provider": "mock", "model": "echo"}]}},
             "routes.smart.fallback_on",
             "not a class",

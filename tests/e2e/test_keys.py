@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from fakes.messages_api import anthropic_answer
 from fakes.upstream import FakeUpstream, Recorded, Reply
 from helpers import DaemonProcess
+from redis_server import RedisServer
 from trunkline import Client
 from trunkline.errors import RateLimitError
 from trunkline.protocol.messages import WorkerStatus
@@ -221,3 +222,31 @@ async def test_a_key_answering_401_rests_for_the_cooldown_and_comes_back_once_fi
     assert rested.api_keys[1].last_error == "authentication"
     assert back.api_keys[1].cooling_s is None
     assert_no_secret(daemon, rested, back)
+
+
+async def test_with_shared_state_a_key_rested_on_one_daemon_rests_on_the_other(
+    start_daemon, upstream: FakeUpstream, redis_server: RedisServer
+) -> None:
+    # A key one daemon saw answer 429 is not tried by another daemon naming the same
+    # Redis: it learns the rest within one read of the store (every 2 s).
+    def reply(request: Recorded) -> Reply:
+        if request.headers.get("x-api-key") == KEY_A:
+            return refusal("rate_limit_error", 429, retry_after="60")
+        return anthropic_answer("ok")(request)
+
+    upstream.route("POST", "/v1/messages", reply)
+    cfg = {**config(upstream), "shared_state": {"redis": redis_server.url, "timeout_s": 2.0}}
+    first = await start_daemon(cfg, env=ENV)
+    second = await start_daemon(cfg, env=ENV)
+    with trio.fail_after(60):
+        async with Client(first.runtime_dir) as one:
+            assert (await one.complete(MODEL, "hi")).text == "ok"  # A refused, then B served it
+        assert keys_seen(upstream) == ["A", "B"]
+        async with Client(second.runtime_dir) as two:
+            while (await anthropic_status(two)).api_keys[0].cooling_s is None:
+                await trio.sleep(0.1)  # a real daemon's periodic read: polled, bounded above
+            key_a = (await anthropic_status(two)).api_keys[0]
+            answers = [(await two.complete(MODEL, "hi")).text for _ in range(4)]
+    assert answers == ["ok"] * 4
+    assert keys_seen(upstream) == ["A", "B", "B", "B", "B", "B"]  # the second daemon never tried A
+    assert key_a.cooling_s is not None and 50 < key_a.cooling_s <= 60
