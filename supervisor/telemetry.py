@@ -35,7 +35,7 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, Trace
 from ..config.base_urls import DEFAULT_BASE_URLS
 from ..config.loader import ConfigError
 from ..protocol import __version__
-from ..protocol.messages import BusEvent, ErrorEvent, Finish, Response
+from ..protocol.messages import BusEvent, ErrorEvent, Finish, ModelInfo, Response
 from .otel_content import finish_reason, input_content, output_content
 from .otel_http import OtlpSpanExporter, env_headers, env_tls, env_traces_url, traces_variable
 from .otel_metrics import Counts, GenAIHistogram, MetricsExport
@@ -172,7 +172,7 @@ class Telemetry:
         if job is None:
             return
         request = job.request
-        attrs = self._common(state)
+        attrs = self._common(state, job.model)
         # Metrics are aggregated by their attributes: a model name the catalog does not
         # list is whatever the client wrote, so it is one value there (each name would
         # be a series of its own); the span, which is not aggregated, keeps the name.
@@ -277,6 +277,13 @@ class Telemetry:
         attrs = state.otel_attrs
         if attrs is None:
             return
+        served: dict[str, Any] | None = None
+        model = state.resolved
+        if state.route is not None and state.route.fallbacks and model is not None:
+            # A route's fallback: the provider and the model that served it, not those
+            # the request started with (the span's events say which were tried).
+            served = self._common(state, model)
+            attrs = served if model.in_catalog else {**served, "gen_ai.request.model": OTHER_MODEL}
         error_type = None
         response: Response | None = None
         if type(terminal) is Finish:
@@ -308,6 +315,13 @@ class Telemetry:
             return
         state.span = None
         span_attrs = span.attributes
+        name = span.name
+        if served is not None:
+            span_attrs.update(served)
+            span_attrs.pop("trunkline.provider", None)
+            if state.provider != served["gen_ai.provider.name"]:
+                span_attrs["trunkline.provider"] = state.provider
+            name = f"{served['gen_ai.operation.name']} {served['gen_ai.request.model']}"
         if response is not None:
             span_attrs.update(_response_attributes(response))
             if self.capture_content and (response.message.content or type(terminal) is Finish):
@@ -321,7 +335,7 @@ class Telemetry:
             status = Status(StatusCode.ERROR, message[:500])
         self.spans.on_end(
             ReadableSpan(
-                name=span.name,
+                name=name,
                 context=span.context,
                 parent=span.parent,
                 resource=self.resource,
@@ -335,17 +349,15 @@ class Telemetry:
             )
         )
 
-    def _common(self, state: RequestState) -> dict[str, Any]:
+    def _common(self, state: RequestState, model: ModelInfo) -> dict[str, Any]:
         """The attributes both the span and every metric carry."""
-        job = state.job
-        assert job is not None
         provider = self.providers.get(state.provider) or {"gen_ai.provider.name": state.provider}
         return {
             "gen_ai.operation.name": "generate_content"
             if provider.get("gen_ai.provider.name") == "gcp.gemini"
             else "chat",
             **provider,
-            "gen_ai.request.model": job.model.wire_name or state.model,
+            "gen_ai.request.model": model.wire_name or state.model,
         }
 
 

@@ -321,6 +321,9 @@ async def test_the_span_names_the_route_the_deployment_and_each_fallback(start_d
     ]
     attrs = {kv.key: otlp_value(kv.value) for kv in span.attributes}
     assert attrs["trunkline.route"] == "smart" and attrs["trunkline.deployment"] == "b"
+    # The provider and model that served it, not those of the deployment that failed.
+    assert span.name == "chat model-b" and attrs["gen_ai.request.model"] == "model-b"
+    assert attrs["server.port"] == b.port and attrs["gen_ai.provider.name"] == "fb"
     assert attrs["trunkline.fallbacks"] == ["a: rate_limit"]
     (fallback,) = [event for event in span.events if event.name == "trunkline.fallback"]
     assert {kv.key: otlp_value(kv.value) for kv in fallback.attributes} == {
