@@ -1161,7 +1161,15 @@ class Shutdown(Msg, tag="shutdown", kw_only=True):
     grace_s: float = 10.0
 
 
-ToWorker = Job | StopJob | CheckReady | EstimateTokens | Shutdown
+class CallEvents(Msg, tag="call_events", kw_only=True):
+    """Whether the worker sends each attempt's `llm.call_started` and
+    `llm.call_completed` (the supervisor says no while no client watches the bus and
+    no span needs them; a worker starts with yes)."""
+
+    send: bool = True
+
+
+ToWorker = Job | StopJob | CheckReady | EstimateTokens | Shutdown | CallEvents
 
 
 class WorkerUp(Msg, tag="worker_up", kw_only=True):

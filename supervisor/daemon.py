@@ -183,8 +183,8 @@ class Daemon:
             self.key_rests = KeyRests(self.shared_store, keyrings)
             for name in keyrings:
                 self.slots[name].key_rests = self.key_rests
-        self.events.bus_watched = False  # until a client that may watch it says hello
         self.router.on_bus_watch = self._bus_watch
+        self._bus_watch(False)  # until a client that may watch the bus says hello
         if shared is not None:
             # Without a gate the claim is a ticket of its own, which its end must settle.
             shared.settles_claims = self.gate is None
@@ -367,6 +367,11 @@ class Daemon:
 
     def _bus_watch(self, watched: bool) -> None:
         self.events.bus_watched = watched
+        # Spans count a request's attempts by `llm.call_started`; nothing else in the
+        # daemon reads it or `llm.call_completed`.
+        send = watched or self.telemetry is not None
+        for slot in self.slots.values():
+            slot.want_call_events(send)
 
     def _front_door_status(self) -> list[WorkerStatus]:
         return self.frontdoor.status() if self.frontdoor is not None else []

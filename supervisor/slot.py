@@ -24,6 +24,7 @@ from ..protocol.forkserver import LINK_FD
 from ..protocol.link import Closed
 from ..protocol.link import LinkConn as Conn
 from ..protocol.messages import (
+    CallEvents,
     CallResult,
     CheckReady,
     ErrorClass,
@@ -146,6 +147,8 @@ class WorkerSlot:
         self.keyring = Keyring.of(name, config)
         #: With shared state: where its keys' rests go to the other daemons.
         self.key_rests: KeyRests | None = None
+        #: Whether its workers send each attempt's start and completion (`CallEvents`).
+        self.call_events = True
 
     def reconfigure(self, terms: SlotTerms) -> None:
         """A reload's terms: supervision from now on, the rest for the next worker started.
@@ -197,6 +200,14 @@ class WorkerSlot:
             self._queued += 1
         except trio.WouldBlock:
             raise RuntimeError(f"worker {self.name}: outbound queue full") from None
+
+    def want_call_events(self, send: bool) -> None:
+        """Tell the worker (now, or when one is up) whether to send each attempt's
+        `llm.call_started` and `llm.call_completed`."""
+        if send != self.call_events:
+            self.call_events = send
+            if self.state == "running":
+                self.send(CallEvents(send=send))
 
     def _prepare_job(self, job: Job) -> RequestState | None:
         """Stamp the job with the running worker's generation; None if its request has
@@ -336,6 +347,8 @@ class WorkerSlot:
             self.state = "running"
             self.last_heartbeat = trio.current_time()
             self._up.set()
+            if not self.call_events:  # a worker starts sending them
+                self.send(CallEvents(send=False))
             self.events.bus("worker.up", provider=self.name, detail=f"pid {msg.pid}")
         elif isinstance(msg, KeyFailed) and self.keyring is not None:
             until = self.keyring.failed(msg.key_index, msg.error_class, msg.retry_after_s)

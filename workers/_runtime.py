@@ -27,6 +27,7 @@ from ..protocol.link import Closed
 from ..protocol.link import LinkConn as Conn
 from ..protocol.messages import (
     BusEvent,
+    CallEvents,
     CallResult,
     CheckReady,
     ErrorInfo,
@@ -196,6 +197,9 @@ class JobRunner:
         self.calls: dict[str, Call] = {}  # the current attempt of each job
         self.received_ns: dict[str, int] = {}  # when each job arrived (TRUNKLINE_TRACE_HOPS only)
         self.peak = 0  # the most jobs at once since `take_peak`
+        #: Send `llm.call_started` and `llm.call_completed` (`CallEvents`): nobody reads
+        #: them while no client watches the bus and no span counts attempts.
+        self.call_events = True
         self._idle = trio.Event()
         self._idle.set()
 
@@ -381,13 +385,14 @@ class JobRunner:
                 key_index=key,
             )
             self.calls[job.request_id] = call
-            self.outbox.bus(
-                "llm.call_started",
-                attempt_id=call.attempt_id,
-                attempt=call.attempt,
-                detail=f"key {keys.names[key]}" if keys.several else None,
-                **common,
-            )
+            if self.call_events:
+                self.outbox.bus(
+                    "llm.call_started",
+                    attempt_id=call.attempt_id,
+                    attempt=call.attempt,
+                    detail=f"key {keys.names[key]}" if keys.several else None,
+                    **common,
+                )
             started_ns = trace.now_ns() if trace.ENABLED else 0
             try:
                 if job.stream:
@@ -413,15 +418,16 @@ class JobRunner:
                             }
                         ),
                     )
-                self.outbox.bus(
-                    "llm.call_completed",
-                    attempt_id=call.attempt_id,
-                    attempt=call.attempt,
-                    retry_count=retries,
-                    latency_ms=emitter.acc.finished.latency_ms if emitter.acc.finished else None,
-                    usage=emitter.acc.finished.usage if emitter.acc.finished else None,
-                    **common,
-                )
+                if self.call_events:
+                    self.outbox.bus(
+                        "llm.call_completed",
+                        attempt_id=call.attempt_id,
+                        attempt=call.attempt,
+                        retry_count=retries,
+                        latency_ms=emitter.acc.finished.latency_ms if emitter.acc.finished else None,
+                        usage=emitter.acc.finished.usage if emitter.acc.finished else None,
+                        **common,
+                    )
                 self.outbox.flush_now()
                 return
             except ProviderError as err:
@@ -613,6 +619,8 @@ async def serve(settings: WorkerSettings) -> None:
                         jobs_nursery.start_soon(runner.run, msg)
                     elif type(msg) is StopJob:
                         runner.cancel(msg.request_id)
+                    elif type(msg) is CallEvents:
+                        runner.call_events = msg.send
                     elif type(msg) is CheckReady:
                         nursery.start_soon(_answer_ready, adapter, outbox, msg)
                     elif type(msg) is EstimateTokens:

@@ -185,6 +185,7 @@ SAMPLES: list[m.Msg] = [
     m.CheckReady(call_id=1, model=MODEL),
     m.EstimateTokens(call_id=2, request=REQUEST, model=MODEL),
     m.Shutdown(grace_s=1.0),
+    m.CallEvents(send=False),
     m.WorkerUp(provider="p", pid=1, generation=2),
     m.Heartbeat(in_flight=3),
     m.Relay(request_id="r", frames=[b"c\x00abc"], last_seq=4, terminal=True),

@@ -664,3 +664,15 @@ async def test_the_pool_keeps_idle_as_many_connections_as_recent_jobs_needed(aut
         nursery.cancel_scope.cancel()
     # The burst's need is kept for two periods, then only what one job at a time needs.
     assert [keep for _, keep in kept][:4] == [3, 3, 1, 1]
+
+
+async def test_attempt_start_and_completion_are_sent_only_while_the_supervisor_wants_them():
+    runner = make_runner()
+    runner.call_events = False  # no client watches the bus, and no span counts attempts
+    await runner.run(job({"text": "one"}, rid="quiet"))
+    events, bus = drain(runner)
+    assert [type(e) for e in events][-1] is Finish and bus == []
+    runner.call_events = True
+    await runner.run(job({"text": "two"}, rid="heard"))
+    _, bus = drain(runner)
+    assert [(b.name, b.request_id) for b in bus] == [("llm.call_started", "heard"), ("llm.call_completed", "heard")]

@@ -18,6 +18,7 @@ from trunkline.protocol.messages import (
     Accepted,
     Finish,
     Hello,
+    Job,
     Message,
     Rejected,
     Relay,
@@ -89,6 +90,8 @@ class Published:
 
 
 class Link:
+    """A worker's link that keeps the jobs sent on it (and drops the other messages)."""
+
     def __init__(self) -> None:
         self.jobs: list[bytes] = []
 
@@ -96,7 +99,8 @@ class Link:
     pending = 0
 
     def send(self, payload: bytes) -> bool:
-        self.jobs.append(payload)
+        if isinstance(codec.decode_to_worker(payload), Job):
+            self.jobs.append(payload)
         return True
 
     def close(self) -> None:
