@@ -9,9 +9,10 @@ Three parts, each CPU µs per request (median of the repeats, then min-max):
 * supervisor, submit: a real `Daemon` (no sockets; the worker's link takes the job
   and drops it) answering one `submit` as the control socket hands it over, bytes in,
   `accepted` bytes out: decoding, validation, the request table, the job to the worker;
-* supervisor, relay: the link messages a worker sends for a request answered whole
-  (`llm.call_started`, `llm.call_completed` and the `finish` event), bytes in, down to
-  the request's end (its replay ring, its log line at the daemon's default `info`);
+* supervisor, relay: the link message a worker sends for a request answered whole
+  (its `finish` event; with no client watching the bus, as with the Python client, the
+  worker sends no `llm.call_*` event), bytes in, down to the request's end (its replay
+  ring, its log line at the daemon's default `info`);
 * client, complete: `Client.complete` on a built request, its control socket answering
   at once and its event socket delivering the `finish` (the transport's own work is
   not counted: the fakes hand over bytes prepared before the clock starts).
@@ -39,7 +40,7 @@ from trunkline.client import build_request
 from trunkline.config.loader import load_config
 from trunkline.connection import Connection
 from trunkline.protocol import codec
-from trunkline.protocol.codec import BUS_TOPIC, frame_event
+from trunkline.protocol.codec import frame_event
 from trunkline.protocol.messages import (
     Accepted,
     BusEvent,
@@ -146,7 +147,9 @@ async def supervisor(count: int, repeats: int, tmp: Path) -> tuple[list[float], 
     slot.generation = 1
     slot.link = _Link()  # type: ignore[assignment]  # a stand-in with the methods the slot calls
     router = daemon.router
-    welcome = codec.decode_control_reply(router.on_request(codec.encode(Hello()), b"h", 1) or b"")
+    # As the Python client says hello: it does not watch the bus, so the daemon neither
+    # publishes requests' bus events nor has its workers send the attempts' own.
+    welcome = codec.decode_control_reply(router.on_request(codec.encode(Hello(watch_bus=False)), b"h", 1) or b"")
     assert isinstance(welcome, Welcome)
     request = build_request(MODEL, "hi")
     submits_us: list[float] = []
@@ -159,9 +162,6 @@ async def supervisor(count: int, repeats: int, tmp: Path) -> tuple[list[float], 
         ]
         links = []
         for rid in ids:
-            bus = [frame_event(BUS_TOPIC, ev) for ev in bus_events(rid)]
-            links.append(codec.encode(Relay(request_id="", frames=bus[:1], last_seq=-1)))
-            links.append(codec.encode(Relay(request_id="", frames=bus[1:], last_seq=-1)))
             frame = frame_event(welcome.client_id, finish_event(rid))
             links.append(codec.encode(Relay(request_id=rid, frames=[frame], last_seq=0, terminal=True)))
 
@@ -174,9 +174,7 @@ async def supervisor(count: int, repeats: int, tmp: Path) -> tuple[list[float], 
         submit_us = relay_us = 0.0
         for at in range(0, count, BATCH):
             submit_us += _per_op(submit, submits[at : at + BATCH]) * len(submits[at : at + BATCH])
-            relay_us += _per_op(slot._on_message, links[3 * at : 3 * (at + BATCH)]) * len(
-                links[3 * at : 3 * (at + BATCH)]
-            )
+            relay_us += _per_op(slot._on_message, links[at : at + BATCH]) * len(links[at : at + BATCH])
         submits_us.append(submit_us / count)
         relays_us.append(relay_us / count)
         assert not daemon.requests.active, "every request ended"
