@@ -246,21 +246,29 @@ class HttpAdapter(Adapter):
             call.upstream_open = False
         return self._json(content), response.headers
 
-    async def get_json(self, path: str, headers: dict[str, str] | None = None) -> Any:
-        return await self._json_outside_job("GET", path, None, headers)
+    async def get_json(self, path: str, headers: dict[str, str] | None = None, *, call: Call | None = None) -> Any:
+        """GET, with the key of `call` when it is about a job's own upstream object (a
+        background response made with that key: another project's key cannot see it)."""
+        return await self._json_outside_job("GET", path, None, headers, call)
 
-    async def post_simple(self, path: str, body: dict[str, Any]) -> Any:
-        """POST outside any job (no retries, no idempotency key: a token count, a
-        cancel) and return the decoded JSON, read within the response limit."""
-        return await self._json_outside_job("POST", path, body, {"content-type": "application/json"})
+    async def post_simple(self, path: str, body: dict[str, Any], *, call: Call | None = None) -> Any:
+        """POST outside any job's attempts (no retries, no idempotency key: a token
+        count, a cancel) and return the decoded JSON, read within the response limit;
+        with the key of `call` when it is about that job."""
+        return await self._json_outside_job("POST", path, body, {"content-type": "application/json"}, call)
 
     async def _json_outside_job(
-        self, method: str, path: str, body: dict[str, Any] | None, headers: dict[str, str] | None
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None,
+        headers: dict[str, str] | None,
+        call: Call | None = None,
     ) -> Any:
         content_in = msgspec.json.encode(body) if body is not None else None
         try:
             async with self.client.stream(
-                method, self.url(path), content=content_in, headers={**self.auth_headers(), **(headers or {})}
+                method, self.url(path), content=content_in, headers={**self.auth_headers(call), **(headers or {})}
             ) as response:
                 idle = self.timeouts.stream_idle_s
                 if response.status_code >= 400:

@@ -106,14 +106,15 @@ class OpenAIAdapter(HttpAdapter):
             )
         except trio.Cancelled:
             if translator.response_id and not translator.done:
-                await self._cancel_at_openai(translator.response_id)
+                await self._cancel_at_openai(call, translator.response_id)
             raise
 
-    async def _cancel_at_openai(self, response_id: str) -> None:
-        """Stop a background response we no longer want (it would run, and bill, to the end)."""
+    async def _cancel_at_openai(self, call: Call, response_id: str) -> None:
+        """Stop a background response we no longer want (it would run, and bill, to the
+        end), with the key that made it."""
         with trio.CancelScope(shield=True), trio.move_on_after(CANCEL_TIMEOUT_S):
             try:
-                await self.post_simple(f"/responses/{response_id}/cancel", {})
+                await self.post_simple(f"/responses/{response_id}/cancel", {}, call=call)
             except ProviderError as err:
                 log.warning("%s: could not cancel background response %s: %s", self.name, response_id, err.error_class)
 
@@ -140,7 +141,7 @@ class OpenAIAdapter(HttpAdapter):
                 delay = min(delay * 2, POLL_MAX_S)
                 try:
                     call.upstream_open = True
-                    body = await self.get_json(f"/responses/{response_id}")
+                    body = await self.get_json(f"/responses/{response_id}", call=call)
                 except ProviderError as err:
                     failures += 1
                     if err.error_class not in ("network", "timeout", "server_error") or failures > MAX_RESUMES:
@@ -153,7 +154,7 @@ class OpenAIAdapter(HttpAdapter):
                         f"{self.name} answered a poll of {response_id} with something that is not a response",
                     )
         except trio.Cancelled:
-            await self._cancel_at_openai(response_id)
+            await self._cancel_at_openai(call, response_id)
             raise
         return body
 

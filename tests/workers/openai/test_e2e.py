@@ -558,3 +558,54 @@ async def test_a_non_streamed_background_response_is_polled_until_done(daemon, u
     assert response.text == "Finished in the background." and response.usage.output_tokens == 80
     assert len(upstream.sent("/v1/responses/resp_bg", "GET")) == 2
     assert upstream.sent(RESPONSES)[0].json()["background"] is True
+
+
+async def test_a_background_response_is_polled_and_cancelled_with_the_key_that_made_it(start_daemon, upstream):
+    # Two keys (of two projects, say): a response made with the second is invisible to
+    # the first, so its polls and its cancel carry the second too.
+    second = "sk-openai-second-key-never-seen-9876543210"
+    daemon = await start_daemon(
+        {"providers": {"openai": {"base_url": upstream.base_url + "/v1", "keys_env": ["TL_OA_A", "TL_OA_B"]}}},
+        env={"TL_OA_A": KEY, "TL_OA_B": second},
+    )
+    done = oa.body([oa.message("msg_bg", "Finished in the background.")], response_id="resp_bg")
+    upstream.route(
+        "POST",
+        RESPONSES,
+        Reply.json(done),
+        Reply.json({**done, "status": "queued", "output": [], "usage": None}),
+        Reply.json(done),
+        Reply(
+            200,
+            {"content-type": "text/event-stream"},
+            [
+                oa.sse([p])
+                for p in oa.events(
+                    [oa.message("msg_c", "A long answer that the client will not wait for.")], response_id="resp_c"
+                )
+            ],
+            stall_after=6,
+        ),
+    )
+    upstream.route(
+        "GET", "/v1/responses/resp_bg", Reply.json({**done, "status": "in_progress", "output": []}), Reply.json(done)
+    )
+    upstream.route("POST", "/v1/responses/resp_c/cancel", Reply.json({"id": "resp_c", "status": "cancelled"}))
+    background = {"provider_options": {"openai": {"background": True}}}
+    with trio.fail_after(30):
+        async with Client(daemon.runtime_dir) as client:
+            await client.complete(MODEL, "first key")
+            response = await client.complete(MODEL, "second key", **background)
+            await client.complete(MODEL, "first key again")
+            async with client.stream(MODEL, "second key again", **background) as stream:
+                async for ev in stream:
+                    if type(ev) is TextDelta:
+                        await stream.cancel()
+            while not upstream.sent("/v1/responses/resp_c/cancel"):
+                await upstream.request_seen.wait()
+                upstream.request_seen = trio.Event()
+    assert response.text == "Finished in the background."
+    bearer = lambda r: r.headers["authorization"]  # noqa: E731 - a one-line reader, used four times below
+    assert [bearer(r) for r in upstream.sent(RESPONSES)] == [f"Bearer {k}" for k in (KEY, second, KEY, second)]
+    assert [bearer(r) for r in upstream.sent("/v1/responses/resp_bg", "GET")] == [f"Bearer {second}"] * 2
+    assert [bearer(r) for r in upstream.sent("/v1/responses/resp_c/cancel")] == [f"Bearer {second}"]
