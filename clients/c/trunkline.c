@@ -489,9 +489,12 @@ static int probe(tl_client *c, tl_error *err) {
 static int hello(tl_client *c, tl_error *err) {
     msgpack_sbuffer sb;
     msgpack_packer pk;
-    start_map(&sb, &pk, c->token ? 3 : 2, TL_T_HELLO);
+    start_map(&sb, &pk, c->token ? 4 : 3, TL_T_HELLO);
     pack_str(&pk, "client_name");
     pack_str(&pk, c->client_name);
+    /* This client never subscribes to the bus: the daemon need not publish it for us. */
+    pack_str(&pk, "watch_bus");
+    msgpack_pack_false(&pk);
     if (c->token) {
         pack_str(&pk, "token");
         pack_str(&pk, c->token);
