@@ -691,6 +691,10 @@ class Router:
 
     def replay(self, msg: Replay, pipe_id: int) -> ReplayResult:
         state = self.requests.get(msg.request_id)
+        if state is None and self.shared is not None:  # one another daemon serves, followed here
+            followed = self.shared.replay(msg, lambda client_id: self.owner.get(client_id) == pipe_id)
+            if followed is not None:
+                return followed
         if state is None or (not state.ring and state.evicted) or self.owner.get(state.client_id) != pipe_id:
             return ReplayResult(request_id=msg.request_id, state="unknown", last_seq=-1)
         skip = 0

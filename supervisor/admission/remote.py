@@ -27,6 +27,8 @@ from ...protocol.messages import (
     ErrorEvent,
     ErrorInfo,
     Rejected,
+    Replay,
+    ReplayResult,
     SharedStateStatus,
     Submit,
 )
@@ -55,6 +57,24 @@ _frames = msgspec.msgpack.Decoder(list[bytes])
 _NO_LIMITS = Limits()
 
 
+class _Seq(msgspec.Struct):
+    seq: int = 0
+
+
+_seq = msgspec.msgpack.Decoder(_Seq)
+
+
+class Followed(msgspec.Struct):
+    """A request this daemon follows for one of its clients: its events once the owner's
+    result arrived (None until then), kept for `replay` as long as the daemon keeps its
+    own requests' events."""
+
+    client_id: str
+    payloads: list[bytes] | None = None
+    seqs: list[int] = msgspec.field(default_factory=list)
+    ended_at: float | None = None
+
+
 class SharedRequests:
     """The router's and the relay's way into the shared claims and results.
     `wait_s`: how long a followed request may take when it names no timeout of its own
@@ -67,6 +87,9 @@ class SharedRequests:
         self.publish = publish
         self.following = 0
         self.nursery: trio.Nursery | None = None  # the daemon's, given once it runs
+        #: The requests followed for this daemon's clients, by id, in the order they came
+        #: (oldest first: those past `keep_s` are let go as new ones come).
+        self.followed: dict[str, Followed] = {}
         #: The claim is a ticket of its own (no gate decides the request), settled at its end.
         self.settles_claims = True
 
@@ -146,6 +169,8 @@ class SharedRequests:
         own = msg.request.timeouts.request_s if msg.request.timeouts is not None else None
         wait_s = self.wait_s if own is None else own + min(QUEUE_MARGIN_S, own)
         self.following += 1
+        self._forget_old()
+        self.followed[msg.request_id] = Followed(msg.client_id)
         self.nursery.start_soon(self._follow, msg.client_id, msg.request_id, owner, wait_s)
         log.info("request %s is served by daemon %s: this daemon relays its result", msg.request_id, owner)
         return Accepted(request_id=msg.request_id, provider=provider, model=model, duplicate=True)
@@ -161,12 +186,48 @@ class SharedRequests:
                     f"arrive within {wait_s:g} s",
                     retryable=True,
                 )
-                self.publish(frame_event(client_id, ErrorEvent(request_id=request_id, seq=0, error=error)))
-                return
+                event = frame_event(client_id, ErrorEvent(request_id=request_id, seq=0, error=error))
+                frames = [bytes(split_frame(event)[1])]
+            followed = self.followed.get(request_id)
+            if followed is not None:
+                followed.payloads = [bytes(p) for p in frames]
+                followed.seqs = [_seq_of(p) for p in followed.payloads]
+                followed.ended_at = time.monotonic()
             for payload in frames:
                 self.publish(topic + payload)
         finally:
             self.following -= 1
+
+    def _forget_old(self) -> None:
+        """Let go of the followed requests that ended more than `keep_s` ago (and, past
+        `MAX_FOLLOWED` kept, of the oldest)."""
+        horizon = time.monotonic() - self.keep_s
+        followed = self.followed
+        while followed:
+            oldest = next(iter(followed.values()))
+            if len(followed) < MAX_FOLLOWED and (oldest.ended_at is None or oldest.ended_at > horizon):
+                return
+            del followed[next(iter(followed))]
+
+    def replay(self, msg: Replay, owns: Callable[[str], bool]) -> ReplayResult | None:
+        """`replay` of a request this daemon follows for the client asking (None: it
+        follows no such request for that client). Its events are those of the owner's
+        stored result: seq from 0 (or the terminal event alone, for a long stream)."""
+        followed = self.followed.get(msg.request_id)
+        if followed is None or not owns(followed.client_id):
+            return None
+        if followed.payloads is None:
+            return ReplayResult(request_id=msg.request_id, state="running", last_seq=-1)
+        events = [
+            msgspec.Raw(p) for p, seq in zip(followed.payloads, followed.seqs, strict=True) if seq >= msg.from_seq
+        ]
+        return ReplayResult(
+            request_id=msg.request_id,
+            events=events,
+            first_seq=followed.seqs[0] if followed.seqs else 0,
+            last_seq=followed.seqs[-1] if followed.seqs else -1,
+            state="ended",
+        )
 
     async def _wait_for_result(self, request_id: str, wait_s: float) -> list[bytes] | None:
         key = self.result_key(request_id)
@@ -217,6 +278,13 @@ class SharedRequests:
             local_decisions=int(health.extra.get("local_decisions", "0")),
             pending_settlements=int(health.extra.get("pending_settlements", "0")),
         )
+
+
+def _seq_of(payload: bytes) -> int:
+    try:
+        return _seq.decode(payload).seq
+    except msgspec.DecodeError:
+        return 0
 
 
 async def _answer(reply: object) -> Accepted | Rejected:

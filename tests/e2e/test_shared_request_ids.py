@@ -17,6 +17,8 @@ from helpers import DaemonProcess
 from redis_server import RedisServer, free_port
 from trunkline import Client
 from trunkline.errors import TrunklineError
+from trunkline.protocol import codec
+from trunkline.protocol.messages import Finish
 from trunkline.supervisor.admission.redis_client import RedisClient
 
 pytestmark = pytest.mark.e2e
@@ -65,11 +67,23 @@ async def test_the_same_request_id_sent_to_two_daemons_calls_the_provider_once(
     assert len(upstream.sent(PATH)) == 1, "the provider was called more than once for one request id"
     assert "relays its result" in second.output()
 
-    # Sent again later, to the daemon that did not run it: answered from the stored result.
+    # Sent again later, to the daemon that did not run it: answered from the stored result,
+    # which its client can replay there as it could a request the daemon ran itself.
     with trio.fail_after(30):
-        await ask(second, "again", trio.Event())
+        async with Client(second.runtime_dir) as client:
+            async with client.stream("vllm:m", "hi", request_id=rid) as stream:
+                answers["again"] = (await stream.response()).text
+            replayed = await client.replay(rid)
+            tail = await client.replay(rid, from_seq=replayed.last_seq)
+        async with Client(second.runtime_dir) as stranger:
+            unknown = await stranger.replay(rid)  # another client's: not shown to it
     assert answers["again"] == ANSWER
     assert len(upstream.sent(PATH)) == 1
+    assert replayed.state == "ended" and replayed.first_seq == 0 and len(replayed.events) == replayed.last_seq + 1
+    events = [codec.decode_event(bytes(raw)) for raw in replayed.events]
+    assert [e.seq for e in events] == list(range(replayed.last_seq + 1)) and isinstance(events[-1], Finish)
+    assert events[-1].response.text == ANSWER
+    assert len(tail.events) == 1 and unknown.state == "unknown"
 
     # `status` says the store is shared and up, and sees both daemons (each says it is
     # there every few seconds: asked until it has).
