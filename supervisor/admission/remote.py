@@ -46,6 +46,8 @@ log = logging.getLogger("trunkline.supervisor")
 MAX_RESULT_BYTES = 1024 * 1024
 #: Requests followed at once at most (each is a task polling Redis).
 MAX_FOLLOWED = 10_000
+#: The most bytes of followed requests' results kept for `replay` (oldest let go first).
+MAX_FOLLOWED_BYTES = 64 * 1024 * 1024
 #: Polling for another daemon's result: from the first wait to the last, doubling.
 POLL_FIRST_S = 0.02
 POLL_MAX_S = 0.5
@@ -90,6 +92,7 @@ class SharedRequests:
         #: The requests followed for this daemon's clients, by id, in the order they came
         #: (oldest first: those past `keep_s` are let go as new ones come).
         self.followed: dict[str, Followed] = {}
+        self.followed_bytes = 0
         #: The claim is a ticket of its own (no gate decides the request), settled at its end.
         self.settles_claims = True
 
@@ -192,7 +195,9 @@ class SharedRequests:
             if followed is not None:
                 followed.payloads = [bytes(p) for p in frames]
                 followed.seqs = [_seq_of(p) for p in followed.payloads]
-                followed.ended_at = time.monotonic()
+                followed.ended_at = trio.current_time()
+                self.followed_bytes += sum(len(p) for p in followed.payloads)
+                self._forget_old()
             for payload in frames:
                 self.publish(topic + payload)
         finally:
@@ -200,13 +205,18 @@ class SharedRequests:
 
     def _forget_old(self) -> None:
         """Let go of the followed requests that ended more than `keep_s` ago (and, past
-        `MAX_FOLLOWED` kept, of the oldest)."""
-        horizon = time.monotonic() - self.keep_s
+        `MAX_FOLLOWED` kept or `MAX_FOLLOWED_BYTES` held, of the oldest)."""
+        horizon = trio.current_time() - self.keep_s
         followed = self.followed
         while followed:
             oldest = next(iter(followed.values()))
-            if len(followed) < MAX_FOLLOWED and (oldest.ended_at is None or oldest.ended_at > horizon):
+            if (
+                len(followed) < MAX_FOLLOWED
+                and self.followed_bytes <= MAX_FOLLOWED_BYTES
+                and (oldest.ended_at is None or oldest.ended_at > horizon)
+            ):
                 return
+            self.followed_bytes -= sum(len(p) for p in oldest.payloads or ())
             del followed[next(iter(followed))]
 
     def replay(self, msg: Replay, owns: Callable[[str], bool]) -> ReplayResult | None:
