@@ -45,7 +45,7 @@ from ...protocol.messages import (
     Timeouts,
 )
 from ...protocol.tokens import estimate_request_tokens
-from ..terminal import summary_of
+from ..terminal import summary_in, summary_of
 from .gate import Held
 from .memory import MemoryStore
 from .selection import Option, Selector, Strategy
@@ -350,13 +350,14 @@ class Routing:
         route = run.route
         if not route.fallback or not run.remaining:
             return False
-        event = decode_event(split_frame(msg.frames[0])[1])
-        if type(event) is not ErrorEvent:
+        # Only the fields a fallback decides on: most terminal frames are a finish whose
+        # content is most of the frame, and the request's end reads the same fields.
+        summary = summary_in(msg.frames[0])
+        error = summary.error
+        if summary.type != "error" or error is None or error.error_class not in route.fallback_on:
+            state.summary = summary  # the request's last frame: its end reads it from here
             return False
-        error = event.error
-        if error.error_class not in route.fallback_on:
-            return False
-        if event.partial is not None and event.partial.message.content:
+        if summary.partial is not None and _has_content(msg.frames[0]):
             return False  # a whole response's content arrived, and was billed: not switched
         left = run.deadline - trio.current_time()
         job = state.sent_job()
@@ -706,6 +707,13 @@ def _recount(held: Held, refused: Ticket) -> Ticket | None:
 def _recounted(state: RequestState, held: Held, recount: Ticket, decision: Decision) -> None:
     if isinstance(decision, Admitted):
         state.admission = Held(held.key, None, held.tokens, recount.request_id)
+
+
+def _has_content(frame: bytes) -> bool:
+    """An error event's partial response carries content (read in full: only for a
+    failure that would fall back)."""
+    event = decode_event(split_frame(frame)[1])
+    return type(event) is ErrorEvent and event.partial is not None and bool(event.partial.message.content)
 
 
 def _estimate(request: Request) -> int:
