@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -119,6 +119,8 @@ class Route:
     breaker: BreakerConfig
     #: A deployment has a `tpm` limit: the request's tokens are estimated for it.
     needs_tokens: bool
+    #: The plan of each of the selector's `static` orders, made once (set by `build_routes`).
+    plans: tuple[Plan, ...] = ()
 
 
 def build_routes(config: Config, catalog: Catalog) -> dict[str, Route]:
@@ -142,7 +144,7 @@ def build_routes(config: Config, catalog: Catalog) -> dict[str, Route]:
                     candidate=Candidate(d.id, Limits(rpm=d.limits.rpm, tpm=d.limits.tpm, parallel=d.limits.parallel)),
                 )
             )
-        routes[name] = Route(
+        routes[name] = built = Route(
             name=name,
             strategy=route.strategy,
             deployments=tuple(deployments),
@@ -155,39 +157,51 @@ def build_routes(config: Config, catalog: Catalog) -> dict[str, Route]:
             breaker=route.breaker,
             needs_tokens=any(d.limits.tpm is not None for d in route.deployments),
         )
+        plans = tuple(Plan.of(built, [built.deployments[i] for i in order]) for order in built.selector.static)
+        object.__setattr__(built, "plans", plans)  # frozen: set once, here (a plan names its route)
     return routes
 
 
 class RouteRun:
     """One routed request: the deployment serving it now, those left to fall back on,
-    those tried, and its deadline (trio's clock) across all of them."""
+    those tried, and its time across all of them (`total_s`, from its submit: its
+    deadline is worked out only when it would fall back)."""
 
-    __slots__ = ("deadline", "deployment", "fallbacks", "moving", "remaining", "route", "tokens")
+    __slots__ = ("deployment", "fallbacks", "moving", "remaining", "route", "tokens", "total_s")
 
-    def __init__(self, route: Route, deployment: Deployment, remaining: list[Deployment], deadline: float) -> None:
+    def __init__(
+        self, route: Route, deployment: Deployment, remaining: Sequence[Deployment], total_s: float, tokens: int
+    ) -> None:
         self.route = route
         self.deployment = deployment
         self.remaining = remaining
         self.fallbacks: list[FallbackInfo] = []
-        self.deadline = deadline
-        self.tokens = 0
+        self.total_s = total_s
+        self.tokens = tokens
         #: A fallback's admission is being awaited: no deployment serves it meanwhile.
         self.moving = False
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Plan:
-    """A route's deployments that can take a request now, in the order to offer them."""
+    """A route's deployments that can take a request now, in the order to offer them
+    (`offered`: the same, as the admission ticket's candidates). Those of the selector's
+    static orders are made once (`Route.plans`) and shared by the requests drawing them."""
 
     route: Route
-    order: list[Deployment]
+    order: tuple[Deployment, ...]
+    offered: tuple[Candidate, ...]
+
+    @classmethod
+    def of(cls, route: Route, order: Sequence[Deployment]) -> Plan:
+        return cls(route, tuple(order), tuple([d.candidate for d in order]))
 
     @property
     def first(self) -> ModelInfo:
         return self.order[0].info
 
     def candidates(self) -> tuple[Candidate, ...]:
-        return tuple([d.candidate for d in self.order])
+        return self.offered
 
 
 class Routing:
@@ -252,34 +266,50 @@ class Routing:
             now = time.time()
             cooling = {d.id for d in route.deployments if self.cooling.get(d.id, 0.0) > now}
             share = {d.id: s[0] for d in route.deployments if (s := self.share.get(d.id)) is not None and s[1] > now}
+        slots = self.slots
+        if not cooling and not share:
+            # Most requests: one of the orders made at start, taken whole when every
+            # deployment's worker can serve.
+            at = route.selector.draw(self.rng, self.busy)
+            if at >= 0:
+                plan = route.plans[at]
+                for deployment in plan.order:
+                    slot = slots.get(deployment.provider)
+                    if slot is None or slot.state in _CANNOT_SERVE:
+                        break
+                else:
+                    return plan
+                return self._ready(route, plan.order)
         deployments = route.deployments
+        order = route.selector.order(self.rng, busy=self.busy, cooling=cooling, share=share)
+        return self._ready(route, [deployments[i] for i in order])
+
+    def _ready(self, route: Route, order: Sequence[Deployment]) -> Plan | ErrorInfo:
+        """The plan of those of `order` whose provider can serve now, or why none can."""
         slots = self.slots
         ready = []
-        for i in route.selector.order(self.rng, busy=self.busy, cooling=cooling, share=share):
-            deployment = deployments[i]
+        for deployment in order:
             slot = slots.get(deployment.provider)
             if slot is not None and slot.state not in _CANNOT_SERVE:
                 ready.append(deployment)
         if not ready:
             why = "; ".join(f"{d.id}: {self._state_of(d)}" for d in route.deployments)
             return _error("unavailable", f"no deployment of route {route.name!r} can serve now ({why})")
-        return Plan(route, ready)
+        return Plan.of(route, ready)
 
     def admit(self, plan: Plan, request_id: str, request: Request) -> RouteRun | ErrorInfo:
         """The store's choice among the plan's deployments (the first it finds neither
         cooling down nor at its limits), held for this request until it ends."""
         route = plan.route
         tokens = _estimate(request) if route.needs_tokens else 0
-        chosen = self._admit(request_id, plan.order, tokens)
+        chosen = self._admit(request_id, plan.order, tokens, plan.offered)
         if isinstance(chosen, ErrorInfo):
             return chosen
         deployment, remaining = chosen
         timeouts = request.timeouts
         total = timeouts.request_s if timeouts is not None and timeouts.request_s else deployment.request_s
-        run = RouteRun(route, deployment, remaining, trio.current_time() + total)
-        run.tokens = tokens
         self.busy[deployment.id] = self.busy.get(deployment.id, 0) + 1
-        return run
+        return RouteRun(route, deployment, remaining, total, tokens)
 
     def take(self, plan: Plan, deployment: str | None, request: Request, tokens: int) -> RouteRun:
         """The run of a request the gate's ticket admitted on `deployment` (one of the
@@ -293,10 +323,8 @@ class Routing:
         chosen = order[index]
         timeouts = request.timeouts
         total = timeouts.request_s if timeouts is not None and timeouts.request_s else chosen.request_s
-        run = RouteRun(plan.route, chosen, order[index + 1 :], trio.current_time() + total)
-        run.tokens = tokens
         self.busy[chosen.id] = self.busy.get(chosen.id, 0) + 1
-        return run
+        return RouteRun(plan.route, chosen, order[index + 1 :], total, tokens)
 
     def skipped(self, skipped: tuple[tuple[str, str], ...]) -> None:
         """Candidates a ticket skipped: one cooling down (another daemon may have cooled
@@ -359,7 +387,7 @@ class Routing:
             return False
         if summary.partial is not None and _has_content(msg.frames[0]):
             return False  # a whole response's content arrived, and was billed: not switched
-        left = run.deadline - trio.current_time()
+        left = state.submitted_at + run.total_s - trio.current_time()
         job = state.sent_job()
         if left <= 0 or job is None:
             return False
@@ -418,7 +446,7 @@ class Routing:
         generation: int | None,
         held: Held,
         ticket: Ticket,
-        candidates: list[Deployment],
+        candidates: Sequence[Deployment],
         failed: Deployment,
         error: ErrorInfo,
         job: Job,
@@ -465,7 +493,7 @@ class Routing:
         held: Held,
         ticket: Ticket,
         decision: Decision,
-        candidates: list[Deployment],
+        candidates: Sequence[Deployment],
         failed: Deployment,
         error: ErrorInfo,
         job: Job,
@@ -480,7 +508,7 @@ class Routing:
         index = decision.deployment or 0
         after = candidates[index]
         state.admission = Held(held.key, after.id, held.tokens, ticket.request_id)
-        left = run.deadline - trio.current_time()
+        left = state.submitted_at + run.total_s - trio.current_time()
         if left <= 0:  # its time ran out while it was admitted: it ends here, on that ticket
             return False
         self._move(state, run, job, failed, error, after, candidates[index + 1 :], left)
@@ -494,7 +522,7 @@ class Routing:
         failed: Deployment,
         error: ErrorInfo,
         after: Deployment,
-        remaining: list[Deployment],
+        remaining: Sequence[Deployment],
         left: float,
     ) -> None:
         """The same job to the next deployment's worker, with the time left."""
@@ -576,21 +604,18 @@ class Routing:
     # -- inside ---------------------------------------------------------------------------
 
     def _admit(
-        self, request_id: str, candidates: list[Deployment], tokens: int
-    ) -> tuple[Deployment, list[Deployment]] | ErrorInfo:
+        self,
+        request_id: str,
+        candidates: Sequence[Deployment],
+        tokens: int,
+        offered: tuple[Candidate, ...] | None = None,
+    ) -> tuple[Deployment, Sequence[Deployment]] | ErrorInfo:
+        """`offered`: the candidates' own, when made already (a plan's)."""
         if not candidates:
             return _error("unavailable", "no deployment is left to try")
-        decision = self.store.admit_now(
-            Ticket(
-                request_id=request_id,
-                key="",
-                key_limits=_NO_KEY_LIMITS,
-                candidates=tuple([d.candidate for d in candidates]),
-                tokens=tokens,
-                now=time.time(),
-                claim=False,
-            )
-        )
+        if offered is None:
+            offered = tuple([d.candidate for d in candidates])
+        decision = self.store.admit_now(Ticket(request_id, "", _NO_KEY_LIMITS, offered, tokens, time.time(), False))
         if isinstance(decision, Admitted):
             index = decision.deployment or 0
             return candidates[index], candidates[index + 1 :]
