@@ -22,7 +22,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
@@ -120,7 +120,7 @@ class Route:
     #: A deployment has a `tpm` limit: the request's tokens are estimated for it.
     needs_tokens: bool
     #: The plan of each of the selector's `static` orders, made once (set by `build_routes`).
-    plans: tuple[Plan, ...] = ()
+    plans: tuple[Plan, ...] = field(default=(), repr=False, compare=False)
 
 
 def build_routes(config: Config, catalog: Catalog) -> dict[str, Route]:
