@@ -45,7 +45,7 @@ from ...protocol.messages import (
     Timeouts,
 )
 from ...protocol.tokens import estimate_request_tokens
-from ..terminal import summary_in, summary_of
+from ..terminal import Summary, summary_in, summary_of
 from .gate import Held
 from .memory import MemoryStore
 from .selection import Option, Selector, Strategy
@@ -191,14 +191,12 @@ class Plan:
     route: Route
     order: tuple[Deployment, ...]
     offered: tuple[Candidate, ...]
+    #: The model of the first deployment offered.
+    first: ModelInfo
 
     @classmethod
     def of(cls, route: Route, order: Sequence[Deployment]) -> Plan:
-        return cls(route, tuple(order), tuple([d.candidate for d in order]))
-
-    @property
-    def first(self) -> ModelInfo:
-        return self.order[0].info
+        return cls(route, tuple(order), tuple([d.candidate for d in order]), order[0].info)
 
     def candidates(self) -> tuple[Candidate, ...]:
         return self.offered
@@ -316,10 +314,11 @@ class Routing:
         plan's), held for it until it ends (the gate settles it)."""
         order = plan.order
         index = 0
-        for i, d in enumerate(order):
-            if d.id == deployment:
-                index = i
-                break
+        if order[0].id != deployment:
+            for i, d in enumerate(order):
+                if d.id == deployment:
+                    index = i
+                    break
         chosen = order[index]
         timeouts = request.timeouts
         total = timeouts.request_s if timeouts is not None and timeouts.request_s else chosen.request_s
@@ -582,24 +581,27 @@ class Routing:
         run: RouteRun = state.route
         deployment = run.deployment
         if not run.moving:
-            self._not_busy(deployment)
-        outcome = "ended"
+            busy = self.busy
+            count = busy.get(deployment.id, 0) - 1
+            if count > 0:
+                busy[deployment.id] = count
+            else:
+                busy.pop(deployment.id, None)
         now = time.time()
         terminal = summary_of(state)
-        tokens, cost = terminal.billed()
-        if terminal.type == "finish" and terminal.response is not None:
-            outcome = terminal.response.finish_reason.reason
-            if terminal.response.rate_limit is not None:
-                self._note_share(deployment, terminal.response.rate_limit, now)
+        if terminal.type == "finish":
+            response = terminal.response
+            if response is not None and response.rate_limit is not None:
+                self._note_share(deployment, response.rate_limit, now)
         elif terminal.type == "error" and terminal.error is not None:
-            outcome = "error"
             self._failed(run.route, deployment, terminal.error, now)
         if self.gate is None:  # else the gate settles the ticket that admitted it, key and deployment
+            tokens, cost = terminal.billed()
             self.store.settle_now(Settlement(state.request_id, "", deployment.id, run.tokens, tokens, cost, now))
         if state.span is not None:
             state.span.attributes["trunkline.route"] = run.route.name
         if self.metrics is not None:
-            self.metrics.route_ended(run.route.name, deployment.id, outcome)
+            self.metrics.route_ended(run.route.name, deployment.id, _outcome(terminal))
 
     # -- inside ---------------------------------------------------------------------------
 
@@ -732,6 +734,15 @@ def _recount(held: Held, refused: Ticket) -> Ticket | None:
 def _recounted(state: RequestState, held: Held, recount: Ticket, decision: Decision) -> None:
     if isinstance(decision, Admitted):
         state.admission = Held(held.key, None, held.tokens, recount.request_id)
+
+
+def _outcome(terminal: Summary) -> str:
+    """How a routed request ended, for the metrics: its finish reason, or "error"."""
+    if terminal.type == "finish" and terminal.response is not None:
+        return terminal.response.finish_reason.reason
+    if terminal.type == "error" and terminal.error is not None:
+        return "error"
+    return "ended"
 
 
 def _has_content(frame: bytes) -> bool:

@@ -72,7 +72,7 @@ class Selector:
     once: with no share lowered, the draw is one bisection and the order a list made
     at start (the same order, for the same random numbers, as `order` gives)."""
 
-    __slots__ = ("_levels", "_static", "options", "static", "strategy")
+    __slots__ = ("_drawn", "_levels", "_static", "options", "static", "strategy")
 
     def __init__(self, strategy: Strategy, options: Sequence[Option]) -> None:
         self.strategy = strategy
@@ -108,6 +108,10 @@ class Selector:
             self.static = [
                 tuple(chain.from_iterable(combo)) for combo in product(*(orders for _, _, orders in self._levels))
             ]
+        #: The cumulative weights of the one level drawn from, when only one is (most
+        #: routes): `draw` is then one bisection.
+        drawn = [cumulative for group, cumulative, _ in self._levels if len(group) > 1]
+        self._drawn = drawn[0] if len(drawn) == 1 and self.static else None
 
     def draw(self, rng: random.Random, busy: Mapping[str, int] | None = None) -> int:
         """The index in `static` of the order `order` would give with no deployment
@@ -115,6 +119,10 @@ class Selector:
         is not one of them (least_busy with some of them in flight; too many orders)."""
         if self.strategy == "least_busy":
             return -1 if busy and any(o.id in busy for o in self.options) else 0
+        cumulative = self._drawn
+        if cumulative is not None:
+            at = bisect_right(cumulative, rng.random() * cumulative[-1])
+            return at if at < len(cumulative) else len(cumulative) - 1
         if not self.static:
             return -1
         at = 0
