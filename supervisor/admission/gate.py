@@ -157,7 +157,14 @@ class Gate:
             tokens = estimated_tokens(request, model)
         ticket = Ticket(state.request_id, key, key_limits, candidates, tokens, time.time(), self.claim)
         if self.admit_now is not None:
-            return self._decided(self.admit_now(ticket), state, ticket)
+            decision = self.admit_now(ticket)
+            if isinstance(decision, Admitted) and not decision.skipped and (self.hooks is None or not key):
+                # Most requests: held at once (what `_decided` does, without its call).
+                index = decision.deployment
+                deployment = candidates[index].name if index is not None else None
+                state.admission = Held(key, deployment, tokens, ticket.request_id)
+                return None
+            return self._decided(decision, state, ticket)
         self.pending.add(ticket.request_id)  # now: the router runs the coroutine in a task of its own
         return self._admit_later(state, ticket)
 
@@ -210,13 +217,15 @@ class Gate:
             self.release(held)
             return
         tokens, cost = summary_of(state).billed()
-        settlement = Settlement(held.ticket, held.key, held.deployment, held.tokens, tokens, cost, time.time())
-        if isinstance(self.store, MemoryStore):
-            self.store.settle_now(settlement)
-        elif self.settle_soon is not None:
-            self.settle_soon(settlement)  # with the shared store's next batch: no round trip of its own
-        elif self.nursery is not None:
-            self.nursery.start_soon(self.store.settle, settlement)
+        store = self.store
+        if isinstance(store, MemoryStore):
+            store.settle_held(held.ticket, tokens, cost, time.time())  # no `Settlement` made to be read at once
+        else:
+            settlement = Settlement(held.ticket, held.key, held.deployment, held.tokens, tokens, cost, time.time())
+            if self.settle_soon is not None:
+                self.settle_soon(settlement)  # with the shared store's next batch: no round trip of its own
+            elif self.nursery is not None:
+                self.nursery.start_soon(store.settle, settlement)
         if self.hooks is not None and held.key:
             self.hooks.key_ended(held.key, tokens, cost)
 

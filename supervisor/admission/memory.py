@@ -347,16 +347,20 @@ class MemoryStore:
         return _ADMITTED.get(chosen) or Admitted(chosen)
 
     def settle_now(self, settlement: Settlement) -> None:
-        held = self.held.pop(settlement.request_id, None)
+        self.settle_held(settlement.request_id, settlement.tokens, settlement.cost_usd, settlement.now)
+
+    def settle_held(self, request_id: str, tokens: int, cost_usd: float | None, now: float) -> None:
+        """`settle_now` of what the store holds for `request_id` (its key and deployment
+        are held here), without a `Settlement` to make."""
+        held = self.held.pop(request_id, None)
         if held is None:  # settled already, or never admitted here
             return
-        key_scope, key_bucket, scope, bucket, tokens = held
-        delta = settlement.tokens - tokens
-        cost = settlement.cost_usd
+        key_scope, key_bucket, scope, bucket, estimated = held
+        delta = tokens - estimated
         if key_scope is not None and key_bucket is not None:
-            key_scope.settle(key_bucket, delta, cost, settlement.now)
+            key_scope.settle(key_bucket, delta, cost_usd, now)
         if scope is not None and bucket is not None:
-            scope.settle(bucket, delta, cost, settlement.now)
+            scope.settle(bucket, delta, cost_usd, now)
 
     def release_now(self, request_id: str) -> None:
         held = self.held.pop(request_id, None)

@@ -84,6 +84,8 @@ class AdmitsNow(Protocol):
 
     def settle_now(self, settlement: Settlement) -> None: ...
 
+    def settle_held(self, request_id: str, tokens: int, cost_usd: float | None, now: float) -> None: ...
+
     def release_now(self, request_id: str) -> None: ...
 
     def failure_now(
@@ -597,7 +599,7 @@ class Routing:
             self._failed(run.route, deployment, terminal.error, now)
         if self.gate is None:  # else the gate settles the ticket that admitted it, key and deployment
             tokens, cost = terminal.billed()
-            self.store.settle_now(Settlement(state.request_id, "", deployment.id, run.tokens, tokens, cost, now))
+            self.store.settle_held(state.request_id, tokens, cost, now)
         if state.span is not None:
             state.span.attributes["trunkline.route"] = run.route.name
         if self.metrics is not None:
