@@ -60,6 +60,7 @@ class Scope:
         "day",
         "failures",
         "in_flight",
+        "last",
         "month",
         "requests",
         "tokens",
@@ -70,6 +71,8 @@ class Scope:
     def __init__(self) -> None:
         #: [second, requests, tokens], oldest first; only seconds of the window stay.
         self.buckets: deque[list[int]] = deque()
+        #: The newest bucket (one gone before any: the next request makes one).
+        self.last: list[int] = [GONE, 0, 0]
         self.requests = 0
         self.tokens = 0
         self.in_flight = 0
@@ -92,14 +95,13 @@ class Scope:
     def take(self, second: int, tokens: int) -> list[int]:
         """Count one request of `tokens` in `second`, in flight; its bucket, which the
         request's settlement corrects."""
-        buckets = self.buckets
-        if buckets and buckets[-1][0] == second:
-            last = buckets[-1]
+        last = self.last
+        if last[0] == second:
             last[1] += 1
             last[2] += tokens
         else:
-            last = [second, 1, tokens]
-            buckets.append(last)
+            last = self.last = [second, 1, tokens]
+            self.buckets.append(last)
         self.requests += 1
         self.tokens += tokens
         self.in_flight += 1
@@ -155,7 +157,7 @@ def _over(
     """Why `scope` (`kind` `name`) cannot take one more request of `tokens`: a refusal
     for a budget, the limit's name for a rate or parallel limit (the caller words it),
     or None. Words are made only for a refusal: this runs for every request."""
-    if limits.usd_per_day is not None or limits.usd_per_month is not None:
+    if limits.budgeted:
         usd_day, usd_month = scope.spent(now) if now // 86400 != scope.day else (scope.usd_day, scope.usd_month)
         if limits.usd_per_day is not None and usd_day >= limits.usd_per_day:
             what = f"{kind} {name!r}"
@@ -177,15 +179,17 @@ def _over(
                 what,
                 resets_at=resets,
             )
-    if limits.rpm is not None or limits.tpm is not None:
+    if limits.rated:
         buckets = scope.buckets
         if buckets and buckets[0][0] <= second - WINDOW_S:
             scope.expire(second)
-        if limits.rpm is not None and scope.requests + 1 > limits.rpm:
+        rpm, tpm = limits.rpm, limits.tpm
+        if rpm is not None and scope.requests >= rpm:
             return "rpm"
-        if limits.tpm is not None and scope.tokens + tokens > limits.tpm:
+        if tpm is not None and scope.tokens + tokens > tpm:
             return "tpm"
-    if limits.parallel is not None and scope.in_flight + 1 > limits.parallel:
+    parallel = limits.parallel
+    if parallel is not None and scope.in_flight >= parallel:
         return "parallel"
     return None
 

@@ -123,6 +123,8 @@ class Route:
     needs_tokens: bool
     #: The plan of each of the selector's `static` orders, made once (set by `build_routes`).
     plans: tuple[Plan, ...] = field(default=(), repr=False, compare=False)
+    #: The providers of its deployments, each once (whose workers a plan needs).
+    providers: tuple[str, ...] = ()
 
 
 def build_routes(config: Config, catalog: Catalog) -> dict[str, Route]:
@@ -158,6 +160,7 @@ def build_routes(config: Config, catalog: Catalog) -> dict[str, Route]:
             fallback_on=frozenset(route.fallback_on),
             breaker=route.breaker,
             needs_tokens=any(d.limits.tpm is not None for d in route.deployments),
+            providers=tuple(dict.fromkeys(d.provider for d in deployments)),
         )
         plans = tuple(Plan.of(built, [built.deployments[i] for i in order]) for order in built.selector.static)
         object.__setattr__(built, "plans", plans)  # frozen: set once, here (a plan names its route)
@@ -195,10 +198,12 @@ class Plan:
     offered: tuple[Candidate, ...]
     #: The model of the first deployment offered.
     first: ModelInfo
+    #: The deployments after the first (those a request the first takes may fall back on).
+    rest: tuple[Deployment, ...]
 
     @classmethod
     def of(cls, route: Route, order: Sequence[Deployment]) -> Plan:
-        return cls(route, tuple(order), tuple([d.candidate for d in order]), order[0].info)
+        return cls(route, tuple(order), tuple([d.candidate for d in order]), order[0].info, tuple(order[1:]))
 
     def candidates(self) -> tuple[Candidate, ...]:
         return self.offered
@@ -260,28 +265,26 @@ class Routing:
         if route is None:
             return None
         # What this daemon knows of cooldowns and shares is looked at only when it knows any.
-        cooling: set[str] = set()
-        share: dict[str, float] = {}
+        cooling: set[str] | None = None
+        share: dict[str, float] | None = None
         if self.cooling or self.share:
             now = time.time()
             cooling = {d.id for d in route.deployments if self.cooling.get(d.id, 0.0) > now}
             share = {d.id: s[0] for d in route.deployments if (s := self.share.get(d.id)) is not None and s[1] > now}
-        slots = self.slots
         if not cooling and not share:
             # Most requests: one of the orders made at start, taken whole when every
             # deployment's worker can serve.
             at = route.selector.draw(self.rng, self.busy)
             if at >= 0:
                 plan = route.plans[at]
-                for deployment in plan.order:
-                    slot = slots.get(deployment.provider)
+                slots = self.slots
+                for provider in route.providers:
+                    slot = slots.get(provider)
                     if slot is None or slot.state in _CANNOT_SERVE:
-                        break
-                else:
-                    return plan
-                return self._ready(route, plan.order)
+                        return self._ready(route, plan.order)
+                return plan
         deployments = route.deployments
-        order = route.selector.order(self.rng, busy=self.busy, cooling=cooling, share=share)
+        order = route.selector.order(self.rng, busy=self.busy, cooling=cooling or set(), share=share)
         return self._ready(route, [deployments[i] for i in order])
 
     def _ready(self, route: Route, order: Sequence[Deployment]) -> Plan | ErrorInfo:
@@ -315,17 +318,17 @@ class Routing:
         """The run of a request the gate's ticket admitted on `deployment` (one of the
         plan's), held for it until it ends (the gate settles it)."""
         order = plan.order
-        index = 0
-        if order[0].id != deployment:
+        chosen, rest = order[0], plan.rest
+        if chosen.id != deployment:
             for i, d in enumerate(order):
                 if d.id == deployment:
-                    index = i
+                    chosen, rest = d, order[i + 1 :]
                     break
-        chosen = order[index]
         timeouts = request.timeouts
         total = timeouts.request_s if timeouts is not None and timeouts.request_s else chosen.request_s
-        self.busy[chosen.id] = self.busy.get(chosen.id, 0) + 1
-        return RouteRun(plan.route, chosen, order[index + 1 :], total, tokens)
+        busy = self.busy
+        busy[chosen.id] = busy.get(chosen.id, 0) + 1
+        return RouteRun(plan.route, chosen, rest, total, tokens)
 
     def skipped(self, skipped: tuple[tuple[str, str], ...]) -> None:
         """Candidates a ticket skipped: one cooling down (another daemon may have cooled
@@ -589,17 +592,16 @@ class Routing:
                 busy[deployment.id] = count
             else:
                 busy.pop(deployment.id, None)
-        now = time.time()
         terminal = summary_of(state)
         if terminal.type == "finish":
             response = terminal.response
             if response is not None and response.rate_limit is not None:
-                self._note_share(deployment, response.rate_limit, now)
+                self._note_share(deployment, response.rate_limit, time.time())
         elif terminal.type == "error" and terminal.error is not None:
-            self._failed(run.route, deployment, terminal.error, now)
+            self._failed(run.route, deployment, terminal.error, time.time())
         if self.gate is None:  # else the gate settles the ticket that admitted it, key and deployment
             tokens, cost = terminal.billed()
-            self.store.settle_held(state.request_id, tokens, cost, now)
+            self.store.settle_held(state.request_id, tokens, cost, time.time())
         if state.span is not None:
             state.span.attributes["trunkline.route"] = run.route.name
         if self.metrics is not None:
