@@ -237,7 +237,9 @@ def _utc(at: float) -> str:
 #: What an admitted request holds until it is settled or released: the scopes it was
 #: counted in (its key's, its deployment's; None for none), the bucket `Scope.take`
 #: gave in each, and its estimated tokens. A tuple: one is made for every request.
-_Held = tuple[Scope | None, list[int] | None, Scope | None, list[int] | None, int]
+_Held = tuple[Scope | None, list[int], Scope | None, list[int], int]
+#: The bucket of a scope a request was not counted in.
+_NO_BUCKET = [GONE, 0, 0]
 #: The decision of a ticket admitted with nothing skipped, by candidate index (shared:
 #: no one changes a decision).
 _ADMITTED: dict[int | None, Admitted] = {i: Admitted(i) for i in (None, *range(8))}
@@ -339,9 +341,9 @@ class MemoryStore:
             return refusal
         self.held[request_id] = (
             key_scope,
-            key_scope.take(second, tokens) if key_scope is not None else None,
+            key_scope.take(second, tokens) if key_scope is not None else _NO_BUCKET,
             chosen_scope,
-            chosen_scope.take(second, tokens) if chosen_scope is not None else None,
+            chosen_scope.take(second, tokens) if chosen_scope is not None else _NO_BUCKET,
             tokens,
         )
         if ticket.claim:
@@ -361,9 +363,9 @@ class MemoryStore:
             return
         key_scope, key_bucket, scope, bucket, estimated = held
         delta = tokens - estimated
-        if key_scope is not None and key_bucket is not None:
+        if key_scope is not None:
             key_scope.settle(key_bucket, delta, cost_usd, now)
-        if scope is not None and bucket is not None:
+        if scope is not None:
             scope.settle(bucket, delta, cost_usd, now)
 
     def release_now(self, request_id: str) -> None:
@@ -371,10 +373,10 @@ class MemoryStore:
         if held is None:
             return
         key_scope, key_bucket, scope, bucket, tokens = held
-        if key_scope is not None and key_bucket is not None:
+        if key_scope is not None:
             key_scope.in_flight -= 1
             key_scope.correct(key_bucket, -1, -tokens)
-        if scope is not None and bucket is not None:
+        if scope is not None:
             scope.in_flight -= 1
             scope.correct(bucket, -1, -tokens)
 

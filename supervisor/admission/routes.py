@@ -108,6 +108,8 @@ class Deployment:
     request_s: float
     #: What the admission ticket names it as (made once, not per request).
     candidate: Candidate
+    #: Its requests in flight are counted (`Routing.busy`): its route picks the least busy.
+    busy_counted: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +148,7 @@ def build_routes(config: Config, catalog: Catalog) -> dict[str, Route]:
                     key_index=keys.index(d.key_env) if d.key_env in keys else None,
                     request_s=config.provider_timeouts(d.provider).request_s,
                     candidate=Candidate(d.id, Limits(rpm=d.limits.rpm, tpm=d.limits.tpm, parallel=d.limits.parallel)),
+                    busy_counted=route.strategy == "least_busy",
                 )
             )
         routes[name] = built = Route(
@@ -311,7 +314,8 @@ class Routing:
         deployment, remaining = chosen
         timeouts = request.timeouts
         total = timeouts.request_s if timeouts is not None and timeouts.request_s else deployment.request_s
-        self.busy[deployment.id] = self.busy.get(deployment.id, 0) + 1
+        if deployment.busy_counted:
+            self.busy[deployment.id] = self.busy.get(deployment.id, 0) + 1
         return RouteRun(route, deployment, remaining, total, tokens)
 
     def take(self, plan: Plan, deployment: str | None, request: Request, tokens: int) -> RouteRun:
@@ -326,8 +330,8 @@ class Routing:
                     break
         timeouts = request.timeouts
         total = timeouts.request_s if timeouts is not None and timeouts.request_s else chosen.request_s
-        busy = self.busy
-        busy[chosen.id] = busy.get(chosen.id, 0) + 1
+        if chosen.busy_counted:
+            self.busy[chosen.id] = self.busy.get(chosen.id, 0) + 1
         return RouteRun(plan.route, chosen, rest, total, tokens)
 
     def skipped(self, skipped: tuple[tuple[str, str], ...]) -> None:
@@ -538,7 +542,8 @@ class Routing:
             )
         )
         run.deployment = after
-        self.busy[after.id] = self.busy.get(after.id, 0) + 1
+        if after.busy_counted:
+            self.busy[after.id] = self.busy.get(after.id, 0) + 1
         request = job.request
         old = request.timeouts or Timeouts()
         request = msgspec.structs.replace(
@@ -585,7 +590,7 @@ class Routing:
         of a failure, the deployment's share updated from its rate-limit headers."""
         run: RouteRun = state.route
         deployment = run.deployment
-        if not run.moving:
+        if not run.moving and deployment.busy_counted:
             busy = self.busy
             count = busy.get(deployment.id, 0) - 1
             if count > 0:
@@ -710,6 +715,8 @@ class Routing:
         return "cooling down" if deployment.id in self.cooling else "ready"
 
     def _not_busy(self, deployment: Deployment) -> None:
+        if not deployment.busy_counted:
+            return
         count = self.busy.get(deployment.id, 0) - 1
         if count > 0:
             self.busy[deployment.id] = count
