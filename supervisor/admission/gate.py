@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
+import msgspec
 import trio
 
 from ...config.loader import Config, RateLimitsConfig
@@ -46,19 +47,16 @@ class KeyHooks(Protocol):
     def key_ended(self, key: str, tokens: int, cost_usd: float | None) -> None: ...
 
 
-class Held:
+class Held(msgspec.Struct, gc=False):
     """What an admitted request holds until it ends: settled, or released if its job
     never reached a worker. `ticket`: the id the store holds it under (the request id;
     a route's fallback is admitted anew under another, as a shared store settles an id
-    once)."""
+    once). A struct: one is made per admitted request, in C."""
 
-    __slots__ = ("deployment", "key", "ticket", "tokens")
-
-    def __init__(self, key: str, deployment: str | None, tokens: int, ticket: str) -> None:
-        self.key = key
-        self.deployment = deployment
-        self.tokens = tokens
-        self.ticket = ticket
+    key: str
+    deployment: str | None
+    tokens: int
+    ticket: str
 
 
 def limits_of(
