@@ -170,7 +170,7 @@ class _Texts:
 
     def total(self) -> int:
         if self.chars <= SCAN_CHARS:
-            return self.flat + sum(_scan(t) for t in self.texts)
+            return self.flat + sum(map(_scan, self.texts))
         return self.flat + _sampled(self.texts, self.chars)
 
 
@@ -199,7 +199,10 @@ def estimate_request_tokens(request: Request) -> int:
     for m in request.messages:
         texts.flat += PER_MESSAGE
         for p in m.content:
-            texts.part(p)
+            if isinstance(p, TextPart):  # most parts: no dispatch
+                texts.add(p.text)
+            else:
+                texts.part(p)
     for tool in request.tools:
         texts.flat += PER_TOOL
         texts.add(tool.name + " " + tool.description)

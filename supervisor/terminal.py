@@ -71,13 +71,14 @@ def summary_of(state: RequestState) -> Summary:
     none or it cannot be read), kept on the request for the next reader."""
     summary = state.summary
     if summary is None:
-        summary = NOTHING
-        if state.ring:
-            frame = state.ring[-1]
-            cut = frame.find(b"\x00", 0, 256)  # the topic's end (`codec.split_frame`, without its copies)
-            try:
-                summary = _decoder.decode(memoryview(frame)[cut + 1 :])
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                summary = NOTHING
-        state.summary = summary
+        summary = state.summary = summary_in(state.ring[-1]) if state.ring else NOTHING
     return summary
+
+
+def summary_in(frame: bytes) -> Summary:
+    """The terminal event in one frame (`NOTHING` when it cannot be read)."""
+    cut = frame.find(b"\x00", 0, 256)  # the topic's end (`codec.split_frame`, without its copies)
+    try:
+        return _decoder.decode(memoryview(frame)[cut + 1 :])
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return NOTHING

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
+import msgspec
 import trio
 
 from ...config.loader import Config, RateLimitsConfig
@@ -46,19 +47,16 @@ class KeyHooks(Protocol):
     def key_ended(self, key: str, tokens: int, cost_usd: float | None) -> None: ...
 
 
-class Held:
+class Held(msgspec.Struct, gc=False):
     """What an admitted request holds until it ends: settled, or released if its job
     never reached a worker. `ticket`: the id the store holds it under (the request id;
     a route's fallback is admitted anew under another, as a shared store settles an id
-    once)."""
+    once). A struct: one is made per admitted request, in C."""
 
-    __slots__ = ("deployment", "key", "ticket", "tokens")
-
-    def __init__(self, key: str, deployment: str | None, tokens: int, ticket: str) -> None:
-        self.key = key
-        self.deployment = deployment
-        self.tokens = tokens
-        self.ticket = ticket
+    key: str
+    deployment: str | None
+    tokens: int
+    ticket: str
 
 
 def limits_of(
@@ -157,7 +155,14 @@ class Gate:
             tokens = estimated_tokens(request, model)
         ticket = Ticket(state.request_id, key, key_limits, candidates, tokens, time.time(), self.claim)
         if self.admit_now is not None:
-            return self._decided(self.admit_now(ticket), state, ticket)
+            decision = self.admit_now(ticket)
+            if isinstance(decision, Admitted) and not decision.skipped and (self.hooks is None or not key):
+                # Most requests: held at once (what `_decided` does, without its call).
+                index = decision.deployment
+                deployment = candidates[index].name if index is not None else None
+                state.admission = Held(key, deployment, tokens, ticket.request_id)
+                return None
+            return self._decided(decision, state, ticket)
         self.pending.add(ticket.request_id)  # now: the router runs the coroutine in a task of its own
         return self._admit_later(state, ticket)
 
@@ -210,13 +215,15 @@ class Gate:
             self.release(held)
             return
         tokens, cost = summary_of(state).billed()
-        settlement = Settlement(held.ticket, held.key, held.deployment, held.tokens, tokens, cost, time.time())
-        if isinstance(self.store, MemoryStore):
-            self.store.settle_now(settlement)
-        elif self.settle_soon is not None:
-            self.settle_soon(settlement)  # with the shared store's next batch: no round trip of its own
-        elif self.nursery is not None:
-            self.nursery.start_soon(self.store.settle, settlement)
+        store = self.store
+        if isinstance(store, MemoryStore):
+            store.settle_held(held.ticket, tokens, cost, time.time())  # no `Settlement` made to be read at once
+        else:
+            settlement = Settlement(held.ticket, held.key, held.deployment, held.tokens, tokens, cost, time.time())
+            if self.settle_soon is not None:
+                self.settle_soon(settlement)  # with the shared store's next batch: no round trip of its own
+            elif self.nursery is not None:
+                self.nursery.start_soon(store.settle, settlement)
         if self.hooks is not None and held.key:
             self.hooks.key_ended(held.key, tokens, cost)
 

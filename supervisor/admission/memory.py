@@ -29,6 +29,8 @@ from .store import (
 WINDOW_S = 60
 #: How long a parallel slot is assumed to take to free when one is asked for (unknown).
 PARALLEL_RETRY_S = 1.0
+#: The second of a bucket that has left the window.
+GONE = -1
 
 
 def day_of(now: float) -> int:
@@ -58,6 +60,7 @@ class Scope:
         "day",
         "failures",
         "in_flight",
+        "last",
         "month",
         "requests",
         "tokens",
@@ -68,6 +71,8 @@ class Scope:
     def __init__(self) -> None:
         #: [second, requests, tokens], oldest first; only seconds of the window stay.
         self.buckets: deque[list[int]] = deque()
+        #: The newest bucket (one gone before any: the next request makes one).
+        self.last: list[int] = [GONE, 0, 0]
         self.requests = 0
         self.tokens = 0
         self.in_flight = 0
@@ -82,32 +87,33 @@ class Scope:
         buckets = self.buckets
         oldest = second - WINDOW_S
         while buckets and buckets[0][0] <= oldest:
-            _, requests, tokens = buckets.popleft()
-            self.requests -= requests
-            self.tokens -= tokens
+            bucket = buckets.popleft()
+            self.requests -= bucket[1]
+            self.tokens -= bucket[2]
+            bucket[0] = GONE  # a hold's later correction of it changes nothing
 
-    def count(self, second: int, requests: int, tokens: int) -> None:
-        buckets = self.buckets
-        if buckets and buckets[-1][0] == second:
-            last = buckets[-1]
-            last[1] += requests
+    def take(self, second: int, tokens: int) -> list[int]:
+        """Count one request of `tokens` in `second`, in flight; its bucket, which the
+        request's settlement corrects."""
+        last = self.last
+        if last[0] == second:
+            last[1] += 1
             last[2] += tokens
         else:
-            buckets.append([second, requests, tokens])
-        self.requests += requests
+            last = self.last = [second, 1, tokens]
+            self.buckets.append(last)
+        self.requests += 1
         self.tokens += tokens
+        self.in_flight += 1
+        return last
 
-    def correct(self, second: int, requests: int, tokens: int) -> None:
-        """Change what was counted in `second`, if that second is still in the window."""
-        for bucket in reversed(self.buckets):
-            if bucket[0] == second:
-                bucket[1] += requests
-                bucket[2] += tokens
-                self.requests += requests
-                self.tokens += tokens
-                return
-            if bucket[0] < second:
-                return
+    def correct(self, bucket: list[int], requests: int, tokens: int) -> None:
+        """Change what was counted in `bucket` (one `take` gave), if it is still in the window."""
+        if bucket[0] != GONE:
+            bucket[1] += requests
+            bucket[2] += tokens
+            self.requests += requests
+            self.tokens += tokens
 
     def freed_after(self, now: float, requests: int, tokens: int) -> float:
         """Seconds until enough of the window has left for `requests` and `tokens` more
@@ -119,6 +125,15 @@ class Scope:
             if need_requests <= 0 and need_tokens <= 0:
                 return max(second + WINDOW_S - now, 0.001)
         return float(WINDOW_S)
+
+    def settle(self, bucket: list[int], delta: int, cost: float | None, now: float) -> None:
+        """A request counted in `bucket` ended: `delta` tokens more than its estimate, `cost` USD."""
+        self.in_flight -= 1
+        if delta and bucket[0] != GONE:
+            bucket[2] += delta
+            self.tokens += delta
+        if cost:
+            self.spend(now, cost)
 
     def spent(self, now: float) -> tuple[float, float]:
         """USD spent today and this month (UTC); a month can only turn with a day."""
@@ -142,8 +157,8 @@ def _over(
     """Why `scope` (`kind` `name`) cannot take one more request of `tokens`: a refusal
     for a budget, the limit's name for a rate or parallel limit (the caller words it),
     or None. Words are made only for a refusal: this runs for every request."""
-    if limits.usd_per_day is not None or limits.usd_per_month is not None:
-        usd_day, usd_month = scope.spent(now)
+    if limits.budgeted:
+        usd_day, usd_month = scope.spent(now) if now // 86400 != scope.day else (scope.usd_day, scope.usd_month)
         if limits.usd_per_day is not None and usd_day >= limits.usd_per_day:
             what = f"{kind} {name!r}"
             resets = day_end(scope.day)
@@ -164,13 +179,17 @@ def _over(
                 what,
                 resets_at=resets,
             )
-    if limits.rpm is not None or limits.tpm is not None:
-        scope.expire(second)
-        if limits.rpm is not None and scope.requests + 1 > limits.rpm:
+    if limits.rated:
+        buckets = scope.buckets
+        if buckets and buckets[0][0] <= second - WINDOW_S:
+            scope.expire(second)
+        rpm, tpm = limits.rpm, limits.tpm
+        if rpm is not None and scope.requests >= rpm:
             return "rpm"
-        if limits.tpm is not None and scope.tokens + tokens > limits.tpm:
+        if tpm is not None and scope.tokens + tokens > tpm:
             return "tpm"
-    if limits.parallel is not None and scope.in_flight + 1 > limits.parallel:
+    parallel = limits.parallel
+    if parallel is not None and scope.in_flight >= parallel:
         return "parallel"
     return None
 
@@ -215,16 +234,15 @@ def _utc(at: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(at))
 
 
-class _Held:
-    """What an admitted request holds until it is settled or released."""
-
-    __slots__ = ("deployment", "key", "second", "tokens")
-
-    def __init__(self, key: str, deployment: str | None, second: int, tokens: int) -> None:
-        self.key = key
-        self.deployment = deployment
-        self.second = second
-        self.tokens = tokens
+#: What an admitted request holds until it is settled or released: the scopes it was
+#: counted in (its key's, its deployment's; None for none), the bucket `Scope.take`
+#: gave in each, and its estimated tokens. A tuple: one is made for every request.
+_Held = tuple[Scope | None, list[int], Scope | None, list[int], int]
+#: The bucket of a scope a request was not counted in.
+_NO_BUCKET = [GONE, 0, 0]
+#: The decision of a ticket admitted with nothing skipped, by candidate index (shared:
+#: no one changes a decision).
+_ADMITTED: dict[int | None, Admitted] = {i: Admitted(i) for i in (None, *range(8))}
 
 
 class MemoryStore:
@@ -321,38 +339,46 @@ class MemoryStore:
         if ticket.candidates and chosen is None:
             assert refusal is not None
             return refusal
-        if key_scope is not None:
-            key_scope.count(second, 1, tokens)
-            key_scope.in_flight += 1
-        deployment: str | None = None
-        if chosen_scope is not None and chosen is not None:
-            chosen_scope.count(second, 1, tokens)
-            chosen_scope.in_flight += 1
-            deployment = ticket.candidates[chosen].name
-        self.held[request_id] = _Held(ticket.key, deployment, second, tokens)
+        self.held[request_id] = (
+            key_scope,
+            key_scope.take(second, tokens) if key_scope is not None else _NO_BUCKET,
+            chosen_scope,
+            chosen_scope.take(second, tokens) if chosen_scope is not None else _NO_BUCKET,
+            tokens,
+        )
         if ticket.claim:
             self._claim(request_id, now)
-        return Admitted(chosen, tuple(skipped) if skipped else ())
+        if skipped:
+            return Admitted(chosen, tuple(skipped))
+        return _ADMITTED.get(chosen) or Admitted(chosen)
 
     def settle_now(self, settlement: Settlement) -> None:
-        held = self.held.pop(settlement.request_id, None)
+        self.settle_held(settlement.request_id, settlement.tokens, settlement.cost_usd, settlement.now)
+
+    def settle_held(self, request_id: str, tokens: int, cost_usd: float | None, now: float) -> None:
+        """`settle_now` of what the store holds for `request_id` (its key and deployment
+        are held here), without a `Settlement` to make."""
+        held = self.held.pop(request_id, None)
         if held is None:  # settled already, or never admitted here
             return
-        delta = settlement.tokens - held.tokens
-        for scope in self._scopes_of(held):
-            scope.in_flight -= 1
-            if delta:
-                scope.correct(held.second, 0, delta)
-            if settlement.cost_usd:
-                scope.spend(settlement.now, settlement.cost_usd)
+        key_scope, key_bucket, scope, bucket, estimated = held
+        delta = tokens - estimated
+        if key_scope is not None:
+            key_scope.settle(key_bucket, delta, cost_usd, now)
+        if scope is not None:
+            scope.settle(bucket, delta, cost_usd, now)
 
     def release_now(self, request_id: str) -> None:
         held = self.held.pop(request_id, None)
         if held is None:
             return
-        for scope in self._scopes_of(held):
+        key_scope, key_bucket, scope, bucket, tokens = held
+        if key_scope is not None:
+            key_scope.in_flight -= 1
+            key_scope.correct(key_bucket, -1, -tokens)
+        if scope is not None:
             scope.in_flight -= 1
-            scope.correct(held.second, -1, -held.tokens)
+            scope.correct(bucket, -1, -tokens)
 
     def failure_now(self, deployment: str, now: float, *, threshold: int, window_s: float, cooldown_s: float) -> bool:
         scope = self.deployments.get(deployment)
@@ -399,14 +425,6 @@ class MemoryStore:
         return found
 
     # -- inside ---------------------------------------------------------------------------
-
-    def _scopes_of(self, held: _Held) -> list[Scope]:
-        scopes: list[Scope] = []
-        if held.key and held.key in self.keys:
-            scopes.append(self.keys[held.key])
-        if held.deployment is not None and held.deployment in self.deployments:
-            scopes.append(self.deployments[held.deployment])
-        return scopes
 
     def _claim(self, request_id: str, now: float) -> None:
         claims = self.claims

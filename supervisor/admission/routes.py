@@ -21,8 +21,8 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
@@ -45,7 +45,7 @@ from ...protocol.messages import (
     Timeouts,
 )
 from ...protocol.tokens import estimate_request_tokens
-from ..terminal import summary_of
+from ..terminal import Summary, summary_in, summary_of
 from .gate import Held
 from .memory import MemoryStore
 from .selection import Option, Selector, Strategy
@@ -84,6 +84,8 @@ class AdmitsNow(Protocol):
 
     def settle_now(self, settlement: Settlement) -> None: ...
 
+    def settle_held(self, request_id: str, tokens: int, cost_usd: float | None, now: float) -> None: ...
+
     def release_now(self, request_id: str) -> None: ...
 
     def failure_now(
@@ -106,6 +108,8 @@ class Deployment:
     request_s: float
     #: What the admission ticket names it as (made once, not per request).
     candidate: Candidate
+    #: Its requests in flight are counted (`Routing.busy`): its route picks the least busy.
+    busy_counted: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +123,10 @@ class Route:
     breaker: BreakerConfig
     #: A deployment has a `tpm` limit: the request's tokens are estimated for it.
     needs_tokens: bool
+    #: The plan of each of the selector's `static` orders, made once (set by `build_routes`).
+    plans: tuple[Plan, ...] = field(default=(), repr=False, compare=False)
+    #: The providers of its deployments, each once (whose workers a plan needs).
+    providers: tuple[str, ...] = ()
 
 
 def build_routes(config: Config, catalog: Catalog) -> dict[str, Route]:
@@ -140,9 +148,10 @@ def build_routes(config: Config, catalog: Catalog) -> dict[str, Route]:
                     key_index=keys.index(d.key_env) if d.key_env in keys else None,
                     request_s=config.provider_timeouts(d.provider).request_s,
                     candidate=Candidate(d.id, Limits(rpm=d.limits.rpm, tpm=d.limits.tpm, parallel=d.limits.parallel)),
+                    busy_counted=route.strategy == "least_busy",
                 )
             )
-        routes[name] = Route(
+        routes[name] = built = Route(
             name=name,
             strategy=route.strategy,
             deployments=tuple(deployments),
@@ -154,40 +163,49 @@ def build_routes(config: Config, catalog: Catalog) -> dict[str, Route]:
             fallback_on=frozenset(route.fallback_on),
             breaker=route.breaker,
             needs_tokens=any(d.limits.tpm is not None for d in route.deployments),
+            providers=tuple(dict.fromkeys(d.provider for d in deployments)),
         )
+        plans = tuple(Plan.of(built, [built.deployments[i] for i in order]) for order in built.selector.static)
+        object.__setattr__(built, "plans", plans)  # frozen: set once, here (a plan names its route)
     return routes
 
 
-class RouteRun:
+class RouteRun(msgspec.Struct):
     """One routed request: the deployment serving it now, those left to fall back on,
-    those tried, and its deadline (trio's clock) across all of them."""
-
-    __slots__ = ("deadline", "deployment", "fallbacks", "moving", "remaining", "route", "tokens")
-
-    def __init__(self, route: Route, deployment: Deployment, remaining: list[Deployment], deadline: float) -> None:
-        self.route = route
-        self.deployment = deployment
-        self.remaining = remaining
-        self.fallbacks: list[FallbackInfo] = []
-        self.deadline = deadline
-        self.tokens = 0
-        #: A fallback's admission is being awaited: no deployment serves it meanwhile.
-        self.moving = False
-
-
-@dataclass(slots=True)
-class Plan:
-    """A route's deployments that can take a request now, in the order to offer them."""
+    those tried, and its time across all of them (`total_s`, from its submit: its
+    deadline is worked out only when it would fall back). A struct: one is made per
+    routed request, in C."""
 
     route: Route
-    order: list[Deployment]
+    deployment: Deployment
+    remaining: Sequence[Deployment]
+    total_s: float
+    tokens: int
+    fallbacks: list[FallbackInfo] = msgspec.field(default_factory=list)
+    #: A fallback's admission is being awaited: no deployment serves it meanwhile.
+    moving: bool = False
 
-    @property
-    def first(self) -> ModelInfo:
-        return self.order[0].info
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A route's deployments that can take a request now, in the order to offer them
+    (`offered`: the same, as the admission ticket's candidates). Those of the selector's
+    static orders are made once (`Route.plans`) and shared by the requests drawing them."""
+
+    route: Route
+    order: tuple[Deployment, ...]
+    offered: tuple[Candidate, ...]
+    #: The model of the first deployment offered.
+    first: ModelInfo
+    #: The deployments after the first (those a request the first takes may fall back on).
+    rest: tuple[Deployment, ...]
+
+    @classmethod
+    def of(cls, route: Route, order: Sequence[Deployment]) -> Plan:
+        return cls(route, tuple(order), tuple([d.candidate for d in order]), order[0].info, tuple(order[1:]))
 
     def candidates(self) -> tuple[Candidate, ...]:
-        return tuple([d.candidate for d in self.order])
+        return self.offered
 
 
 class Routing:
@@ -246,57 +264,71 @@ class Routing:
         if route is None:
             return None
         # What this daemon knows of cooldowns and shares is looked at only when it knows any.
-        cooling: set[str] = set()
-        share: dict[str, float] = {}
+        cooling: set[str] | None = None
+        share: dict[str, float] | None = None
         if self.cooling or self.share:
             now = time.time()
             cooling = {d.id for d in route.deployments if self.cooling.get(d.id, 0.0) > now}
             share = {d.id: s[0] for d in route.deployments if (s := self.share.get(d.id)) is not None and s[1] > now}
+        if not cooling and not share:
+            # Most requests: one of the orders made at start, taken whole when every
+            # deployment's worker can serve.
+            at = route.selector.draw(self.rng, self.busy)
+            if at >= 0:
+                plan = route.plans[at]
+                slots = self.slots
+                for provider in route.providers:
+                    slot = slots.get(provider)
+                    if slot is None or slot.state in _CANNOT_SERVE:
+                        return self._ready(route, plan.order)
+                return plan
         deployments = route.deployments
+        order = route.selector.order(self.rng, busy=self.busy, cooling=cooling or set(), share=share)
+        return self._ready(route, [deployments[i] for i in order])
+
+    def _ready(self, route: Route, order: Sequence[Deployment]) -> Plan | ErrorInfo:
+        """The plan of those of `order` whose provider can serve now, or why none can."""
         slots = self.slots
         ready = []
-        for i in route.selector.order(self.rng, busy=self.busy, cooling=cooling, share=share):
-            deployment = deployments[i]
+        for deployment in order:
             slot = slots.get(deployment.provider)
             if slot is not None and slot.state not in _CANNOT_SERVE:
                 ready.append(deployment)
         if not ready:
             why = "; ".join(f"{d.id}: {self._state_of(d)}" for d in route.deployments)
             return _error("unavailable", f"no deployment of route {route.name!r} can serve now ({why})")
-        return Plan(route, ready)
+        return Plan.of(route, ready)
 
     def admit(self, plan: Plan, request_id: str, request: Request) -> RouteRun | ErrorInfo:
         """The store's choice among the plan's deployments (the first it finds neither
         cooling down nor at its limits), held for this request until it ends."""
         route = plan.route
         tokens = _estimate(request) if route.needs_tokens else 0
-        chosen = self._admit(request_id, plan.order, tokens)
+        chosen = self._admit(request_id, plan.order, tokens, plan.offered)
         if isinstance(chosen, ErrorInfo):
             return chosen
         deployment, remaining = chosen
         timeouts = request.timeouts
         total = timeouts.request_s if timeouts is not None and timeouts.request_s else deployment.request_s
-        run = RouteRun(route, deployment, remaining, trio.current_time() + total)
-        run.tokens = tokens
-        self.busy[deployment.id] = self.busy.get(deployment.id, 0) + 1
-        return run
+        if deployment.busy_counted:
+            self.busy[deployment.id] = self.busy.get(deployment.id, 0) + 1
+        return RouteRun(route, deployment, remaining, total, tokens)
 
     def take(self, plan: Plan, deployment: str | None, request: Request, tokens: int) -> RouteRun:
         """The run of a request the gate's ticket admitted on `deployment` (one of the
         plan's), held for it until it ends (the gate settles it)."""
         order = plan.order
-        index = 0
-        for i, d in enumerate(order):
-            if d.id == deployment:
-                index = i
-                break
-        chosen = order[index]
+        chosen, rest = order[0], plan.rest
+        if chosen.id != deployment:
+            for i, d in enumerate(order):
+                if d.id == deployment:
+                    chosen, rest = d, order[i + 1 :]
+                    break
         timeouts = request.timeouts
         total = timeouts.request_s if timeouts is not None and timeouts.request_s else chosen.request_s
-        run = RouteRun(plan.route, chosen, order[index + 1 :], trio.current_time() + total)
-        run.tokens = tokens
-        self.busy[chosen.id] = self.busy.get(chosen.id, 0) + 1
-        return run
+        if chosen.busy_counted:
+            self.busy[chosen.id] = self.busy.get(chosen.id, 0) + 1
+        return RouteRun(plan.route, chosen, rest, total, tokens)
 
     def skipped(self, skipped: tuple[tuple[str, str], ...]) -> None:
         """Candidates a ticket skipped: one cooling down (another daemon may have cooled
@@ -350,15 +382,16 @@ class Routing:
         route = run.route
         if not route.fallback or not run.remaining:
             return False
-        event = decode_event(split_frame(msg.frames[0])[1])
-        if type(event) is not ErrorEvent:
+        # Only the fields a fallback decides on: most terminal frames are a finish whose
+        # content is most of the frame, and the request's end reads the same fields.
+        summary = summary_in(msg.frames[0])
+        error = summary.error
+        if summary.type != "error" or error is None or error.error_class not in route.fallback_on:
+            state.summary = summary  # the request's last frame: its end reads it from here
             return False
-        error = event.error
-        if error.error_class not in route.fallback_on:
-            return False
-        if event.partial is not None and event.partial.message.content:
+        if summary.partial is not None and _has_content(msg.frames[0]):
             return False  # a whole response's content arrived, and was billed: not switched
-        left = run.deadline - trio.current_time()
+        left = state.submitted_at + run.total_s - trio.current_time()
         job = state.sent_job()
         if left <= 0 or job is None:
             return False
@@ -417,7 +450,7 @@ class Routing:
         generation: int | None,
         held: Held,
         ticket: Ticket,
-        candidates: list[Deployment],
+        candidates: Sequence[Deployment],
         failed: Deployment,
         error: ErrorInfo,
         job: Job,
@@ -464,7 +497,7 @@ class Routing:
         held: Held,
         ticket: Ticket,
         decision: Decision,
-        candidates: list[Deployment],
+        candidates: Sequence[Deployment],
         failed: Deployment,
         error: ErrorInfo,
         job: Job,
@@ -479,7 +512,7 @@ class Routing:
         index = decision.deployment or 0
         after = candidates[index]
         state.admission = Held(held.key, after.id, held.tokens, ticket.request_id)
-        left = run.deadline - trio.current_time()
+        left = state.submitted_at + run.total_s - trio.current_time()
         if left <= 0:  # its time ran out while it was admitted: it ends here, on that ticket
             return False
         self._move(state, run, job, failed, error, after, candidates[index + 1 :], left)
@@ -493,7 +526,7 @@ class Routing:
         failed: Deployment,
         error: ErrorInfo,
         after: Deployment,
-        remaining: list[Deployment],
+        remaining: Sequence[Deployment],
         left: float,
     ) -> None:
         """The same job to the next deployment's worker, with the time left."""
@@ -505,7 +538,8 @@ class Routing:
             )
         )
         run.deployment = after
-        self.busy[after.id] = self.busy.get(after.id, 0) + 1
+        if after.busy_counted:
+            self.busy[after.id] = self.busy.get(after.id, 0) + 1
         request = job.request
         old = request.timeouts or Timeouts()
         request = msgspec.structs.replace(
@@ -552,44 +586,43 @@ class Routing:
         of a failure, the deployment's share updated from its rate-limit headers."""
         run: RouteRun = state.route
         deployment = run.deployment
-        if not run.moving:
-            self._not_busy(deployment)
-        outcome = "ended"
-        now = time.time()
+        if not run.moving and deployment.busy_counted:
+            busy = self.busy
+            count = busy.get(deployment.id, 0) - 1
+            if count > 0:
+                busy[deployment.id] = count
+            else:
+                busy.pop(deployment.id, None)
         terminal = summary_of(state)
-        tokens, cost = terminal.billed()
-        if terminal.type == "finish" and terminal.response is not None:
-            outcome = terminal.response.finish_reason.reason
-            if terminal.response.rate_limit is not None:
-                self._note_share(deployment, terminal.response.rate_limit, now)
+        if terminal.type == "finish":
+            response = terminal.response
+            if response is not None and response.rate_limit is not None:
+                self._note_share(deployment, response.rate_limit, time.time())
         elif terminal.type == "error" and terminal.error is not None:
-            outcome = "error"
-            self._failed(run.route, deployment, terminal.error, now)
+            self._failed(run.route, deployment, terminal.error, time.time())
         if self.gate is None:  # else the gate settles the ticket that admitted it, key and deployment
-            self.store.settle_now(Settlement(state.request_id, "", deployment.id, run.tokens, tokens, cost, now))
+            tokens, cost = terminal.billed()
+            self.store.settle_held(state.request_id, tokens, cost, time.time())
         if state.span is not None:
             state.span.attributes["trunkline.route"] = run.route.name
         if self.metrics is not None:
-            self.metrics.route_ended(run.route.name, deployment.id, outcome)
+            self.metrics.route_ended(run.route.name, deployment.id, _outcome(terminal))
 
     # -- inside ---------------------------------------------------------------------------
 
     def _admit(
-        self, request_id: str, candidates: list[Deployment], tokens: int
-    ) -> tuple[Deployment, list[Deployment]] | ErrorInfo:
+        self,
+        request_id: str,
+        candidates: Sequence[Deployment],
+        tokens: int,
+        offered: tuple[Candidate, ...] | None = None,
+    ) -> tuple[Deployment, Sequence[Deployment]] | ErrorInfo:
+        """`offered`: the candidates' own, when made already (a plan's)."""
         if not candidates:
             return _error("unavailable", "no deployment is left to try")
-        decision = self.store.admit_now(
-            Ticket(
-                request_id=request_id,
-                key="",
-                key_limits=_NO_KEY_LIMITS,
-                candidates=tuple([d.candidate for d in candidates]),
-                tokens=tokens,
-                now=time.time(),
-                claim=False,
-            )
-        )
+        if offered is None:
+            offered = tuple([d.candidate for d in candidates])
+        decision = self.store.admit_now(Ticket(request_id, "", _NO_KEY_LIMITS, offered, tokens, time.time(), False))
         if isinstance(decision, Admitted):
             index = decision.deployment or 0
             return candidates[index], candidates[index + 1 :]
@@ -678,6 +711,8 @@ class Routing:
         return "cooling down" if deployment.id in self.cooling else "ready"
 
     def _not_busy(self, deployment: Deployment) -> None:
+        if not deployment.busy_counted:
+            return
         count = self.busy.get(deployment.id, 0) - 1
         if count > 0:
             self.busy[deployment.id] = count
@@ -706,6 +741,22 @@ def _recount(held: Held, refused: Ticket) -> Ticket | None:
 def _recounted(state: RequestState, held: Held, recount: Ticket, decision: Decision) -> None:
     if isinstance(decision, Admitted):
         state.admission = Held(held.key, None, held.tokens, recount.request_id)
+
+
+def _outcome(terminal: Summary) -> str:
+    """How a routed request ended, for the metrics: its finish reason, or "error"."""
+    if terminal.type == "finish" and terminal.response is not None:
+        return terminal.response.finish_reason.reason
+    if terminal.type == "error" and terminal.error is not None:
+        return "error"
+    return "ended"
+
+
+def _has_content(frame: bytes) -> bool:
+    """An error event's partial response carries content (read in full: only for a
+    failure that would fall back)."""
+    event = decode_event(split_frame(frame)[1])
+    return type(event) is ErrorEvent and event.partial is not None and bool(event.partial.message.content)
 
 
 def _estimate(request: Request) -> int:

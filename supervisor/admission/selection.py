@@ -9,13 +9,18 @@ its cooldown may end before the request is admitted.
 
 from __future__ import annotations
 
+import math
 import random
 from bisect import bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain, product
 from typing import Literal
 
 Strategy = Literal["weighted", "least_busy", "priority"]
+#: At most this many orders of one route are made at start (a priority route's levels
+#: multiply them); past it, each request's order is worked out as it comes.
+MAX_STATIC_ORDERS = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +72,7 @@ class Selector:
     once: with no share lowered, the draw is one bisection and the order a list made
     at start (the same order, for the same random numbers, as `order` gives)."""
 
-    __slots__ = ("_levels", "_static", "options", "strategy")
+    __slots__ = ("_drawn", "_levels", "_static", "options", "static", "strategy")
 
     def __init__(self, strategy: Strategy, options: Sequence[Option]) -> None:
         self.strategy = strategy
@@ -94,6 +99,39 @@ class Selector:
             self._levels.append((group, cumulative, orders))
         #: least_busy with nothing in flight: by weight, then config order.
         self._static = sorted(range(n), key=lambda i: (-weights[i], i))
+        #: Every order `draw` can pick, made at start (least_busy: the one above; else
+        #: one per combination of the firsts drawn in each level, while they are few).
+        self.static: list[tuple[int, ...]] = []
+        if strategy == "least_busy":
+            self.static = [tuple(self._static)]
+        elif math.prod(len(group) for group, _, _ in self._levels) <= MAX_STATIC_ORDERS:
+            self.static = [
+                tuple(chain.from_iterable(combo)) for combo in product(*(orders for _, _, orders in self._levels))
+            ]
+        #: The cumulative weights of the one level drawn from, when only one is (most
+        #: routes): `draw` is then one bisection.
+        drawn = [cumulative for group, cumulative, _ in self._levels if len(group) > 1]
+        self._drawn = drawn[0] if len(drawn) == 1 and self.static else None
+
+    def draw(self, rng: random.Random, busy: Mapping[str, int] | None = None) -> int:
+        """The index in `static` of the order `order` would give with no deployment
+        cooling down and no share lowered (the same random numbers drawn), or -1 when it
+        is not one of them (least_busy with some of them in flight; too many orders)."""
+        if self.strategy == "least_busy":
+            return -1 if busy and any(o.id in busy for o in self.options) else 0
+        cumulative = self._drawn
+        if cumulative is not None:
+            at = bisect_right(cumulative, rng.random() * cumulative[-1])
+            return at if at < len(cumulative) else len(cumulative) - 1
+        if not self.static:
+            return -1
+        at = 0
+        for group, cumulative, _ in self._levels:
+            size = len(group)
+            if size > 1:
+                drawn = bisect_right(cumulative, rng.random() * cumulative[-1])
+                at = at * size + (drawn if drawn < size else size - 1)
+        return at
 
     def order(
         self,

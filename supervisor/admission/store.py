@@ -27,18 +27,20 @@ class Limits:
     parallel: int | None = None
     usd_per_day: float | None = None
     usd_per_month: float | None = None
-    #: No limit at all (worked out once: admission asks for every request).
+    #: No limit at all (worked out once, like the two below: admission asks for every request).
     empty: bool = field(init=False, compare=False, default=True)
+    #: A budget is set (a day's or a month's).
+    budgeted: bool = field(init=False, compare=False, default=False)
+    #: A rate is limited (`rpm` or `tpm`).
+    rated: bool = field(init=False, compare=False, default=False)
 
     def __post_init__(self) -> None:
-        empty = (
-            self.rpm is None
-            and self.tpm is None
-            and self.parallel is None
-            and self.usd_per_day is None
-            and self.usd_per_month is None
-        )
-        object.__setattr__(self, "empty", empty)  # frozen: set once, here
+        budgeted = self.usd_per_day is not None or self.usd_per_month is not None
+        rated = self.rpm is not None or self.tpm is not None
+        # frozen: set once, here
+        object.__setattr__(self, "budgeted", budgeted)
+        object.__setattr__(self, "rated", rated)
+        object.__setattr__(self, "empty", not budgeted and not rated and self.parallel is None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -194,6 +194,34 @@ async def test_weights_split_the_traffic(start_daemon, nursery):
     assert (len(a.sent(PATH)), len(b.sent(PATH))) == (served["a"], served["b"])
 
 
+async def test_least_busy_sends_the_next_request_where_none_is_in_flight(start_daemon, nursery):
+    daemon, a, b = await two_deployments(
+        start_daemon, nursery, {"strategy": "least_busy", "a": {"weight": 2}, "b": {"weight": 1}}
+    )
+    release = trio.Event()
+    held = Reply.sse(cc.sse(cc.chunks(id="c1", model="m", text="slow a")), chunk_size=8, hold_after=1, release=release)
+    a.route("POST", PATH, held, answer("from a"))
+    b.route("POST", PATH, answer("from b"))
+    with trio.fail_after(30):
+        async with Client(daemon.runtime_dir) as client:
+            texts: list[str] = []
+
+            async def slow() -> None:
+                async with client.stream("smart", "hi") as stream:
+                    events = [ev async for ev in stream]
+                texts.append(events[-1].response.text)
+
+            async with trio.open_nursery() as inner:
+                inner.start_soon(slow)
+                await a.request_seen.wait()  # the heavier deployment has one in flight: the next goes to b
+                busy = await client.complete("smart", "hi")
+                release.set()
+            idle = await client.complete("smart", "hi")  # none in flight again: the heavier first
+    assert (busy.deployment, busy.text) == ("b", "from b")
+    assert texts[-1] == "slow a"
+    assert (idle.deployment, idle.text) == ("a", "from a")
+
+
 async def test_a_route_name_answers_model_lookups(start_daemon, nursery):
     daemon, _, _ = await two_deployments(start_daemon, nursery, {})
     with trio.fail_after(20):

@@ -34,3 +34,24 @@ def test_a_monthly_budget_outlives_the_day_and_resets_with_the_month() -> None:
     assert isinstance(next_day, Refused) and next_day.error_class == "quota_exceeded"
     assert next_day.resets_at == calendar.timegm((2028, 1, 1, 0, 0, 0))
     assert isinstance(store.admit_now(ticket("c", t0 + 2 * 86400)), Admitted)  # January 1st
+
+
+def test_a_correction_after_its_second_left_the_window_changes_nothing() -> None:
+    """A request's hold keeps the bucket it was counted in: once that second has left
+    the window, its settlement or release no longer touches the window's counts."""
+    store = MemoryStore()
+    limits = Limits(rpm=10, tpm=1000)
+
+    def ticket(rid: str, now: float, tokens: int) -> Ticket:
+        return Ticket(request_id=rid, key="alice", key_limits=limits, candidates=(), tokens=tokens, now=now)
+
+    t0 = 1_800_000_000.0
+    assert isinstance(store.admit_now(ticket("a", t0, 100)), Admitted)
+    assert isinstance(store.admit_now(ticket("b", t0, 100)), Admitted)
+    assert isinstance(store.admit_now(ticket("c", t0 + 30, 50)), Admitted)
+    assert isinstance(store.admit_now(ticket("d", t0 + 61, 10)), Admitted)  # a's and b's second has left
+    store.settle_now(Settlement("a", "alice", None, 100, 900, None, t0 + 61))
+    store.release_now("b")
+    store.settle_now(Settlement("c", "alice", None, 50, 70, None, t0 + 61))  # still in the window: corrected
+    [use] = store.use_now(["key:alice"], t0 + 61)
+    assert (use.requests_last_minute, use.tokens_last_minute, use.in_flight) == (2, 80, 1)

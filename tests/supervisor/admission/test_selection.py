@@ -85,3 +85,35 @@ def test_the_prepared_selector_orders_as_order_does_for_the_same_draws():
             assert selector.order(ours, busy=busy, cooling=cooling) == order(
                 strategy, options, theirs, busy=busy, cooling=cooling
             ), (strategy, n)
+
+
+def test_a_drawn_static_order_is_the_order_of_the_same_draws():
+    options = [
+        Option("a", weight=6),
+        Option("b", weight=3, priority=1),
+        Option("c", weight=1),
+        Option("d", weight=2, priority=1),
+        Option("e", weight=0.5, priority=2),
+    ]
+    strategies: tuple[Strategy, ...] = ("weighted", "least_busy", "priority")
+    for strategy in strategies:
+        selector = Selector(strategy, options)
+        ours, theirs = random.Random(7), random.Random(7)
+        seen = set()
+        for n in range(2000):
+            busy = {"b": 2} if strategy == "least_busy" and n % 5 == 0 else {}
+            at = selector.draw(ours, busy)
+            expected = order(strategy, options, theirs, busy=busy)
+            if at < 0:
+                assert busy, (strategy, n)  # only least_busy with one of them in flight is not static
+                continue
+            assert list(selector.static[at]) == expected, (strategy, n)
+            seen.add(at)
+        assert len(seen) == len(selector.static), strategy  # every static order is drawn
+
+
+def test_too_many_orders_are_worked_out_per_request():
+    many = [Option(f"p{level}x{i}", priority=level) for level in range(5) for i in range(4)]  # 4**5 combinations
+    selector = Selector("priority", many)
+    assert selector.static == []
+    assert selector.draw(random.Random(0)) == -1
