@@ -32,20 +32,6 @@ pytestmark = pytest.mark.e2e
 PATH = "/v1/chat/completions"
 
 
-def answer(text: str) -> Callable[[Recorded], Reply]:
-    """A healthy upstream: `text`, streamed or whole as the request asks."""
-
-    def reply(request: Recorded) -> Reply:
-        payloads = cc.chunks(
-            id="c1", model="m", text=text, usage={"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
-        )
-        if request.json().get("stream"):
-            return Reply.sse(cc.sse(payloads))
-        return Reply.json(cc.completion(payloads))
-
-    return reply
-
-
 OVERLOADED = cc.error(529, "Overloaded", "overloaded_error", None)
 BROKEN = cc.error(503, "upstream is down", "server_error", None)
 
@@ -99,7 +85,7 @@ async def next_bus(client: Client, name: str) -> BusEvent:
 async def test_a_deployment_answering_529_falls_back_to_a_healthy_one(start_daemon, nursery):
     daemon, a, b = await two_deployments(start_daemon, nursery, {"strategy": "priority", "b": {"priority": 1}})
     a.route("POST", PATH, OVERLOADED)
-    b.route("POST", PATH, answer("from b"))
+    b.route("POST", PATH, cc.answering("from b"))
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir, watch_bus=True) as client:
             response = await client.complete("smart", "hi")
@@ -126,7 +112,7 @@ async def test_a_stream_that_sent_content_is_not_switched(start_daemon, nursery)
     broken = "".join(f"data: {json.dumps(p)}\n\n" for p in head)
     broken += 'data: {"error": {"message": "Rate limit exceeded", "type": "rate_limit_exceeded", "code": "429"}}\n\n'
     a.route("POST", PATH, Reply.sse(broken))
-    b.route("POST", PATH, answer("from b"))
+    b.route("POST", PATH, cc.answering("from b"))
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir) as client, client.stream("smart", "hi") as stream:
             events = [ev async for ev in stream]
@@ -142,7 +128,7 @@ async def test_the_breaker_cools_a_failing_deployment_and_tries_it_again_after(s
     route = {"strategy": "priority", "b": {"priority": 1}, "breaker": {"failures": 2, "window_s": 60, "cooldown_s": 1}}
     daemon, a, b = await two_deployments(start_daemon, nursery, route)
     a.route("POST", PATH, BROKEN)
-    b.route("POST", PATH, answer("from b"))
+    b.route("POST", PATH, cc.answering("from b"))
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir, watch_bus=True) as client:
             for _ in range(2):
@@ -166,7 +152,7 @@ async def test_a_429_with_retry_after_cools_the_deployment(start_daemon, nursery
     route = {"strategy": "priority", "b": {"priority": 1}, "breaker": {"failures": 10}}
     daemon, a, b = await two_deployments(start_daemon, nursery, route)
     a.route("POST", PATH, cc.error(429, "slow down", "rate_limit_exceeded", None, **{"retry-after": "120"}))
-    b.route("POST", PATH, answer("from b"))
+    b.route("POST", PATH, cc.answering("from b"))
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir, watch_bus=True) as client:
             first = await client.complete("smart", "hi")
@@ -180,8 +166,8 @@ async def test_a_429_with_retry_after_cools_the_deployment(start_daemon, nursery
 
 async def test_weights_split_the_traffic(start_daemon, nursery):
     daemon, a, b = await two_deployments(start_daemon, nursery, {"a": {"weight": 3}, "b": {"weight": 1}})
-    a.route("POST", PATH, answer("from a"))
-    b.route("POST", PATH, answer("from b"))
+    a.route("POST", PATH, cc.answering("from a"))
+    b.route("POST", PATH, cc.answering("from b"))
     served: dict[str, int] = {"a": 0, "b": 0}
     with trio.fail_after(60):
         async with Client(daemon.runtime_dir) as client:
@@ -200,8 +186,8 @@ async def test_least_busy_sends_the_next_request_where_none_is_in_flight(start_d
     )
     release = trio.Event()
     held = Reply.sse(cc.sse(cc.chunks(id="c1", model="m", text="slow a")), chunk_size=8, hold_after=1, release=release)
-    a.route("POST", PATH, held, answer("from a"))
-    b.route("POST", PATH, answer("from b"))
+    a.route("POST", PATH, held, cc.answering("from a"))
+    b.route("POST", PATH, cc.answering("from b"))
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir) as client:
             texts: list[str] = []
@@ -233,7 +219,7 @@ async def test_a_route_name_answers_model_lookups(start_daemon, nursery):
 
 def throttling(text: str, remaining: int, limit: int = 1000) -> Callable[[Recorded], Reply]:
     """A healthy upstream whose rate-limit headers say how little of its window is left."""
-    healthy = answer(text)
+    healthy = cc.answering(text)
 
     def reply(request: Recorded) -> Reply:
         out = healthy(request)
@@ -271,7 +257,7 @@ async def test_fallbacks_and_cooldowns_are_in_the_metrics_and_a_reload_changes_t
     route = {"strategy": "priority", "b": {"priority": 1}, "breaker": {"failures": 1, "cooldown_s": 600}}
     daemon, a, b = await two_deployments(start_daemon, nursery, route, metrics={"listen": f"127.0.0.1:{port}"})
     a.route("POST", PATH, BROKEN)
-    b.route("POST", PATH, answer("from b"))
+    b.route("POST", PATH, cc.answering("from b"))
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir) as client:
             await client.complete("smart", "hi")  # a fails, is cooled (1 failure), b serves
@@ -294,7 +280,7 @@ async def test_fallbacks_and_cooldowns_are_in_the_metrics_and_a_reload_changes_t
 
 async def test_a_deployment_whose_provider_cannot_serve_is_skipped(start_daemon, nursery):
     b = await FakeUpstream().start(nursery)
-    b.route("POST", PATH, answer("from b"))
+    b.route("POST", PATH, cc.answering("from b"))
     deployments = [
         {"id": "nowhere", "provider": "fc", "model": "m"},  # no base_url: not configured
         {"id": "b", "provider": "fb", "model": "model-b", "priority": 1},
@@ -335,7 +321,7 @@ async def test_the_span_names_the_route_the_deployment_and_each_fallback(start_d
     route = {"strategy": "priority", "b": {"priority": 1}}
     daemon, a, b = await two_deployments(start_daemon, nursery, route, telemetry={"otlp_endpoint": collector.base_url})
     a.route("POST", PATH, OVERLOADED)
-    b.route("POST", PATH, answer("from b"))
+    b.route("POST", PATH, cc.answering("from b"))
     with trio.fail_after(30):
         async with Client(daemon.runtime_dir) as client:
             assert (await client.complete("smart", "hi")).deployment == "b"

@@ -13,7 +13,7 @@ import pytest
 import trio
 
 from fakes import chat_completions as cc
-from fakes.upstream import FakeUpstream, Recorded, Reply
+from fakes.upstream import FakeUpstream
 from helpers import DaemonProcess
 from redis_server import RedisServer
 from trunkline import Client
@@ -27,18 +27,6 @@ ALICE = "tl-alice-key-0123456789abcdef"
 KEYS = {"TL_ALICE_KEY": ALICE}
 OVERLOADED = cc.error(529, "Overloaded", "overloaded_error", None)
 BROKEN = cc.error(503, "upstream is down", "server_error", None)
-
-
-def answer(text: str) -> Callable[[Recorded], Reply]:
-    def reply(request: Recorded) -> Reply:
-        payloads = cc.chunks(
-            id="c1", model="m", text=text, usage={"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
-        )
-        if request.json().get("stream"):
-            return Reply.sse(cc.sse(payloads))
-        return Reply.json(cc.completion(payloads))
-
-    return reply
 
 
 def routed(a: FakeUpstream, b: FakeUpstream, route: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -67,8 +55,8 @@ async def test_a_routed_request_with_a_key_is_counted_once_for_the_key_and_once_
 ) -> None:
     a = await FakeUpstream().start(nursery)
     b = await FakeUpstream().start(nursery)
-    a.route("POST", PATH, answer("from a"))
-    b.route("POST", PATH, answer("from b"))
+    a.route("POST", PATH, cc.answering("from a"))
+    b.route("POST", PATH, cc.answering("from b"))
     clients = {"alice": {"key_env": "TL_ALICE_KEY", "limits": {"rpm": 3}}}
     daemon = await start_daemon(routed(a, b, {"a": {"limits": {"rpm": 2}}}, clients=clients), env=KEYS)
     with trio.fail_after(30):
@@ -96,7 +84,7 @@ async def test_a_deployment_cooled_by_failures_on_one_daemon_is_skipped_by_the_o
     a = await FakeUpstream().start(nursery)
     b = await FakeUpstream().start(nursery)
     a.route("POST", PATH, BROKEN)
-    b.route("POST", PATH, answer("from b"))
+    b.route("POST", PATH, cc.answering("from b"))
     route = {"breaker": {"failures": 2, "window_s": 60, "cooldown_s": 60}}
     config = routed(a, b, route, shared_state={"redis": redis_server.url, "timeout_s": 2.0})
     first = await start_daemon(config)
@@ -126,7 +114,7 @@ async def test_a_fallback_with_shared_state_goes_on_or_hands_the_client_its_erro
     a = await FakeUpstream().start(nursery)
     b = await FakeUpstream().start(nursery)
     a.route("POST", PATH, OVERLOADED)
-    b.route("POST", PATH, answer("from b"))
+    b.route("POST", PATH, cc.answering("from b"))
     clients = {"alice": {"key_env": "TL_ALICE_KEY", "limits": {"rpm": 10}}}
     config = routed(
         a, b, {"b": {"limits": {"rpm": 2}}}, clients=clients, shared_state={"redis": redis_server.url, "timeout_s": 2.0}

@@ -7,10 +7,10 @@ chunk with `choices: []` and the usage, then `data: [DONE]`."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from fakes.upstream import Reply
+from fakes.upstream import Recorded, Reply
 
 
 def _chunk(id: str, model: str, delta: dict[str, Any] | None, finish: str | None = None) -> dict[str, Any]:
@@ -92,3 +92,17 @@ def completion(payloads: list[dict[str, Any]]) -> dict[str, Any]:
 def error(status: int, message: str, kind: str, code: str | None, param: str | None = None, **headers: str) -> Reply:
     body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
     return Reply(status, {"content-type": "application/json", **headers}, [json.dumps(body).encode()])
+
+
+def answering(text: str) -> Callable[[Recorded], Reply]:
+    """A healthy server's reply to any request: `text`, streamed or whole as the request asks."""
+
+    def reply(request: Recorded) -> Reply:
+        payloads = chunks(
+            id="c1", model="m", text=text, usage={"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
+        )
+        if request.json().get("stream"):
+            return Reply.sse(sse(payloads))
+        return Reply.json(completion(payloads))
+
+    return reply
