@@ -63,18 +63,22 @@ def test_deployments_cooling_down_go_last_in_their_order():
     assert ids(order("least_busy", THREE, rng, cooling={"a", "b"})) == ["c", "a", "b"]
 
 
+#: Weights and priority levels of every kind: two at level 0, two at 1, one at 2.
+MIXED = [
+    Option("a", weight=6),
+    Option("b", weight=3, priority=1),
+    Option("c", weight=1),
+    Option("d", weight=2, priority=1),
+    Option("e", weight=0.5, priority=2),
+]
+
+
 def test_no_options_no_order():
     assert order("weighted", [], random.Random(0)) == []
 
 
 def test_the_prepared_selector_orders_as_order_does_for_the_same_draws():
-    options = [
-        Option("a", weight=6),
-        Option("b", weight=3, priority=1),
-        Option("c", weight=1),
-        Option("d", weight=2, priority=1),
-        Option("e", weight=0.5, priority=2),
-    ]
+    options = MIXED
     strategies: tuple[Strategy, ...] = ("weighted", "least_busy", "priority")
     for strategy in strategies:
         selector = Selector(strategy, options)
@@ -88,13 +92,7 @@ def test_the_prepared_selector_orders_as_order_does_for_the_same_draws():
 
 
 def test_a_drawn_static_order_is_the_order_of_the_same_draws():
-    options = [
-        Option("a", weight=6),
-        Option("b", weight=3, priority=1),
-        Option("c", weight=1),
-        Option("d", weight=2, priority=1),
-        Option("e", weight=0.5, priority=2),
-    ]
+    options = MIXED
     strategies: tuple[Strategy, ...] = ("weighted", "least_busy", "priority")
     for strategy in strategies:
         selector = Selector(strategy, options)
