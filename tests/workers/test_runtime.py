@@ -666,6 +666,32 @@ async def test_the_pool_keeps_idle_as_many_connections_as_recent_jobs_needed(aut
     assert [keep for _, keep in kept][:4] == [3, 3, 1, 1]
 
 
+async def test_many_jobs_after_a_burst_trim_the_pool_before_the_period_ends(autojump_clock):
+    from trunkline.workers._runtime import TRIM_INTERVAL_S, TRIM_JOBS, trim_pool
+
+    runner = make_runner()
+    kept: list[tuple[float, int]] = []
+
+    async def trim_idle(keep: int) -> int:
+        kept.append((trio.current_time(), keep))
+        return 0
+
+    runner.adapter.trim_idle = trim_idle  # type: ignore[method-assign]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(trim_pool, runner.adapter, runner)
+        async with trio.open_nursery() as burst:
+            for i in range(3):
+                burst.start_soon(runner.run, job({"text": "x"}, rid=f"burst{i}"))
+        # Then one job at a time, fast: three windows of TRIM_JOBS jobs, no time passing.
+        for i in range(3 * TRIM_JOBS):
+            await runner.run(job({"text": "x"}, rid=f"one{i}"))
+            await trio.testing.wait_all_tasks_blocked()
+        nursery.cancel_scope.cancel()
+    # The window that held the burst is kept once more, then only one job's need.
+    assert [keep for _, keep in kept] == [3, 3, 1]
+    assert all(at < TRIM_INTERVAL_S for at, _ in kept)
+
+
 async def test_attempt_start_and_completion_are_sent_only_while_the_supervisor_wants_them():
     runner = make_runner()
     runner.call_events = False  # no client watches the bus, and no span counts attempts
