@@ -12,7 +12,9 @@ give a stable figure.
 
 `--base` names the interpreter of another checkout (its own venv): a worker of each is
 started, and rounds alternate between them (this, base, this, base, ...), so whatever
-else the machine does falls on both alike. Prints each round and the median of each.
+else the machine does falls on both alike. Prints each round and the median of each:
+the worker's CPU per request, and the median time from a job sent to its terminal
+event received (this process's own part in that is the same for both).
 """
 
 from __future__ import annotations
@@ -139,8 +141,11 @@ def job_bytes(catalog: Catalog, request_id: str, model: str, stream: bool) -> by
     )
 
 
-async def measure(worker: Worker, catalog: Catalog, model: str, stream: bool, count: int, concurrency: int) -> float:
-    """The worker's CPU µs per request over `count` requests, `concurrency` in flight."""
+async def measure(
+    worker: Worker, catalog: Catalog, model: str, stream: bool, count: int, concurrency: int
+) -> tuple[float, float]:
+    """The worker's CPU µs per request over `count` requests, `concurrency` in flight,
+    and the median µs from a job sent to its terminal event received."""
     assert worker.proc is not None
     # Jobs are encoded ahead, outside the timed part: they are the supervisor's cost.
     jobs = []
@@ -151,15 +156,19 @@ async def measure(worker: Worker, catalog: Catalog, model: str, stream: bool, co
     queue = iter(jobs)
     before = cpu_ns(worker.proc.pid)
 
+    took: list[float] = []
+
     async def one() -> None:
         for data, rid in queue:
+            t0 = time.perf_counter()
             await worker.call(data, rid)
+            took.append(time.perf_counter() - t0)
 
     with trio.fail_after(300):
         async with trio.open_nursery() as nursery:
             for _ in range(concurrency):
                 nursery.start_soon(one)
-    return (cpu_ns(worker.proc.pid) - before) / count / 1e3
+    return (cpu_ns(worker.proc.pid) - before) / count / 1e3, statistics.median(took) * 1e6
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -173,6 +182,7 @@ async def main(args: argparse.Namespace) -> None:
     if args.base:
         pythons["base"] = args.base
     results: dict[str, list[float]] = {name: [] for name in pythons}
+    latencies: dict[str, list[float]] = {name: [] for name in pythons}
     workers: dict[str, Worker] = {}
     try:
         with tempfile.TemporaryDirectory(prefix="tlw-") as state:
@@ -186,18 +196,26 @@ async def main(args: argparse.Namespace) -> None:
                     order = list(workers) if r % 2 == 0 else list(reversed(workers))
                     for name in order:
                         t0 = time.perf_counter()
-                        us = await measure(workers[name], catalog, model, stream, args.count, args.concurrency)
+                        us, p50 = await measure(workers[name], catalog, model, stream, args.count, args.concurrency)
                         wall = time.perf_counter() - t0
                         results[name].append(us)
-                        print(f"round {r + 1} {name:5s}: {us:7.1f} µs CPU/request ({args.count / wall:.0f} req/s)")
+                        latencies[name].append(p50)
+                        print(
+                            f"round {r + 1} {name:5s}: {us:7.1f} µs CPU/request, job to terminal p50 {p50:6.1f} µs "
+                            f"({args.count / wall:.0f} req/s)"
+                        )
                 nursery.cancel_scope.cancel()
     finally:
         for worker in workers.values():
             worker.stop()
         await upstream.stop()
-    print(f"{args.load} {model} c={args.concurrency}, worker CPU per request, median (min-max) of {args.rounds}:")
+    print(f"{args.load} {model} c={args.concurrency}, median (min-max) of {args.rounds} rounds:")
     for name, values in results.items():
-        print(f"  {name:5s} {statistics.median(values):7.1f} µs  ({min(values):.1f}-{max(values):.1f})")
+        lat = latencies[name]
+        print(
+            f"  {name:5s} CPU {statistics.median(values):7.1f} µs/request ({min(values):.1f}-{max(values):.1f}), "
+            f"job to terminal p50 {statistics.median(lat):6.1f} µs ({min(lat):.1f}-{max(lat):.1f})"
+        )
 
 
 if __name__ == "__main__":

@@ -124,6 +124,12 @@ class Adapter:
         self.keys = WorkerKeys(config)
         self.api_key = config.api_key()
         self.max_response_bytes = MAX_RESPONSE_BYTES
+        #: Where work that may finish after the reply runs (the worker's nursery; None
+        #: outside a worker): a response read to its end gives its connection back to
+        #: the pool there, after the terminal event has gone out.
+        self.after_reply: trio.Nursery | None = None
+        #: How many jobs the worker runs now (set by the worker).
+        self.jobs_running: Callable[[], int] = lambda: 1
         self._secrets = tuple(key for key in self.keys.values if key)
 
     @property

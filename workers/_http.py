@@ -12,6 +12,7 @@ failed stream closes its connection at once.
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 import urllib.request
 from collections.abc import AsyncIterator, Callable
@@ -34,6 +35,8 @@ from ._tls import client_context
 from .errors import ProviderError, from_transport, invalid_response
 
 USER_AGENT = f"trunkline/{__version__}"
+log = logging.getLogger("trunkline.worker")
+
 #: Idle connections kept open per worker. httpcore checks every pooled connection (a
 #: readability poll for each idle one) on every request and every release, so the pool
 #: cost grows with its idle connections. Measured at 64 requests in flight: 8.3 ms of
@@ -176,8 +179,23 @@ class HttpAdapter(Adapter):
         response.request = request
         try:
             yield response
-        finally:
+        except BaseException:
             await response.aclose()
+            raise
+        if self.after_reply is not None and self.jobs_running() <= 1:
+            # Handing the connection back (httpcore's lock, a scheduler turn, the pool's
+            # bookkeeping) once the terminal event is out, not before it. Only when no
+            # other job runs: one starting meanwhile would find the connection still
+            # taken and open another (at 256 in flight the pool grew from 18 to 86).
+            self.after_reply.start_soon(self._close, response)
+        else:
+            await response.aclose()
+
+    async def _close(self, response: httpx.Response) -> None:
+        try:
+            await response.aclose()
+        except Exception as exc:  # noqa: BLE001 - a connection that fails to close is dropped by the pool; the reply is out
+            log.debug("%s: closing a read response failed: %r", self.name, exc)
 
     def _transport_error(self, exc: httpx.TransportError, path: str) -> ProviderError:
         error = from_transport(exc, self.name, self.url(path))

@@ -592,6 +592,8 @@ async def serve(settings: WorkerSettings) -> None:
     try:
         async with trio.open_nursery() as nursery:
             conn = link.conn(sock, nursery)
+            adapter.after_reply = nursery
+            adapter.jobs_running = lambda: len(runner.scopes)
             nursery.start_soon(outbox.run, conn)
             outbox.push(WorkerUp(provider=settings.name, pid=os.getpid(), generation=settings.generation))
 

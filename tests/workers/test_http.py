@@ -346,3 +346,28 @@ async def test_idle_connections_beyond_need_are_closed_and_busy_ones_are_left_al
         assert (await adapter.post_json(call(), "/v1/chat", {}))[0] == {"ok": 1}
         assert upstream.open_connections == 1
     await adapter.aclose()
+
+
+async def test_a_lone_job_hands_its_connection_back_after_the_reply_and_a_busy_worker_at_once(upstream):
+    upstream.route("POST", "/v1/s", Reply.sse("data: 1\n\ndata: 2\n\n"))
+    adapter = make(upstream.base_url)
+    pool = adapter.transport._pool  # httpx's httpcore pool, as trim_idle reads it
+    running = 1
+    adapter.jobs_running = lambda: running
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            adapter.after_reply = nursery
+            got: list[bytes] = []
+            await adapter.stream_leg(call(), Leg("/v1/s", {}), got.append)
+            # Read to its end, but its connection is handed back only after this task's
+            # next turn: what follows the read (the terminal event) goes out first.
+            assert b"".join(got) == b"data: 1\n\ndata: 2\n\n"
+            assert [c.is_idle() for c in pool.connections] == [False]
+            await trio.testing.wait_all_tasks_blocked()
+            assert [c.is_idle() for c in pool.connections] == [True]
+            # With another job running, at once: a job starting meanwhile must find it free.
+            running = 2
+            await adapter.stream_leg(call(), Leg("/v1/s", {}), got.append)
+            assert [c.is_idle() for c in pool.connections] == [True]
+            assert upstream.open_connections == 1
+    await adapter.aclose()
