@@ -641,10 +641,8 @@ async def test_the_mock_stops_playing_while_the_outbox_is_full():
     assert "".join(e.text for e in waiting if type(e) is TextDelta) == "".join(s["text"] for s in steps)
 
 
-async def test_the_pool_keeps_idle_as_many_connections_as_recent_jobs_needed(autojump_clock):
-    from trunkline.workers._runtime import TRIM_INTERVAL_S, trim_pool
-
-    runner = make_runner()
+def trims_kept(runner: JobRunner) -> list[tuple[float, int]]:
+    """When the pool trim ran, and how many idle connections it was told to keep."""
     kept: list[tuple[float, int]] = []
 
     async def trim_idle(keep: int) -> int:
@@ -652,6 +650,14 @@ async def test_the_pool_keeps_idle_as_many_connections_as_recent_jobs_needed(aut
         return 0
 
     runner.adapter.trim_idle = trim_idle  # type: ignore[method-assign]
+    return kept
+
+
+async def test_the_pool_keeps_idle_as_many_connections_as_recent_jobs_needed(autojump_clock):
+    from trunkline.workers._runtime import TRIM_INTERVAL_S, trim_pool
+
+    runner = make_runner()
+    kept = trims_kept(runner)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(trim_pool, runner.adapter, runner)
         # A burst of three jobs in the first period, then one job at a time.
@@ -670,13 +676,7 @@ async def test_many_jobs_after_a_burst_trim_the_pool_before_the_period_ends(auto
     from trunkline.workers._runtime import TRIM_INTERVAL_S, TRIM_JOBS, trim_pool
 
     runner = make_runner()
-    kept: list[tuple[float, int]] = []
-
-    async def trim_idle(keep: int) -> int:
-        kept.append((trio.current_time(), keep))
-        return 0
-
-    runner.adapter.trim_idle = trim_idle  # type: ignore[method-assign]
+    kept = trims_kept(runner)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(trim_pool, runner.adapter, runner)
         async with trio.open_nursery() as burst:
