@@ -33,6 +33,8 @@ SAFE_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoade
 
 DEFAULTS_PATH = Path(__file__).resolve().with_name("defaults.yaml")
 USER_CONFIG_PATH = Path("~/.config/trunkline/config.yaml")
+#: The config file `serve` and autostarting clients read (default: `USER_CONFIG_PATH`).
+CONFIG_ENV = "TRUNKLINE_CONFIG"
 
 #: `anthropic-version` values an Anthropic provider may speak (`options.anthropic_version`).
 ANTHROPIC_VERSIONS = ("2023-06-01", "2026-10-21")

@@ -32,8 +32,9 @@ from .admission.keys import ClientKeys
 from .admission.memory import MemoryStore
 from .admission.routes import Route, Routing, build_routes
 from .admission.store import Limits
-from .forkserver import ForkServer, Launched
+from .forkserver import ForkServer
 from .frontdoor import FrontDoor, new_secret
+from .launch import Launched
 from .relay import EventRelay
 from .reload import Reloaded, reread
 from .requests import RequestTable
@@ -609,7 +610,7 @@ def main_serve(
     """`trunkline serve`: run until SIGTERM or Ctrl-C (or, `exit_when_idle`, until no
     client has come for `autostart.idle_exit_s`). Returns the exit status. `overrides`
     (the command line's settings) are laid over the config file's; `fork_server` is the
-    one `serve` started before it imported this module (`forkserver.start_early`)."""
+    one `serve` started before it imported this module (`launch.start_early`)."""
     import sys
 
     from ..config.loader import load_config

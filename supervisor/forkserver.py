@@ -18,25 +18,20 @@ from __future__ import annotations
 
 import array
 import contextlib
-import ctypes
 import logging
 import os
 import signal
 import socket
-import subprocess
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Literal
 
 import trio
 
-from ..config.loader import Config
 from ..protocol import forkserver as wire
-from . import spawn
+from .launch import Launched, become_subreaper, launch, worker_environment
 
 log = logging.getLogger("trunkline.supervisor")
 
-_PR_SET_CHILD_SUBREAPER = 36
 #: How long the fork server may take to import everything and say it is ready.
 READY_TIMEOUT_S = 60.0
 #: How long one fork may take before the fork server counts as hung (it is killed).
@@ -47,67 +42,6 @@ RESTART_PAUSE_S = (0.1, 30.0)
 STABLE_S = 30.0
 
 State = Literal["off", "starting", "ready", "down"]
-
-
-@dataclass
-class Launched:
-    """A fork server process just started: its `Popen` (kept so subprocess never reaps it:
-    `ForkedProcess` does) and the supervisor's end of its socket pair."""
-
-    popen: subprocess.Popen[bytes]
-    sock: socket.socket
-
-
-def launch(env: Mapping[str, str], providers: Mapping[str, str]) -> Launched:
-    """Start a fork server process for `providers` (name -> type: it imports the adapters
-    of those types; no event loop needed: `serve` starts the first before it imports the
-    supervisor, so both import at once)."""
-    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    try:
-        for sock, opt in ((ours, socket.SO_SNDBUF), (theirs, socket.SO_RCVBUF)):
-            with contextlib.suppress(OSError):  # the system's cap applies
-                sock.setsockopt(socket.SOL_SOCKET, opt, wire.MAX_MESSAGE)
-        # The same cwd, umask, limits and stdout/stderr as a spawned worker, and a session
-        # of its own (a terminal's Ctrl-C is the supervisor's to handle).
-        popen = subprocess.Popen(
-            [*spawn.worker_command(), "--fork-server", _room_for(list(providers))],
-            env={
-                **env,
-                "TRUNKLINE_FORK_SERVER": str(theirs.fileno()),
-                "TRUNKLINE_FORK_SERVER_TYPES": ",".join(sorted(set(providers.values()))),
-            },
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            pass_fds=(theirs.fileno(),),
-        )
-    except BaseException:
-        ours.close()
-        raise
-    finally:
-        theirs.close()
-    return Launched(popen, ours)
-
-
-def start_early(config: Config) -> Launched | None:
-    """`serve`'s fork server, started as soon as the configuration is read, if it wants one."""
-    if config.supervision.worker_start != "forkserver" or not become_subreaper():
-        return None
-    keys = [key for p in config.providers.values() for key in p.key_env_names()]
-    try:
-        enabled = {name: p.type for name, p in config.providers.items() if p.enabled}
-        return launch(spawn.worker_environment(os.environ, (), keys), enabled)
-    except OSError:
-        return None  # the daemon tries again, and says why
-
-
-def become_subreaper() -> bool:
-    """Make this process adopt its orphaned descendants (Linux 3.4+): the workers the
-    fork server forks become our children."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return bool(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
-    except (OSError, AttributeError):
-        return False
 
 
 class ForkedProcess:
@@ -198,7 +132,7 @@ class ForkServer:
         providers: Mapping[str, str],
         early: Launched | None = None,
     ) -> None:
-        self.env = spawn.worker_environment(base_env, (), key_names)
+        self.env = worker_environment(base_env, (), key_names)
         #: The one `serve` started before the supervisor's code was imported, to adopt.
         self._early = early
         self.providers = dict(providers)
@@ -364,10 +298,3 @@ class ForkServer:
             elif reply is None:
                 self._end("its socket closed")
             return None
-
-
-def _room_for(names: list[str]) -> str:
-    """The fork server's last argument: long enough that a worker it forks can write its
-    own command line (`... -m trunkline.workers <name>`) over the fork server's."""
-    longest = max((len(n.encode()) for n in names), default=0)
-    return "-" * max(1, longest - len("--fork-server"))

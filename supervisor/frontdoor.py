@@ -25,7 +25,7 @@ import trio
 
 from ..config.loader import ClientKeyConfig, FrontDoorSettings, HttpConfig, Supervision
 from ..protocol.messages import WorkerStatus
-from . import spawn
+from .launch import worker_environment
 from .slot import State
 from .tree import Intensity
 
@@ -137,7 +137,7 @@ class FrontDoorProcess:
             "TRUNKLINE_TOKEN",
             *(c.key_env for c in self.door.clients.values() if c.key_env),
         ]
-        env = spawn.worker_environment(os.environ, own, self.door.provider_keys)
+        env = worker_environment(os.environ, own, self.door.provider_keys)
         env["TRUNKLINE_FRONTDOOR"] = msgspec.json.encode(settings).decode()
         try:
             self._proc = await trio.lowlevel.open_process(

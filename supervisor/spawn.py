@@ -3,41 +3,16 @@
 from __future__ import annotations
 
 import os
-import re
 import signal
 import subprocess
-import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Protocol
 
 import msgspec
 import trio
 
 from ..config.loader import WorkerSettings
-
-#: Names that look like credentials: no worker inherits them, except its own key.
-_SECRET_NAME = re.compile(r"(^|_)(API_?KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)(_|$)", re.IGNORECASE)
-
-
-def worker_command(name: str = "") -> list[str]:
-    # The provider's name is on the command line only so `ps` says which worker is which
-    # (the worker reads its settings from the environment).
-    return [sys.executable, "-m", "trunkline.workers", *([name] if name else [])]
-
-
-def worker_environment(
-    base: Mapping[str, str], own_keys: Iterable[str] = (), other_keys: Iterable[str] = ()
-) -> dict[str, str]:
-    """What a worker inherits: everything but credentials, and of those only its own
-    provider's key. A worker that is tricked into revealing its environment then
-    holds nothing that belongs to another provider, and never the daemon's token."""
-    own = set(own_keys)
-    drop = set(other_keys) | {"TRUNKLINE_TOKEN"}
-    return {
-        name: value
-        for name, value in base.items()
-        if name in own or (name not in drop and not _SECRET_NAME.search(name))
-    }
+from .launch import worker_command, worker_environment
 
 
 class WorkerProcess(Protocol):

@@ -22,7 +22,8 @@ from fakes.upstream import FakeUpstream, Reply
 from helpers import DaemonProcess, steps
 from trunkline import Client, Message, Request
 from trunkline.protocol.messages import Finish
-from trunkline.supervisor.forkserver import ForkServer, Launched
+from trunkline.supervisor.forkserver import ForkServer
+from trunkline.supervisor.launch import Launched
 from trunkline.workers import _forkserver
 
 pytestmark = pytest.mark.e2e

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from trunkline.supervisor.spawn import worker_environment
+from trunkline.supervisor.launch import worker_environment
 
 
 def test_a_worker_inherits_only_its_own_key():

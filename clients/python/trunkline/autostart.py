@@ -29,15 +29,13 @@ from typing import TypeVar
 
 import anyio
 
-from .config.loader import AUTOSTART_LOCK, AUTOSTART_LOG, DEFAULTS_PATH, load_config
+from .config.loader import AUTOSTART_LOCK, AUTOSTART_LOG, CONFIG_ENV, DEFAULTS_PATH, load_config
 from .endpoints import host_of, port_of
 from .errors import DaemonNotRunning
 from .protocol import nng
 
 #: `1` (or true, yes, on): clients start the daemon when none answers.
 AUTOSTART_ENV = "TRUNKLINE_AUTOSTART"
-#: The config file clients start the daemon with (default: ~/.config/trunkline/config.yaml).
-CONFIG_ENV = "TRUNKLINE_CONFIG"
 #: How often a starting client looks whether the daemon answers yet (or the lock is free).
 POLL_S = 0.02
 #: The daemon's log is set aside as `daemon.log.1` when a start finds it larger than this.

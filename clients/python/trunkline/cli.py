@@ -21,10 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
-import trio
 
-from .autostart import CONFIG_ENV
-from .config.loader import ConfigError, endpoint_problem
+from .config.loader import CONFIG_ENV, ConfigError, endpoint_problem
 from .config.names import did_you_mean
 from .errors import DaemonNotRunning, DaemonUnavailable, TLSError, TrunklineError, error_from_info
 from .protocol import __version__
@@ -158,6 +156,8 @@ class _Lines:
 
 
 async def _ask(args: argparse.Namespace) -> int:
+    import trio
+
     messages = ([Message.system(args.system)] if args.system else []) + [Message.user(_prompt(args))]
     fields: dict[str, Any] = {}
     if args.max_tokens is not None:
@@ -351,6 +351,8 @@ def bus_line(ev: BusEvent) -> str:
 async def _tail(args: argparse.Namespace) -> int:
     """Print the daemon's bus as it happens (calls started, completed, failed, retried,
     rate-limited; workers up, exited, unavailable), until interrupted."""
+    import trio
+
     async with _client(args, watch_bus=True) as client:
         # Said once the subscription is live (the client's probe has come back): from here
         # on nothing the daemon publishes is missed.
@@ -368,6 +370,8 @@ async def _until_gone(client: Client) -> None:
     """Raise DaemonUnavailable once the daemon stops answering: a silent bus alone
     cannot tell a quiet daemon from a dead one. (One restarted meanwhile answers
     again, and its bus reaches the same subscription.)"""
+    import trio
+
     while True:
         await trio.sleep(TAIL_CHECK_S)
         try:
@@ -424,7 +428,7 @@ def _serve(args: argparse.Namespace) -> int:
     # The fork server starts first, so that it imports the workers' code while this
     # process imports the supervisor's (a config with a mistake is main_serve's to report).
     from .config.loader import load_config
-    from .supervisor.forkserver import start_early
+    from .supervisor.launch import start_early
 
     try:
         early = start_early(load_config(config, overrides=overrides))
@@ -641,6 +645,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _serve(args)
     if args.command == "service":
         return _service(args)
+    import trio  # not before `serve`, whose fork server starts while the daemon imports it
+
     try:
         status: int = trio.run(COMMANDS[args.command], args)
         sys.stdout.flush()  # here, not at exit, so a closed pipe is handled below
