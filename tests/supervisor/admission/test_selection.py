@@ -6,6 +6,8 @@ from __future__ import annotations
 import random
 from collections import Counter
 
+import pytest
+
 from trunkline.supervisor.admission.selection import Option, Selector, Strategy, order
 
 THREE = [Option("a", weight=6), Option("b", weight=3), Option("c", weight=1)]
@@ -77,37 +79,36 @@ def test_no_options_no_order():
     assert order("weighted", [], random.Random(0)) == []
 
 
-def test_the_prepared_selector_orders_as_order_does_for_the_same_draws():
-    options = MIXED
-    strategies: tuple[Strategy, ...] = ("weighted", "least_busy", "priority")
-    for strategy in strategies:
-        selector = Selector(strategy, options)
-        ours, theirs = random.Random(11), random.Random(11)
-        for n in range(2000):
-            cooling = {"c"} if n % 3 == 0 else set()
-            busy = {"b": 2} if n % 5 == 0 else {}
-            assert selector.order(ours, busy=busy, cooling=cooling) == order(
-                strategy, options, theirs, busy=busy, cooling=cooling
-            ), (strategy, n)
+STRATEGIES: tuple[Strategy, ...] = ("weighted", "least_busy", "priority")
 
 
-def test_a_drawn_static_order_is_the_order_of_the_same_draws():
-    options = MIXED
-    strategies: tuple[Strategy, ...] = ("weighted", "least_busy", "priority")
-    for strategy in strategies:
-        selector = Selector(strategy, options)
-        ours, theirs = random.Random(7), random.Random(7)
-        seen = set()
-        for n in range(2000):
-            busy = {"b": 2} if strategy == "least_busy" and n % 5 == 0 else {}
-            at = selector.draw(ours, busy)
-            expected = order(strategy, options, theirs, busy=busy)
-            if at < 0:
-                assert busy, (strategy, n)  # only least_busy with one of them in flight is not static
-                continue
-            assert list(selector.static[at]) == expected, (strategy, n)
-            seen.add(at)
-        assert len(seen) == len(selector.static), strategy  # every static order is drawn
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_the_prepared_selector_orders_as_order_does_for_the_same_draws(strategy: Strategy):
+    selector = Selector(strategy, MIXED)
+    ours, theirs = random.Random(11), random.Random(11)
+    for n in range(2000):
+        cooling = {"c"} if n % 3 == 0 else set()
+        busy = {"b": 2} if n % 5 == 0 else {}
+        assert selector.order(ours, busy=busy, cooling=cooling) == order(
+            strategy, MIXED, theirs, busy=busy, cooling=cooling
+        ), n
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_a_drawn_static_order_is_the_order_of_the_same_draws(strategy: Strategy):
+    selector = Selector(strategy, MIXED)
+    ours, theirs = random.Random(7), random.Random(7)
+    seen = set()
+    for n in range(2000):
+        busy = {"b": 2} if strategy == "least_busy" and n % 5 == 0 else {}
+        at = selector.draw(ours, busy)
+        expected = order(strategy, MIXED, theirs, busy=busy)
+        if at < 0:
+            assert busy, n  # only least_busy with one of them in flight is not static
+            continue
+        assert list(selector.static[at]) == expected, n
+        seen.add(at)
+    assert len(seen) == len(selector.static)  # every static order is drawn
 
 
 def test_too_many_orders_are_worked_out_per_request():
