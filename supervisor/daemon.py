@@ -616,18 +616,24 @@ def main_serve(
     from ..config.loader import load_config
 
     try:
-        config = load_config(config_path, overrides=overrides)
-        daemon = Daemon(config, runtime_dir, exit_when_idle=exit_when_idle, fork_server=fork_server)
-    except ConfigError as exc:
-        print(f"trunkline: {exc}", file=sys.stderr)
-        return 2
-    logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    try:
-        trio.run(daemon.run)
-    except StartupError as exc:
-        print(f"trunkline: {exc}", file=sys.stderr)
-        return 1
-    return 0
+        try:
+            config = load_config(config_path, overrides=overrides)
+            daemon = Daemon(config, runtime_dir, exit_when_idle=exit_when_idle, fork_server=fork_server)
+        except ConfigError as exc:
+            print(f"trunkline: {exc}", file=sys.stderr)
+            return 2
+        logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+        try:
+            trio.run(daemon.run)
+        except StartupError as exc:
+            print(f"trunkline: {exc}", file=sys.stderr)
+            return 1
+        return 0
+    finally:
+        # A fork server started early but never taken over (the daemon did not start)
+        # must not outlive this process, nor write to its log after the error.
+        if fork_server is not None:
+            fork_server.abandon()
 
 
 def _shared_state(config: Config, publish: Callable[[bytes], None]) -> tuple[SharedStore | None, SharedRequests | None]:

@@ -56,6 +56,14 @@ class Launched:
     popen: subprocess.Popen[bytes]
     sock: socket.socket
 
+    def abandon(self) -> None:
+        """Stop it if nobody took it over (a `serve` that failed to start): it holds no
+        request, so it is killed, not asked. One the supervisor reaped is left alone."""
+        self.sock.close()
+        if self.popen.poll() is None:  # `poll` also answers for a process reaped elsewhere
+            self.popen.kill()
+            self.popen.wait()
+
 
 def launch(env: Mapping[str, str], providers: Mapping[str, str]) -> Launched:
     """Start a fork server process for `providers` (name -> type: it imports the adapters

@@ -22,6 +22,7 @@ does, and exits through the interpreter as one does.
 from __future__ import annotations
 
 import array
+import contextlib
 import gc
 import os
 import select
@@ -75,9 +76,12 @@ def run() -> bool:
     gc.disable()  # no collection leaves holes in the pages the workers will share
     _preload(os.environ.pop("TRUNKLINE_FORK_SERVER_TYPES", "").split(","))
     gc.collect()
-    sock.send(wire.encode(wire.Ready(pid=os.getpid())))
+    _answer(sock, wire.Ready(pid=os.getpid()))
     while True:
-        data, ancdata, _, _ = sock.recvmsg(wire.MAX_MESSAGE, socket.CMSG_SPACE(4 * 4))
+        try:
+            data, ancdata, _, _ = sock.recvmsg(wire.MAX_MESSAGE, socket.CMSG_SPACE(4 * 4))
+        except ConnectionResetError:
+            return False  # the supervisor has gone, leaving an answer unread
         fds = _received_fds(ancdata)
         if not data:
             return False  # the supervisor has gone
@@ -85,15 +89,22 @@ def run() -> bool:
             request = wire.decode_request(data)
         except Exception as exc:  # noqa: BLE001 - an answer, never the fork server's end
             _close(fds)
-            sock.send(wire.encode(wire.Refused(reason=f"unreadable request: {exc}")))
+            _answer(sock, wire.Refused(reason=f"unreadable request: {exc}"))
             continue
         refused = _why_not(fds)
         if refused:
             _close(fds)
-            sock.send(wire.encode(wire.Refused(reason=refused)))
+            _answer(sock, wire.Refused(reason=refused))
             continue
         if _fork(request, fds[0], sock, supervisor, startup_handlers):
             return True
+
+
+def _answer(sock: socket.socket, message: wire.Ready | wire.Forked | wire.Refused) -> None:
+    """Send `message`; a supervisor that has gone (a `serve` that failed to start) is
+    not an error: the next receive reads the end of the socket, and the loop ends."""
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        sock.send(wire.encode(message))
 
 
 def _received_fds(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
@@ -136,7 +147,7 @@ def _fork(request: wire.Fork, link_fd: int, sock: socket.socket, supervisor: int
         os.close(read_pid)
         os.close(write_pid)
         os.close(link_fd)
-        sock.send(wire.encode(wire.Refused(reason=f"fork failed: {exc}")))
+        _answer(sock, wire.Refused(reason=f"fork failed: {exc}"))
         return False
     if first == 0:
         try:
@@ -160,9 +171,9 @@ def _fork(request: wire.Fork, link_fd: int, sock: socket.socket, supervisor: int
     # Answered before the first child is reaped (the worker's adoption is then a matter
     # of microseconds, which `ForkedProcess` allows for): one wake-up less per start.
     if len(raw) != 8:
-        sock.send(wire.encode(wire.Refused(reason="the worker could not be forked")))
+        _answer(sock, wire.Refused(reason="the worker could not be forked"))
     else:
-        sock.send(wire.encode(wire.Forked(pid=int.from_bytes(raw, "little"))))
+        _answer(sock, wire.Forked(pid=int.from_bytes(raw, "little")))
     os.waitpid(first, 0)
     return False
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -19,7 +20,7 @@ import trio
 import yaml
 
 from fakes.upstream import FakeUpstream, Reply
-from helpers import DaemonProcess, steps
+from helpers import FAST_CONFIG, DaemonProcess, deep_merge, short_tmpdir, steps
 from trunkline import Client, Message, Request
 from trunkline.protocol.messages import Finish
 from trunkline.supervisor.forkserver import ForkServer
@@ -257,3 +258,58 @@ async def test_a_daemon_stopping_before_its_fork_server_is_ready_ends_it_cleanly
             never_ready.kill()
             never_ready.wait()
         ctypes.CDLL(None).prctl(36, 0, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER off: pytest adopts no orphan
+
+
+def test_a_serve_that_cannot_start_leaves_no_fork_server_writing_after_its_error(monkeypatch, request):
+    """`serve` starts its fork server before the daemon can fail (here: a network
+    endpoint without a token). The fork server must end with it: reading the command's
+    output to its end waits for every process holding it, and finds the daemon's error
+    last, no fork server's traceback after it."""
+    monkeypatch.delenv("TRUNKLINE_TOKEN", raising=False)
+    home = short_tmpdir()
+    request.addfinalizer(lambda: shutil.rmtree(home, ignore_errors=True))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = deep_merge(
+        FAST_CONFIG, {"state_dir": str(home / "state"), "endpoints": {"control": f"tcp://127.0.0.1:{port}"}}
+    )
+    (home / "config.yaml").write_text(yaml.safe_dump(config))
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trunkline.cli",
+            "serve",
+            "--config",
+            str(home / "config.yaml"),
+            "--runtime-dir",
+            str(home / "run"),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        timeout=60,
+    )
+    output = done.stdout.decode()
+    assert done.returncode == 1, output
+    assert "needs a token: set TRUNKLINE_TOKEN" in output.splitlines()[-1], output
+    assert "Traceback" not in output
+
+
+def test_a_fork_server_whose_supervisor_has_gone_exits_quietly():
+    """Its supervisor gone before it is ready (a `serve` that failed): the fork server's
+    `ready` meets a closed socket, and it exits 0 without a word."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trunkline.workers", "--fork-server", "gone"],
+        env={**os.environ, "TRUNKLINE_FORK_SERVER": str(theirs.fileno()), "TRUNKLINE_FORK_SERVER_TYPES": "mock"},
+        pass_fds=(theirs.fileno(),),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    theirs.close()
+    ours.close()
+    output, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and output == b"", output.decode()
