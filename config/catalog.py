@@ -13,11 +13,10 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 
 import msgspec
-import yaml
 
 from ..protocol.messages import ModelInfo, Price, PriceTier, Usage
 from .capabilities import with_capabilities
-from .loader import SAFE_LOADER, ConfigError
+from .loader import ConfigError
 from .model_entries import entry_fields, unknown_key
 from .names import nearest
 
@@ -35,15 +34,17 @@ class UnknownModel(LookupError):
 
 
 def load_catalog_file(path: Path = MODELS_PATH) -> CatalogFile:
+    from .yaml_file import YAMLError, load_fast  # only where a file is read: see yaml_file
+
     try:
-        data = yaml.load(path.read_text(), Loader=SAFE_LOADER)
+        data = load_fast(path.read_text())
         problem = unknown_key(data, CatalogFile)
         if problem is not None:
             raise problem
         if isinstance(data, dict) and isinstance(data.get("models"), dict):
             data = {**data, "models": {k: entry_fields(k, v) for k, v in data["models"].items()}}
         return msgspec.convert(data, CatalogFile)
-    except (OSError, yaml.YAMLError, msgspec.ValidationError) as exc:
+    except (OSError, YAMLError, msgspec.ValidationError) as exc:
         raise ConfigError(f"catalog error in {path}: {exc}") from None
 
 

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
-import yaml
 
 from ..protocol.messages import ModelInfo
 from .base_urls import ollama_host_url
@@ -25,11 +24,6 @@ from .hosts import is_loopback, is_this_machine
 from .model_entries import SET_BY_THE_CATALOG, model_entry
 from .names import did_you_mean
 from .redis_url import BadRedisUrl, parse_url
-
-#: libyaml's parser when PyYAML was built with it (its wheels are): the catalog took
-#: 0.27 s to read with the pure-Python one, 0.03 s with this, on every start, reload and
-#: autostarting client.
-SAFE_LOADER: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 DEFAULTS_PATH = Path(__file__).resolve().with_name("defaults.yaml")
 USER_CONFIG_PATH = Path("~/.config/trunkline/config.yaml")
@@ -695,32 +689,16 @@ def default_runtime_dir() -> Path:
     return Path(f"/tmp/trunkline-{os.getuid()}")
 
 
-class _UniqueKeys(yaml.SafeLoader):
-    """YAML's last-wins for a repeated key hides a mistake (two `providers:` blocks, a
-    key given twice): refuse it, with its line."""
-
-
-def _unique_mapping(loader: _UniqueKeys, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
-        seen.add(key)
-    return loader.construct_mapping(node, deep=deep)
-
-
-_UniqueKeys.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
-
-
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
         text = path.read_text()
     except OSError as exc:
         raise ConfigError(f"config error in {path}: cannot read file: {exc.strerror}") from None
+    from .yaml_file import YAMLError, load_unique  # only where a file is read: see yaml_file
+
     try:
-        data = yaml.load(text, Loader=_UniqueKeys)
-    except yaml.YAMLError as exc:
+        data = load_unique(text)
+    except YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 
 
@@ -14,6 +13,8 @@ def nearest(word: str, choices: Iterable[str], n: int = 1, cutoff: float = 0.6) 
     folded = word.casefold()
     if folded in by_folded:
         return [by_folded[folded]]
+    import difflib  # a mistake's hint only: not at every process's start
+
     return [by_folded[c] for c in difflib.get_close_matches(folded, list(by_folded), n=n, cutoff=cutoff)]
 
 

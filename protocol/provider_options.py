@@ -26,7 +26,6 @@ servers' options, which are forwarded whole.
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, TypeAlias, TypeVar
@@ -370,6 +369,8 @@ def explain_unknown(provider_type: str, where: str, key: str) -> str:
     names = sorted(known(provider_type))
     guess = ALIASES.get(key) if ALIASES.get(key) in names else None
     if guess is None:
+        import difflib  # a mistake's hint only: not at every process's start
+
         close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
         guess = close[0] if close else None
     hint = f"did you mean `{guess}`? " if guess else ""

@@ -313,3 +313,33 @@ def test_a_fork_server_whose_supervisor_has_gone_exits_quietly():
     ours.close()
     output, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0 and output == b"", output.decode()
+
+
+def test_the_fork_server_preloads_what_workers_run_and_no_file_reader():
+    """What the fork server imports is in every worker's pages: the runtime and the
+    adapters, never PyYAML (a worker reads no config file) nor difflib (a hint's)."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trunkline.workers", "--fork-server", "imports"],
+        env={
+            **os.environ,
+            "TRUNKLINE_FORK_SERVER": str(theirs.fileno()),
+            "TRUNKLINE_FORK_SERVER_TYPES": "anthropic,openai,openai_compat,gemini,ollama,mock",
+            "PYTHONPROFILEIMPORTTIME": "1",
+        },
+        pass_fds=(theirs.fileno(),),
+        stdin=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    theirs.close()
+    try:
+        ours.settimeout(60)
+        assert ours.recv(1024)  # ready: everything is imported
+    finally:
+        ours.close()
+    _, err = proc.communicate(timeout=60)
+    modules = {line.rsplit("|", 1)[1].strip() for line in err.decode().splitlines() if line.startswith("import time:")}
+    # (An adapter module itself comes through importlib.import_module, which -X importtime
+    # does not time: its own imports are what show.)
+    assert {"trunkline.workers._runtime", "trunkline.workers.gemini.request", "httpcore._backends.trio"} <= modules
+    assert not {"yaml", "difflib"} & modules
