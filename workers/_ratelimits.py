@@ -31,15 +31,32 @@ def _int(value: str | None) -> int | None:
         return None
 
 
+def named(headers: httpx.Headers, prefix: str) -> dict[str, str]:
+    """The headers whose names start with `prefix`, and `retry-after` (`-ms`), by their
+    lowercase names, read in one pass. Every response goes through this: each
+    `Headers.get` scans and lowercases all the headers again, and the seven lookups of
+    an OpenAI response (25 headers) cost 25 µs that way. A repeated header's values
+    are joined with ", ", as `Headers.get` joins them."""
+    wanted = (prefix.encode(), b"retry-after")
+    found: dict[str, str] = {}
+    for raw_name, raw_value in headers.raw:
+        lower = raw_name.lower()
+        if lower.startswith(wanted):
+            name, value = lower.decode("latin-1"), raw_value.decode("latin-1")
+            found[name] = f"{found[name]}, {value}" if name in found else value
+    return found
+
+
 def openai_rate_limit(headers: httpx.Headers) -> RateLimit | None:
-    if not any(k.startswith("x-ratelimit-") for k in headers) and "retry-after" not in headers:
+    found = named(headers, "x-ratelimit-")
+    if not found:
         return None
     return RateLimit(
-        requests_limit=_int(headers.get("x-ratelimit-limit-requests")),
-        requests_remaining=_int(headers.get("x-ratelimit-remaining-requests")),
-        requests_reset_s=duration_s(headers.get("x-ratelimit-reset-requests")),
-        tokens_limit=_int(headers.get("x-ratelimit-limit-tokens")),
-        tokens_remaining=_int(headers.get("x-ratelimit-remaining-tokens")),
-        tokens_reset_s=duration_s(headers.get("x-ratelimit-reset-tokens")),
-        retry_after_s=parse_retry_after(headers),
+        requests_limit=_int(found.get("x-ratelimit-limit-requests")),
+        requests_remaining=_int(found.get("x-ratelimit-remaining-requests")),
+        requests_reset_s=duration_s(found.get("x-ratelimit-reset-requests")),
+        tokens_limit=_int(found.get("x-ratelimit-limit-tokens")),
+        tokens_remaining=_int(found.get("x-ratelimit-remaining-tokens")),
+        tokens_reset_s=duration_s(found.get("x-ratelimit-reset-tokens")),
+        retry_after_s=parse_retry_after(found),
     )

@@ -11,6 +11,7 @@ from ...protocol.provider_options import AnthropicOptions
 from ...protocol.tokens import estimate_request_tokens
 from .._adapter import Call, Emit
 from .._http import HttpAdapter
+from .._ratelimits import named
 from ..errors import ProviderError, parse_retry_after
 from . import errors, request, response
 from .stream import AnthropicStream
@@ -52,16 +53,17 @@ class AnthropicAdapter(HttpAdapter):
 
     def rate_limit(self, headers: httpx.Headers) -> RateLimit | None:
         prefix = "anthropic-ratelimit-"
-        if not any(k.startswith(prefix) for k in headers) and "retry-after" not in headers:
+        found = named(headers, prefix)
+        if not found:
             return None
         return RateLimit(
-            requests_limit=_int(headers.get(prefix + "requests-limit")),
-            requests_remaining=_int(headers.get(prefix + "requests-remaining")),
-            requests_reset_s=_until(headers.get(prefix + "requests-reset")),
-            tokens_limit=_int(headers.get(prefix + "tokens-limit")),
-            tokens_remaining=_int(headers.get(prefix + "tokens-remaining")),
-            tokens_reset_s=_until(headers.get(prefix + "tokens-reset")),
-            retry_after_s=parse_retry_after(headers),
+            requests_limit=_int(found.get(prefix + "requests-limit")),
+            requests_remaining=_int(found.get(prefix + "requests-remaining")),
+            requests_reset_s=_until(found.get(prefix + "requests-reset")),
+            tokens_limit=_int(found.get(prefix + "tokens-limit")),
+            tokens_remaining=_int(found.get(prefix + "tokens-remaining")),
+            tokens_reset_s=_until(found.get(prefix + "tokens-reset")),
+            retry_after_s=parse_retry_after(found),
         )
 
     async def stream(self, call: Call, emit: Emit, whole: bool = False) -> Response:
