@@ -24,7 +24,8 @@ def duration_s(value: str | None) -> float | None:
     return sum(float(n) * _UNITS[u] for n, u in parts)
 
 
-def _int(value: str | None) -> int | None:
+def header_int(value: str | None) -> int | None:
+    """A count header's value; None when it is missing or not a number."""
     try:
         return int(value) if value is not None else None
     except ValueError:
@@ -52,11 +53,11 @@ def openai_rate_limit(headers: httpx.Headers) -> RateLimit | None:
     if not found:
         return None
     return RateLimit(
-        requests_limit=_int(found.get("x-ratelimit-limit-requests")),
-        requests_remaining=_int(found.get("x-ratelimit-remaining-requests")),
+        requests_limit=header_int(found.get("x-ratelimit-limit-requests")),
+        requests_remaining=header_int(found.get("x-ratelimit-remaining-requests")),
         requests_reset_s=duration_s(found.get("x-ratelimit-reset-requests")),
-        tokens_limit=_int(found.get("x-ratelimit-limit-tokens")),
-        tokens_remaining=_int(found.get("x-ratelimit-remaining-tokens")),
+        tokens_limit=header_int(found.get("x-ratelimit-limit-tokens")),
+        tokens_remaining=header_int(found.get("x-ratelimit-remaining-tokens")),
         tokens_reset_s=duration_s(found.get("x-ratelimit-reset-tokens")),
         retry_after_s=parse_retry_after(found),
     )

@@ -11,7 +11,7 @@ from ...protocol.provider_options import AnthropicOptions
 from ...protocol.tokens import estimate_request_tokens
 from .._adapter import Call, Emit
 from .._http import HttpAdapter
-from .._ratelimits import named
+from .._ratelimits import header_int, named
 from ..errors import ProviderError, parse_retry_after
 from . import errors, request, response
 from .stream import AnthropicStream
@@ -20,13 +20,6 @@ from .stream import AnthropicStream
 #: and a shorter one when extended thinking is on (both read off recorded usage).
 TOOL_PROMPT_TOKENS = 346
 THINKING_PROMPT_TOKENS = 32
-
-
-def _int(value: str | None) -> int | None:
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
-        return None
 
 
 def _until(value: str | None) -> float | None:
@@ -57,11 +50,11 @@ class AnthropicAdapter(HttpAdapter):
         if not found:
             return None
         return RateLimit(
-            requests_limit=_int(found.get(prefix + "requests-limit")),
-            requests_remaining=_int(found.get(prefix + "requests-remaining")),
+            requests_limit=header_int(found.get(prefix + "requests-limit")),
+            requests_remaining=header_int(found.get(prefix + "requests-remaining")),
             requests_reset_s=_until(found.get(prefix + "requests-reset")),
-            tokens_limit=_int(found.get(prefix + "tokens-limit")),
-            tokens_remaining=_int(found.get(prefix + "tokens-remaining")),
+            tokens_limit=header_int(found.get(prefix + "tokens-limit")),
+            tokens_remaining=header_int(found.get(prefix + "tokens-remaining")),
             tokens_reset_s=_until(found.get(prefix + "tokens-reset")),
             retry_after_s=parse_retry_after(found),
         )
