@@ -37,6 +37,7 @@ from .frontdoor import FrontDoor, new_secret
 from .launch import Launched
 from .relay import EventRelay
 from .reload import Reloaded, reread
+from .request_log import daemon_log_handler
 from .requests import RequestTable
 from .router import Router
 from .slot import SlotTerms, WorkerSlot
@@ -298,6 +299,7 @@ class Daemon:
                     self.events.finish_cancelled(state, "worker did not confirm the cancel")
             for slot in self.slots.values():
                 slot.check_heartbeat(now)
+            self.events.request_log.flush()
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -449,6 +451,7 @@ class Daemon:
                     await self.shutdown(workers)
                 nursery.cancel_scope.cancel()
         finally:
+            self.events.request_log.flush()
             if self.frontdoor is not None:
                 self.frontdoor.close()
             if self.metrics_server is not None:
@@ -622,7 +625,11 @@ def main_serve(
         except ConfigError as exc:
             print(f"trunkline: {exc}", file=sys.stderr)
             return 2
-        logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+        logging.basicConfig(
+            level=config.log_level.upper(),
+            format="%(asctime)s %(name)s %(levelname)s %(message)s",
+            handlers=[daemon_log_handler()],
+        )
         try:
             trio.run(daemon.run)
         except StartupError as exc:

@@ -34,8 +34,8 @@ from ..protocol.messages import (
     Response,
 )
 from ..protocol.ratelog import RateLimitedLog
+from .request_log import RequestLog
 from .requests import RequestState, RequestTable, estimate_billing
-from .terminal import summary_of
 
 if TYPE_CHECKING:
     from .admission.gate import Gate
@@ -74,6 +74,8 @@ class EventRelay:
         #: The event socket, given by the daemon once it is bound.
         self.pub: Publisher = _NotBound()
         self.fault_log = RateLimitedLog(log)
+        #: Each request's line, written by the daemon's housekeeping (see `request_log`).
+        self.request_log = RequestLog(log)
         self._all_ended: trio.Event | None = None
         #: The routes, when any are configured (the daemon sets it): a routed request's
         #: failure may go on to another deployment, and its end settles admission.
@@ -171,12 +173,14 @@ class EventRelay:
                 self.routing.ended(state)
             except Exception as exc:  # noqa: BLE001 - admission's bookkeeping must never keep a request open
                 self.fault(state.request_id, "settling its route", exc)
-        logging_it = log.isEnabledFor(logging.INFO)
+        logging_it = self.request_log.enabled
         if logging_it or self.metrics is not None or self.telemetry is not None:
             try:
+                outcome: str | bytes | None
                 if self.metrics is None and self.telemetry is None:
-                    # The log line alone reads three fields: not the whole response.
-                    outcome = summary_of(state).outcome()
+                    # The line alone reads three fields of the terminal frame, when it is written.
+                    summary = state.summary
+                    outcome = summary.outcome() if summary is not None else (state.ring[-1] if state.ring else None)
                 else:
                     terminal = _terminal(state)
                     outcome = _outcome(terminal)
@@ -185,24 +189,8 @@ class EventRelay:
                     if self.telemetry is not None:
                         self.telemetry.ended(state, terminal, now - state.submitted_at)
                 if logging_it:
-                    # The record made here, not by `log.info`: that looks up the calling
-                    # source line on every call, and the daemon's format prints none.
-                    log.handle(
-                        log.makeRecord(
-                            log.name,
-                            logging.INFO,
-                            __file__,
-                            0,
-                            "request %s %s %s: %s in %.0f ms",
-                            (
-                                state.request_id,
-                                state.model,
-                                "stream" if state.stream else "complete",
-                                outcome,
-                                (now - state.submitted_at) * 1000,
-                            ),
-                            None,
-                        )
+                    self.request_log.note(
+                        state.request_id, state.model, state.stream, outcome, (now - state.submitted_at) * 1000
                     )
             except Exception as exc:  # noqa: BLE001 - a log line or a metric must never keep a request open
                 self.fault(state.request_id, "recording its end", exc)

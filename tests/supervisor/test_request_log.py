@@ -1,0 +1,211 @@
+"""The daemon's line per request: noted at the request's end, written in a batch by the
+housekeeping tick (or once enough wait), with the outcome and the time of the end;
+and the daemon's log handler, which writes a batch's lines to the file in one go and
+every other record at once.
+
+A real `Daemon` (no sockets: its publisher is a list), driven as its worker links and
+housekeeping drive it."""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+from typing import Any
+
+import pytest
+import trio
+
+from trunkline.config.loader import load_config
+from trunkline.protocol.codec import frame_event
+from trunkline.protocol.messages import (
+    ErrorEvent,
+    ErrorInfo,
+    Finish,
+    FinishReason,
+    Job,
+    Message,
+    ModelInfo,
+    Relay,
+    Request,
+    Response,
+    Usage,
+)
+from trunkline.supervisor import request_log
+from trunkline.supervisor.daemon import Daemon
+from trunkline.supervisor.request_log import MAX_PENDING, BatchingStreamHandler, RequestLog
+from trunkline.supervisor.requests import RequestState
+
+
+class Published:
+    def __init__(self) -> None:
+        self.frames: list[bytes] = []
+
+    def publish(self, frame: bytes) -> None:
+        self.frames.append(frame)
+
+    def publish_many(self, frames: list[bytes]) -> None:
+        self.frames.extend(frames)
+
+
+@pytest.fixture
+def daemon(tmp_path) -> Daemon:
+    d = Daemon(load_config(None), runtime_dir=tmp_path)
+    d.events.pub = Published()
+    return d
+
+
+def start(d: Daemon, request_id: str) -> RequestState:
+    state = RequestState(request_id, "c1", "mock", "mock:echo", False, request_id, 100, trio.current_time())
+    state.generation = 1
+    state.job = Job(
+        request_id=request_id,
+        client_id="c1",
+        stream=False,
+        operation_id=request_id,
+        request=Request(model="mock:echo", messages=[Message.user("hi")]),
+        model=ModelInfo(id="mock:echo", provider="mock", wire_name="echo"),
+    )
+    d.requests.add(state)
+    return state
+
+
+def end(d: Daemon, request_id: str, event: Any) -> None:
+    event.request_id, event.seq = request_id, 0
+    d.events.relay(Relay(request_id=request_id, frames=[frame_event("c1", event)], last_seq=0, terminal=True))
+
+
+def finish(output_tokens: int) -> Finish:
+    return Finish(
+        response=Response(
+            message=Message(role="assistant", content="ok"),
+            finish_reason=FinishReason(reason="stop"),
+            usage=Usage(input_tokens=12, output_tokens=output_tokens, total_tokens=12 + output_tokens),
+        )
+    )
+
+
+def lines(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.getMessage().startswith("request ")]
+
+
+async def test_lines_wait_for_the_flush_and_say_how_each_request_ended(daemon, caplog):
+    caplog.set_level(logging.INFO, logger="trunkline.supervisor")
+    start(daemon, "r1")
+    start(daemon, "r2")
+    start(daemon, "r3")
+    end(daemon, "r1", finish(7))
+    end(daemon, "r2", ErrorEvent(error=ErrorInfo(error_class="rate_limit", message="slow down", retryable=True)))
+    daemon.events.fail_request(daemon.requests.active["r3"], "unavailable", "the worker died")
+    assert lines(caplog) == []  # nothing written on the request's path
+    assert daemon.events.request_log.flush() == 3
+    written = lines(caplog)
+    assert [line.split(" ")[1] for line in written] == ["r1", "r2", "r3"]
+    assert "r1 mock:echo complete: stop, 12 in / 7 out in " in written[0]
+    assert "r2 mock:echo complete: error rate_limit in " in written[1]
+    assert "r3 mock:echo complete: error unavailable in " in written[2]
+    assert daemon.events.request_log.flush() == 0  # each line once
+
+
+async def test_a_line_keeps_the_time_its_request_ended(daemon, caplog, monkeypatch):
+    caplog.set_level(logging.INFO, logger="trunkline.supervisor")
+    monkeypatch.setattr(request_log.time, "time", lambda: 1_800_000_000.25)
+    start(daemon, "r1")
+    end(daemon, "r1", finish(1))
+    monkeypatch.setattr(request_log.time, "time", lambda: 1_800_000_009.0)
+    daemon.events.request_log.flush()
+    (record,) = [r for r in caplog.records if r.getMessage().startswith("request ")]
+    assert record.created == 1_800_000_000.25
+    assert round(record.msecs) == 250
+
+
+async def test_the_outcome_is_read_even_after_the_replay_ring_let_the_request_go(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="trunkline.supervisor")
+    config = load_config(None)
+    config.replay.max_requests = 1  # the next request's end forgets this one's frames
+    d = Daemon(config, runtime_dir=tmp_path)
+    d.events.pub = Published()
+    for n, rid in enumerate(("r1", "r2", "r3")):
+        start(d, rid)
+        end(d, rid, finish(n + 1))
+    assert "r1" not in d.requests.ended
+    d.events.request_log.flush()
+    assert [line.split(": ")[1].rsplit(" in ", 1)[0] for line in lines(caplog)] == [
+        "stop, 12 in / 1 out",
+        "stop, 12 in / 2 out",
+        "stop, 12 in / 3 out",
+    ]
+
+
+async def test_housekeeping_writes_them_within_its_tick(daemon, caplog, autojump_clock):
+    caplog.set_level(logging.INFO, logger="trunkline.supervisor")
+    start(daemon, "r1")
+    end(daemon, "r1", finish(1))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(daemon._housekeeping)
+        await trio.sleep(0.3)
+        nursery.cancel_scope.cancel()
+    assert len(lines(caplog)) == 1
+
+
+def test_enough_waiting_lines_are_written_without_the_tick(caplog):
+    caplog.set_level(logging.INFO, logger="tl.test")
+    log = RequestLog(logging.getLogger("tl.test"))
+    for n in range(MAX_PENDING - 1):
+        log.note(f"r{n}", "mock:echo", True, "stop", 1.0)
+    assert lines(caplog) == [] and len(log) == MAX_PENDING - 1
+    log.note("last", "mock:echo", True, b"not a frame", 1.0)
+    assert len(lines(caplog)) == MAX_PENDING and len(log) == 0
+    assert lines(caplog)[-1].startswith("request last mock:echo stream: ended in ")
+
+
+def _read(fd: int) -> bytes:
+    try:
+        return os.read(fd, 1 << 20)
+    except BlockingIOError:
+        return b""
+
+
+def test_the_handler_writes_a_batch_once_and_everything_else_at_once():
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(read_end, fcntl.F_SETFL, fcntl.fcntl(read_end, fcntl.F_GETFL) | os.O_NONBLOCK)
+    handler = BatchingStreamHandler(write_end)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    log = logging.getLogger("tl.handler-test")
+    log.propagate = False
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    try:
+        log.info("started")
+        assert _read(read_end) == b"INFO started\n"
+        lines = RequestLog(log)
+        lines.note("r1", "mock:echo", False, "stop, 1 in / 1 out", 2.0)
+        lines.note("r2", "mock:echo", True, None, 3.0)
+        record = log.makeRecord(log.name, logging.INFO, __file__, 0, "request %s", ("r0",), None)
+        record.batched = True
+        log.handle(record)  # a batch's line alone waits in the buffer
+        assert _read(read_end) == b""
+        lines.flush()
+        assert _read(read_end).decode().splitlines() == [
+            "INFO request r0",
+            "INFO request r1 mock:echo complete: stop, 1 in / 1 out in 2 ms",
+            "INFO request r2 mock:echo stream: ended in 3 ms",
+        ]
+        log.warning("then a warning")
+        assert _read(read_end) == b"WARNING then a warning\n"
+    finally:
+        log.removeHandler(handler)
+        os.close(read_end)
+        os.close(write_end)
+
+
+def test_without_a_standard_error_file_the_daemon_logs_as_logging_does(monkeypatch):
+    import io
+    import sys
+
+    monkeypatch.setattr(sys, "stderr", io.StringIO())
+    handler = request_log.daemon_log_handler()
+    assert type(handler) is logging.StreamHandler
+    monkeypatch.setattr(sys, "stderr", sys.__stderr__)
+    handler = request_log.daemon_log_handler()
+    assert type(handler) is BatchingStreamHandler
