@@ -6,9 +6,10 @@
 The worker is started as the supervisor starts it (`python -m trunkline.workers`, its
 settings in `TRUNKLINE_WORKER`, its end of a socket pair inherited) and calls the fake
 upstream; this process sends it jobs over the link and waits for each terminal event,
-doing nothing else (no client, no nng). The worker's CPU comes from
-`/proc/<pid>/schedstat` (nanoseconds, not 10 ms ticks), so a few thousand requests
-give a stable figure.
+doing nothing else (no client, no nng). As the daemon does while no client watches
+the bus (the Python client does not), it asks for no `llm.call_*` events. The
+worker's CPU comes from `/proc/<pid>/schedstat` (nanoseconds, not 10 ms ticks), so a
+few thousand requests give a stable figure.
 
 `--base` names the interpreter of another checkout (its own venv): a worker of each is
 started, and rounds alternate between them (this, base, this, base, ...), so whatever
@@ -34,7 +35,7 @@ import trio
 from trunkline.config.catalog import Catalog
 from trunkline.config.loader import ProviderConfig, RetryPolicy, TimeoutPolicy, WorkerSettings
 from trunkline.protocol import codec, link
-from trunkline.protocol.messages import Job, Message, Relay, RelayBatch, Request, WorkerUp
+from trunkline.protocol.messages import CallEvents, Job, Message, Relay, RelayBatch, Request, WorkerUp
 
 from .procs import LineProcess
 from .run import REPO
@@ -89,6 +90,9 @@ class Worker:
             await self.up.wait()
         if self.conn.closed or self.proc.poll() is not None:
             raise RuntimeError(f"the worker of {self.python} did not start")
+        # As the daemon tells its workers while no client watches the bus (the Python
+        # client does not): no `llm.call_*` events.
+        self.conn.send(codec.encode(CallEvents(send=False)))
 
     async def _read(self) -> None:
         assert self.conn is not None

@@ -114,7 +114,12 @@ class Outbox:
         self._bytes += size
         if self._bytes > self.HIGH_WATER and self._room.is_set():
             self._room = trio.Event()
-        self._wake.set()
+        if terminal and self._conn is not None:
+            # A request's end goes out now, not a scheduler turn later; waking the
+            # outbox's task for it cost every request that turn, for nothing to send.
+            self.flush_now()
+        else:
+            self._wake.set()
 
     def push(self, msg: Msg) -> None:
         self._urgent.append(codec.encode(msg))
