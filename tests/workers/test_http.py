@@ -371,3 +371,47 @@ async def test_a_lone_job_hands_its_connection_back_after_the_reply_and_a_busy_w
             assert [c.is_idle() for c in pool.connections] == [True]
             assert upstream.open_connections == 1
     await adapter.aclose()
+
+
+def make_limited(base_url: str, max_connections: int, **timeouts) -> PlainAdapter:
+    config = ProviderConfig(
+        type="mock", base_url=base_url, api_key_env="PLAIN_TEST_KEY", max_connections=max_connections
+    )
+    return PlainAdapter("plain", config, RetryPolicy(), TimeoutPolicy(**timeouts))
+
+
+async def test_calls_beyond_max_connections_wait_their_turn_outside_the_pool(upstream):
+    # Five streams over two connections: two reach the upstream, three wait in the
+    # worker's own queue (not httpcore's, which costs CPU per waiting call at every
+    # change), and each goes as a connection comes free.
+    release = trio.Event()
+    upstream.route("POST", "/v1/s", Reply.sse("data: 1\n\ndata: 2\n\n", chunk_size=9, hold_after=1, release=release))
+    adapter = make_limited(upstream.base_url, 2)
+    got: list[bytes] = []
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+            for _ in range(5):
+                nursery.start_soon(adapter.stream_leg, call(), Leg("/v1/s", {}), got.append)
+            while len(got) < 2:
+                await trio.sleep(0.01)
+            await trio.testing.wait_all_tasks_blocked(0.05)
+            assert len(upstream.sent("/v1/s")) == 2
+            assert adapter._slots.statistics().tasks_waiting == 3
+            assert len(adapter.transport._pool._requests) == 2  # httpcore holds the two running only
+            release.set()
+        assert b"".join(got).count(b"data: 2\n\n") == 5
+        assert len(upstream.sent("/v1/s")) == 5 and upstream.open_connections <= 2
+        assert adapter._slots.value == 2  # every place given back
+    await adapter.aclose()
+
+
+async def test_a_call_that_finds_every_connection_busy_for_the_pool_timeout_fails_unsent(autojump_clock):
+    adapter = make_limited("http://127.0.0.1:9", 1, connect_s=3)
+    adapter._slots.acquire_nowait()  # the one connection, busy with another call
+    with pytest.raises(ProviderError, match="all 1 connections to plain stayed busy for 3s") as info:
+        await adapter.post_json(call(), "/v1/chat", {})
+    assert info.value.error_class == "timeout" and info.value.sent is False
+    assert trio.current_time() == pytest.approx(3.0)
+    adapter._slots.release()
+    assert adapter._slots.value == 1
+    await adapter.aclose()
