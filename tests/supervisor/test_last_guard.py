@@ -9,10 +9,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import pytest
 import trio
 
-from trunkline.config.loader import load_config
 from trunkline.protocol import codec
 from trunkline.protocol.codec import decode_event, frame_event, split_frame
 from trunkline.protocol.messages import (
@@ -30,35 +28,6 @@ from trunkline.protocol.messages import (
 from trunkline.supervisor import relay as relay_module
 from trunkline.supervisor.daemon import Daemon
 from trunkline.supervisor.requests import RequestState
-
-
-class Published:
-    """Stands in for the Pub0: what would have gone out."""
-
-    def __init__(self) -> None:
-        self.frames: list[bytes] = []
-
-    def publish(self, frame: bytes) -> None:
-        self.frames.append(frame)
-
-    def publish_many(self, frames: list[bytes]) -> None:
-        self.frames.extend(frames)
-
-    def events(self, client_id: str = "c1") -> list[Any]:
-        out = []
-        for frame in self.frames:
-            topic, body = split_frame(frame)
-            if topic == client_id:
-                out.extend(codec.decode_events(body))
-        return out
-
-
-@pytest.fixture
-def daemon(tmp_path) -> Daemon:
-    config = load_config(None)
-    d = Daemon(config, runtime_dir=tmp_path)
-    d.events.pub = Published()
-    return d
 
 
 def running(d: Daemon, request_id: str, *, stream: bool = True) -> RequestState:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import trio
 
+from fakes.publisher import Published
 from trunkline.config.loader import load_config
 from trunkline.protocol.codec import frame_event
 from trunkline.protocol.messages import (
@@ -35,24 +36,6 @@ from trunkline.supervisor import request_log
 from trunkline.supervisor.daemon import Daemon
 from trunkline.supervisor.request_log import MAX_PENDING, BatchingStreamHandler, RequestLog
 from trunkline.supervisor.requests import RequestState
-
-
-class Published:
-    def __init__(self) -> None:
-        self.frames: list[bytes] = []
-
-    def publish(self, frame: bytes) -> None:
-        self.frames.append(frame)
-
-    def publish_many(self, frames: list[bytes]) -> None:
-        self.frames.extend(frames)
-
-
-@pytest.fixture
-def daemon(tmp_path) -> Daemon:
-    d = Daemon(load_config(None), runtime_dir=tmp_path)
-    d.events.pub = Published()
-    return d
 
 
 def start(d: Daemon, request_id: str) -> RequestState:
