@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..config.catalog import compute_cost
+from ..protocol import trace
 from ..protocol.accumulate import StreamAccumulator
 from ..protocol.codec import SEPARATOR, encode, frame_event
 from ..protocol.messages import (
@@ -97,6 +98,8 @@ class Emitter:
         self.rate_limit: RateLimit | None = None
         self.started_at = time.monotonic() if started_at is None else started_at
         self.terminal = False
+        #: When the terminal event was framed, before its push sent it (TRUNKLINE_TRACE_HOPS only).
+        self.terminal_ns = 0
         self._start: StreamStart | None = None
         #: The service tier the request's provider options ask for (it multiplies the price);
         #: the runtime sets it from the options it decodes once per job.
@@ -157,6 +160,8 @@ class Emitter:
         self._seq += 1
         self.acc.feed(ev)
         terminal = type(ev) is Finish or type(ev) is ErrorEvent
+        if terminal and trace.ENABLED:
+            self.terminal_ns = trace.now_ns()  # the push may send it at once: stamped before
         self._sink(self.job.request_id, [frame], ev.seq, terminal)
         if terminal:
             self.terminal = True

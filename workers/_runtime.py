@@ -309,6 +309,7 @@ class JobRunner:
             log.debug("request %s: traceback", job.request_id, exc_info=True)
             self.scopes.pop(job.request_id, None)
             self.calls.pop(job.request_id, None)
+            self.cancelled.pop(job.request_id, None)
             if not self.scopes:
                 self._idle.set()
             emitter.fail(
@@ -444,7 +445,7 @@ class JobRunner:
                                 "job_received": self.received_ns.pop(job.request_id, 0),
                                 "attempt_started": started_ns,
                                 "reply_done": replied_ns,
-                                "terminal_emitted": trace.now_ns(),
+                                "terminal_emitted": emitter.terminal_ns or trace.now_ns(),
                             }
                         ),
                     )
