@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from fakes.publisher import Published
+from fakes.bare_daemon import Published
 from trunkline.config.loader import load_config
 from trunkline.supervisor.daemon import Daemon
 

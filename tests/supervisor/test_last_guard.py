@@ -9,40 +9,18 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import trio
-
+from fakes.bare_daemon import running
 from trunkline.protocol import codec
 from trunkline.protocol.codec import decode_event, frame_event, split_frame
 from trunkline.protocol.messages import (
     ErrorEvent,
     Finish,
-    Job,
-    Message,
-    ModelInfo,
     Relay,
-    Request,
     StreamStart,
     TextDelta,
     TextStart,
 )
 from trunkline.supervisor import relay as relay_module
-from trunkline.supervisor.daemon import Daemon
-from trunkline.supervisor.requests import RequestState
-
-
-def running(d: Daemon, request_id: str, *, stream: bool = True) -> RequestState:
-    state = RequestState(request_id, "c1", "mock", "mock:echo", stream, request_id, 100, trio.current_time())
-    state.generation = 1
-    state.job = Job(
-        request_id=request_id,
-        client_id="c1",
-        stream=stream,
-        operation_id=request_id,
-        request=Request(model="mock:echo", messages=[Message.user("hi")]),
-        model=ModelInfo(id="mock:echo", provider="mock", wire_name="echo"),
-    )
-    d.requests.add(state)
-    return state
 
 
 def relay_of(request_id: str, *events: Any, terminal: bool = False) -> Relay:

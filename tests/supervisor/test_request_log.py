@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import trio
 
-from fakes.publisher import Published
+from fakes.bare_daemon import Published, running
 from trunkline.config.loader import load_config
 from trunkline.protocol.codec import frame_event
 from trunkline.protocol.messages import (
@@ -24,33 +24,14 @@ from trunkline.protocol.messages import (
     ErrorInfo,
     Finish,
     FinishReason,
-    Job,
     Message,
-    ModelInfo,
     Relay,
-    Request,
     Response,
     Usage,
 )
 from trunkline.supervisor import request_log
 from trunkline.supervisor.daemon import Daemon
 from trunkline.supervisor.request_log import MAX_PENDING, BatchingStreamHandler, RequestLog
-from trunkline.supervisor.requests import RequestState
-
-
-def start(d: Daemon, request_id: str) -> RequestState:
-    state = RequestState(request_id, "c1", "mock", "mock:echo", False, request_id, 100, trio.current_time())
-    state.generation = 1
-    state.job = Job(
-        request_id=request_id,
-        client_id="c1",
-        stream=False,
-        operation_id=request_id,
-        request=Request(model="mock:echo", messages=[Message.user("hi")]),
-        model=ModelInfo(id="mock:echo", provider="mock", wire_name="echo"),
-    )
-    d.requests.add(state)
-    return state
 
 
 def end(d: Daemon, request_id: str, event: Any) -> None:
@@ -74,9 +55,9 @@ def lines(caplog: pytest.LogCaptureFixture) -> list[str]:
 
 async def test_lines_wait_for_the_flush_and_say_how_each_request_ended(daemon, caplog):
     caplog.set_level(logging.INFO, logger="trunkline.supervisor")
-    start(daemon, "r1")
-    start(daemon, "r2")
-    start(daemon, "r3")
+    running(daemon, "r1", stream=False)
+    running(daemon, "r2", stream=False)
+    running(daemon, "r3", stream=False)
     end(daemon, "r1", finish(7))
     end(daemon, "r2", ErrorEvent(error=ErrorInfo(error_class="rate_limit", message="slow down", retryable=True)))
     daemon.events.fail_request(daemon.requests.active["r3"], "unavailable", "the worker died")
@@ -93,7 +74,7 @@ async def test_lines_wait_for_the_flush_and_say_how_each_request_ended(daemon, c
 async def test_a_line_keeps_the_time_its_request_ended(daemon, caplog, monkeypatch):
     caplog.set_level(logging.INFO, logger="trunkline.supervisor")
     monkeypatch.setattr(request_log.time, "time", lambda: 1_800_000_000.25)
-    start(daemon, "r1")
+    running(daemon, "r1", stream=False)
     end(daemon, "r1", finish(1))
     monkeypatch.setattr(request_log.time, "time", lambda: 1_800_000_009.0)
     daemon.events.request_log.flush()
@@ -109,7 +90,7 @@ async def test_the_outcome_is_read_even_after_the_replay_ring_let_the_request_go
     d = Daemon(config, runtime_dir=tmp_path)
     d.events.pub = Published()
     for n, rid in enumerate(("r1", "r2", "r3")):
-        start(d, rid)
+        running(d, rid, stream=False)
         end(d, rid, finish(n + 1))
     assert "r1" not in d.requests.ended
     d.events.request_log.flush()
@@ -122,7 +103,7 @@ async def test_the_outcome_is_read_even_after_the_replay_ring_let_the_request_go
 
 async def test_housekeeping_writes_them_within_its_tick(daemon, caplog, autojump_clock):
     caplog.set_level(logging.INFO, logger="trunkline.supervisor")
-    start(daemon, "r1")
+    running(daemon, "r1", stream=False)
     end(daemon, "r1", finish(1))
     async with trio.open_nursery() as nursery:
         nursery.start_soon(daemon._housekeeping)
