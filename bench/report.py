@@ -1164,7 +1164,9 @@ def _skeleton(res: dict, add: Callable[[str], None], goals: list) -> None:
         f"trunkline take {res['plan'].get('skeleton_turns', 1)} turns each, alternating (so the machine's other "
         "work falls on all three alike), and a repeat's figures pool its turns. What the skeleton adds over the floor is the cost of the hops; what trunkline "
         "adds beyond the skeleton is its own work. CPU counts the client (this process), the supervisor and "
-        "the worker(s), never the upstream."
+        "the worker(s), never the upstream. The stage opens each repeat, so trunkline's daemon comes to it idle, "
+        "as the skeleton's processes do: in the seconds after a burst every trunkline process costs more "
+        "(docs/ARCHITECTURE.md, the hot path)."
     )
     add("")
     load = res["skeleton"].get("loadavg", [])
