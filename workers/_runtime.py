@@ -729,6 +729,12 @@ def main() -> None:
     """Entry point of `python -m trunkline.workers`; settings come in TRUNKLINE_WORKER."""
     # The supervisor owns our lifetime: Ctrl-C is its to handle, and if it dies we die with it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # SIGHUP and SIGTERM at their defaults, whatever the daemon inherited (`nohup` ignores
+    # SIGHUP): once running, the supervisor handles both, so a worker it spawns gets them at
+    # default through exec; the fork server started before those handlers, and its workers
+    # kept what the daemon was given. Both ways of starting now end in the same state.
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     raw = os.environ.get("TRUNKLINE_WORKER")
     if not raw:
         raise SystemExit("trunkline worker: TRUNKLINE_WORKER is not set (workers are started by `trunkline serve`)")

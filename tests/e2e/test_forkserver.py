@@ -100,6 +100,40 @@ def anthropic_at(upstream: FakeUpstream, worker_start: str) -> dict:
     }
 
 
+#: Starts the daemon as `nohup` does: SIGHUP ignored, then exec.
+HANGUP_IGNORED = (
+    "import os, signal, sys; signal.signal(signal.SIGHUP, signal.SIG_IGN); os.execv(sys.argv[1], sys.argv[1:])"
+)
+
+
+class HangupIgnoredDaemon(DaemonProcess):
+    def command(self) -> list[str]:
+        return [sys.executable, "-c", HANGUP_IGNORED, *super().command()]
+
+
+async def test_a_daemon_started_under_nohup_gives_both_kinds_of_worker_the_same_signals(nursery, upstream):
+    """The fork server starts before the supervisor handles SIGHUP, so it inherits the
+    ignore `nohup` gives; its workers kept it while spawned ones lost it at exec."""
+    seen: dict[str, str] = {}
+    for how in ("forkserver", "spawn"):
+        daemon = HangupIgnoredDaemon(anthropic_at(upstream, how), {"ANTHROPIC_API_KEY": KEY})
+        try:
+            await daemon.start(nursery)
+            with trio.fail_after(30):
+                async with Client(daemon.runtime_dir) as client:
+                    assert (await client.complete(MODEL, "hi")).text == "ok"
+                    pid = (await worker_pids(client))["anthropic"]
+            assert daemon.proc is not None
+            assert int(status_fields(daemon.proc.pid)["SigIgn"], 16) & (1 << (signal.SIGHUP - 1)) == 0  # handled
+            seen[how] = status_fields(pid)["SigIgn"]
+        finally:
+            if daemon.proc is not None and daemon.proc.returncode is None:
+                await daemon.stop()
+            daemon.cleanup()
+    assert int(seen["forkserver"], 16) & (1 << (signal.SIGHUP - 1)) == 0  # a hang-up ends a worker, as spawned
+    assert seen["forkserver"] == seen["spawn"]
+
+
 async def test_a_forked_worker_starts_in_the_state_a_spawned_one_does(start_daemon, upstream):
     env = {"ANTHROPIC_API_KEY": KEY, "TRUNKLINE_TOKEN": TOKEN}
     forked = await start_daemon(anthropic_at(upstream, "forkserver"), env=env)
