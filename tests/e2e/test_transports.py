@@ -276,6 +276,32 @@ async def test_each_tls_mistake_names_its_own_cause(start_daemon, tmp_path):
     assert TOKEN not in "".join(messages.values())
 
 
+async def test_a_tls_mistake_that_nng_reports_as_a_closed_connection_still_names_its_cause(
+    start_daemon, tmp_path, monkeypatch
+):
+    """On a loaded machine the daemon can close the connection before this side reports
+    the handshake's own failure, and nng then says only "Connection shutdown": that read
+    as no daemon at all. nng's dial is made to fail that way here; `ssl` still finds the
+    cause against the real daemon, and a daemon with nothing wrong stays "not answering"."""
+    _daemon, reach = await serve(start_daemon, "tls", tmp_path)
+    (tmp_path / "other").mkdir()
+    other_ca = tls_files(tmp_path / "other")["ca"]
+
+    def shut(url: str, tls: object = None) -> None:
+        raise pynng.NNGException("Connection shutdown", 31)
+
+    monkeypatch.setattr("trunkline.connection.nng.Requester", shut)
+    with trio.fail_after(30):
+        with pytest.raises(TLSError) as info:
+            async with Client(**{**reach, "tls_ca_file": other_ca}, timeout_s=5):
+                pass
+        assert f"not signed by the CA in {other_ca}" in str(info.value)
+        with pytest.raises(DaemonNotRunning) as gone:
+            async with Client(**reach, timeout_s=5):
+                pass
+        assert "Connection shutdown" in str(gone.value)
+
+
 async def test_plain_tcp_to_a_tls_daemon_hints_at_tls(start_daemon, tmp_path):
     """What nng does with a client that does not start TLS: it closes the connection,
     which looked like no daemon at all."""

@@ -131,6 +131,12 @@ class Connection:
                 # Something answered and the handshake failed: a daemon runs, and this
                 # client does not trust it (or it is not the one named).
                 raise await self._tls.handshake_failed(endpoint, exc) from None
+            if nng.is_tls(endpoint) and closed_early(exc):
+                # The daemon may close the connection before this side reports the
+                # handshake's own failure (seen on a loaded machine): `ssl` names the cause.
+                named = await self._tls.handshake_cause(endpoint, exc)
+                if named is not None:
+                    raise named from None
             if closed_early(exc) and plain_tcp_hint(endpoint):
                 raise DaemonNotRunning(
                     f"{endpoint} closed the connection before a daemon answered ({exc}){plain_tcp_hint(endpoint)}"

@@ -105,16 +105,23 @@ class ClientTLS:
                 f"and key) holds nothing nng can read as a PEM certificate ({exc})"
             ) from None
 
+    async def handshake_cause(self, url: str, exc: BaseException) -> TLSError | None:
+        """The error for a failed handshake with `url` if `ssl` can name its cause, else None."""
+        name = self.server_name or host_of(url)
+        assert self.ca_file is not None  # `config` refuses a TLS endpoint without one
+        why = await anyio.to_thread.run_sync(handshake_problem, host_of(url), port_of(url), self.ca_file, name)
+        return None if why is None else TLSError(f"the TLS handshake with {url} failed ({exc}): {why}")
+
     async def handshake_failed(self, url: str, exc: BaseException) -> TLSError:
         """The error for a failed handshake with `url`, naming its cause when `ssl` can tell it."""
+        named = await self.handshake_cause(url, exc)
+        if named is not None:
+            return named
         name = self.server_name or host_of(url)
         ca_file = self.ca_file
-        assert ca_file is not None  # `config` refuses a TLS endpoint without one
-        why = await anyio.to_thread.run_sync(handshake_problem, host_of(url), port_of(url), ca_file, name)
-        if why is None:
-            why = (
-                f"this client could not verify the daemon's certificate as one for {name!r} signed by the CA in "
-                f"{ca_file}; check tls_ca_file (--tls-ca-file, TRUNKLINE_TLS_CA_FILE) and tls_server_name "
-                "(--tls-server-name, TRUNKLINE_TLS_SERVER_NAME)"
-            )
+        why = (
+            f"this client could not verify the daemon's certificate as one for {name!r} signed by the CA in "
+            f"{ca_file}; check tls_ca_file (--tls-ca-file, TRUNKLINE_TLS_CA_FILE) and tls_server_name "
+            "(--tls-server-name, TRUNKLINE_TLS_SERVER_NAME)"
+        )
         return TLSError(f"the TLS handshake with {url} failed ({exc}): {why}")
