@@ -57,6 +57,7 @@ from trunkline.protocol.messages import (
 )
 from trunkline.routing import Route
 from trunkline.supervisor.daemon import Daemon
+from trunkline.supervisor.request_log import DAEMON_FORMAT, BatchingStreamHandler
 from trunkline.tls import ClientTLS
 
 from .trunkline_runner import OPENAI_PROVIDER, bench_config
@@ -287,11 +288,9 @@ async def client(count: int, repeats: int) -> list[float]:
 
 
 async def main(count: int, repeats: int) -> None:
-    logging.basicConfig(
-        level="INFO",
-        format="%(asctime)s %(name)s %(levelname)s %(message)s",
-        stream=open(os.devnull, "w"),  # noqa: SIM115 - open for the process's life, as the daemon's stderr
-    )
+    # As the daemon logs (its handler and format), to a file that is not kept.
+    devnull = os.open(os.devnull, os.O_WRONLY)  # open for the process's life, as the daemon's stderr
+    logging.basicConfig(level="INFO", format=DAEMON_FORMAT, handlers=[BatchingStreamHandler(devnull)])
     with tempfile.TemporaryDirectory(prefix="tl-own-") as tmp:
         submits, relays = await supervisor(count, repeats, Path(tmp))
     print(f"supervisor, submit   {_median(submits)}")

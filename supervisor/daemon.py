@@ -37,7 +37,7 @@ from .frontdoor import FrontDoor, new_secret
 from .launch import Launched
 from .relay import EventRelay
 from .reload import Reloaded, reread
-from .request_log import daemon_log_handler
+from .request_log import DAEMON_FORMAT, daemon_log_handler
 from .requests import RequestTable
 from .router import Router
 from .slot import SlotTerms, WorkerSlot
@@ -627,7 +627,7 @@ def main_serve(
             return 2
         logging.basicConfig(
             level=config.log_level.upper(),
-            format="%(asctime)s %(name)s %(levelname)s %(message)s",
+            format=DAEMON_FORMAT,
             handlers=[daemon_log_handler()],
         )
         try:

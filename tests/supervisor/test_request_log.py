@@ -31,7 +31,7 @@ from trunkline.protocol.messages import (
 )
 from trunkline.supervisor import request_log
 from trunkline.supervisor.daemon import Daemon
-from trunkline.supervisor.request_log import MAX_PENDING, BatchingStreamHandler, RequestLog
+from trunkline.supervisor.request_log import DAEMON_FORMAT, MAX_PENDING, BatchingStreamHandler, RequestLog
 
 
 def end(d: Daemon, request_id: str, event: Any) -> None:
@@ -159,6 +159,80 @@ def test_the_handler_writes_a_batch_once_and_everything_else_at_once():
         assert _read(read_end) == b"WARNING then a warning\n"
     finally:
         log.removeHandler(handler)
+        os.close(read_end)
+        os.close(write_end)
+
+
+def _pipe_logger(name: str) -> tuple[logging.Logger, BatchingStreamHandler, int, int]:
+    """A logger set up as the daemon's: its handler on a pipe, formatted by the daemon's format."""
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(read_end, fcntl.F_SETFL, fcntl.fcntl(read_end, fcntl.F_GETFL) | os.O_NONBLOCK)
+    handler = BatchingStreamHandler(write_end)
+    handler.setFormatter(logging.Formatter(DAEMON_FORMAT))
+    log = logging.getLogger(name)
+    log.propagate = False
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    return log, handler, read_end, write_end
+
+
+def _note_the_same(log: RequestLog, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Across a second's end, a millisecond figure that a rounding would carry over, an
+    # outcome read from a frame, and one from no frame at all.
+    frame = frame_event("c1", ErrorEvent(request_id="r3", seq=0, error=ErrorInfo(error_class="timeout", message="x")))
+    notes = [
+        (1_800_000_000.25, "r1", "mock:echo", False, "stop, 1 in / 1 out", 2.4),
+        (1_800_000_000.9996, "r2", "mock:echo", True, None, 3.5),
+        (1_800_000_001.0, "r3", "openai:gpt-4o", False, frame, 1234.56),
+    ]
+    for at, rid, model, stream, outcome, ms in notes:
+        monkeypatch.setattr(request_log.time, "time", lambda at=at: at)
+        log.note(rid, model, stream, outcome, ms)
+
+
+def test_the_daemons_own_handler_gets_the_lines_logging_would_write(monkeypatch):
+    """Written straight to the daemon's handler, the lines are byte for byte what its
+    records would have made; a filter anywhere on the way sends them through records."""
+    direct, direct_handler, direct_read, direct_write = _pipe_logger("tl.direct-test")
+    records, records_handler, records_read, records_write = _pipe_logger("tl.records-test")
+    seen: list[str] = []
+    records.addFilter(lambda record: seen.append(record.getMessage()) or True)
+    try:
+        assert request_log._direct_handler(direct) is direct_handler
+        assert request_log._direct_handler(records) is None
+        for log in (direct, records):
+            lines = RequestLog(log)
+            _note_the_same(lines, monkeypatch)
+            assert lines.flush() == 3
+        written = _read(direct_read)
+        assert written.replace(b"tl.direct-test", b"") == _read(records_read).replace(b"tl.records-test", b"")
+        assert len(seen) == 3  # the second logger's lines did go through records
+        text = written.decode().splitlines()
+        assert [line.split(" ", 2)[2] for line in text] == [
+            "tl.direct-test INFO request r1 mock:echo complete: stop, 1 in / 1 out in 2 ms",
+            "tl.direct-test INFO request r2 mock:echo stream: ended in 4 ms",
+            "tl.direct-test INFO request r3 openai:gpt-4o complete: error timeout in 1235 ms",
+        ]
+        assert text[0].split(" ")[1].endswith(",250") and text[1].split(" ")[1].endswith(",999")
+    finally:
+        for log, handler in ((direct, direct_handler), (records, records_handler)):
+            log.removeHandler(handler)
+        for fd in (direct_read, direct_write, records_read, records_write):
+            os.close(fd)
+
+
+def test_lines_go_through_records_when_the_set_up_is_not_the_daemons():
+    log, handler, read_end, write_end = _pipe_logger("tl.other-setup-test")
+    try:
+        handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+        assert request_log._direct_handler(log) is None
+        handler.setFormatter(logging.Formatter(DAEMON_FORMAT, datefmt="%H:%M"))
+        assert request_log._direct_handler(log) is None
+        handler.setFormatter(logging.Formatter(DAEMON_FORMAT))
+        log.addHandler(logging.NullHandler())
+        assert request_log._direct_handler(log) is None  # a second handler
+    finally:
+        log.handlers.clear()
         os.close(read_end)
         os.close(write_end)
 
