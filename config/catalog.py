@@ -243,6 +243,8 @@ class Catalog:
 def price_on(price: Price, day: date | None = None) -> tuple[Price, str | None]:
     """The rates that apply on `day` (today, UTC, by default): the base price with the
     latest scheduled change already in effect laid over it, and that change's date."""
+    if not price.scheduled:  # most prices: no need to know the day (a clock read and a format per call)
+        return price, None
     today = (day or datetime.now(UTC).date()).isoformat()
     due = [s for s in price.scheduled if s.effective <= today]
     if not due:
