@@ -160,15 +160,32 @@ async def test_a_plain_stream_is_read_up_to_the_limit_and_not_a_byte_past_it(ups
     assert b"".join(got) == body * 4
 
 
-async def test_a_silent_stream_times_out_and_its_connection_closes(upstream):
-    upstream.route("POST", "/v1/s", Reply.sse("data: 1\n\ndata: 2\n\n", chunk_size=9, stall_after=1))
-    adapter = make(upstream.base_url)
+@pytest.mark.parametrize("through_proxy", [False, True], ids=["direct", "through an environment proxy"])
+async def test_a_silent_stream_times_out_at_the_calls_idle_timeout_and_its_connection_closes(
+    upstream, monkeypatch, through_proxy
+):
+    # The provider's idle timeout is 60 s; the call's own, 2 s, bounds each read of the body.
+    base = upstream.base_url
+    if through_proxy:  # the proxy is the fake itself, asked for the absolute URL
+        monkeypatch.setenv("HTTP_PROXY", upstream.base_url)
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        base = "http://api.example.invalid"
+    upstream.route(
+        "POST",
+        f"{base if through_proxy else ''}/v1/s",
+        Reply.sse("data: 1\n\ndata: 2\n\n", chunk_size=9, stall_after=1),
+    )
+    adapter = make(base)
+    assert adapter.timeouts.stream_idle_s == 60
     c = call()
+    got: list[bytes] = []
     with trio.fail_after(10):
-        with pytest.raises(ProviderError, match="stream idle timeout") as info:
-            await adapter.stream_leg(c, Leg("/v1/s", {}), lambda chunk: None)
+        with pytest.raises(ProviderError, match="sent nothing for 2s \\(stream idle timeout\\)") as info:
+            await adapter.stream_leg(c, Leg("/v1/s", {}), got.append)
         await upstream.client_closed.wait()
     await adapter.aclose()
+    assert got == [b"data: 1\n\n"]  # what came before the silence was handed on
     assert info.value.error_class == "timeout" and not c.upstream_open
 
 
