@@ -11,7 +11,7 @@ the link to the supervisor.
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterable, Callable
+from collections.abc import AsyncIterable, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar, Protocol, TypeVar
 
@@ -90,10 +90,22 @@ class Call:
     options: Options | None = None
     #: Which of the provider's keys authenticates this attempt (`WorkerKeys`).
     key_index: int = 0
+    #: Set by the runtime for a job's attempts: a response read to its end may keep its
+    #: connection until the job's terminal event has gone out (`deferred`, `settle`).
+    defer_close: bool = False
+    #: What hands the connection of the response read last back to the pool, when that
+    #: waits for the terminal event; the runtime runs it (`settle`) once that is out.
+    deferred: Callable[[], Awaitable[None]] | None = None
 
     @property
     def attempt_id(self) -> str:
         return f"{self.operation_id}:attempt_{self.attempt}"
+
+    async def settle(self) -> None:
+        """Hand back the connection `deferred` holds, if any (once)."""
+        deferred, self.deferred = self.deferred, None
+        if deferred is not None:
+            await deferred()
 
     @property
     def request(self) -> Request:
@@ -124,10 +136,6 @@ class Adapter:
         self.keys = WorkerKeys(config)
         self.api_key = config.api_key()
         self.max_response_bytes = MAX_RESPONSE_BYTES
-        #: Where work that may finish after the reply runs (the worker's nursery; None
-        #: outside a worker): a response read to its end gives its connection back to
-        #: the pool there, after the terminal event has gone out.
-        self.after_reply: trio.Nursery | None = None
         #: How many jobs the worker runs now (set by the worker).
         self.jobs_running: Callable[[], int] = lambda: 1
         self._secrets = tuple(key for key in self.keys.values if key)

@@ -333,23 +333,31 @@ class JobRunner:
             raise ValueError(
                 f"the request's deadline must be a non-negative number of seconds, not {deadlines.request_s}"
             )
-        with trio.CancelScope(deadline=trio.current_time() + deadlines.request_s) as scope:
-            self.scopes[job.request_id] = scope
-            if len(self.scopes) > self.peak:
-                self.peak = len(self.scopes)
-            self.started += 1
-            if self.started == TRIM_JOBS:
-                self.many_started.set()
-            if self._idle.is_set():
-                self._idle = trio.Event()
-            try:
-                await self._attempts(job, emitter, deadlines)
-            finally:
-                self.scopes.pop(job.request_id, None)
-                self.received_ns.pop(job.request_id, None)
-                call = self.calls.pop(job.request_id, None)
-                if not self.scopes:
-                    self._idle.set()
+        call: Call | None = None
+        try:
+            with trio.CancelScope(deadline=trio.current_time() + deadlines.request_s) as scope:
+                self.scopes[job.request_id] = scope
+                if len(self.scopes) > self.peak:
+                    self.peak = len(self.scopes)
+                self.started += 1
+                if self.started == TRIM_JOBS:
+                    self.many_started.set()
+                if self._idle.is_set():
+                    self._idle = trio.Event()
+                try:
+                    await self._attempts(job, emitter, deadlines)
+                finally:
+                    self.scopes.pop(job.request_id, None)
+                    self.received_ns.pop(job.request_id, None)
+                    call = self.calls.pop(job.request_id, None)
+                    if not self.scopes:
+                        self._idle.set()
+        finally:
+            # The last attempt's connection, kept until its terminal event was out: handed
+            # back here, outside the job's scope (a cancel that comes after the reply must
+            # not read as the job's), whichever way the job ended.
+            if call is not None and call.deferred is not None:
+                await call.settle()
         asked = self.cancelled.pop(job.request_id, False) if self.cancelled else False
         if scope.cancelled_caught and not asked:
             emitter.fail(
@@ -417,6 +425,7 @@ class JobRunner:
                 backlog=self.outbox if job.stream else None,
                 options=options,
                 key_index=key,
+                defer_close=True,
             )
             self.calls[job.request_id] = call
             if self.call_events:
@@ -518,6 +527,7 @@ class JobRunner:
                         **common,
                     )
                     key = other
+                    await call.settle()  # a response read through, then refused: its connection goes back
                     continue
             decision = decide(
                 error,
@@ -547,6 +557,7 @@ class JobRunner:
                 retry_count=retries + 1,
                 **common,
             )
+            await call.settle()  # not held through the backoff
             await trio.sleep(decision.wait_s)
             retries += 1
 
@@ -612,7 +623,6 @@ async def serve(settings: WorkerSettings) -> None:
     try:
         async with trio.open_nursery() as nursery:
             conn = link.conn(sock, nursery)
-            adapter.after_reply = nursery
             adapter.jobs_running = lambda: len(runner.scopes)
             nursery.start_soon(outbox.run, conn)
             outbox.push(WorkerUp(provider=settings.name, pid=os.getpid(), generation=settings.generation))

@@ -4,18 +4,24 @@ from __future__ import annotations
 
 import gzip
 import json
+from typing import Any
 
 import httpx
 import pytest
 import trio
 
+from fakes import chat_completions as cc
 from fakes.upstream import FakeUpstream, Reply
 from trunkline.config.hosts import is_local
 from trunkline.config.loader import ProviderConfig, RetryPolicy, TimeoutPolicy
-from trunkline.protocol.messages import Job, Message, ModelInfo, Request
+from trunkline.protocol.codec import decode_event, split_frame
+from trunkline.protocol.messages import Finish, Job, Message, ModelInfo, Request
 from trunkline.workers._adapter import Call, Deadlines
 from trunkline.workers._http import USER_AGENT, HttpAdapter, Leg, _proxied
+from trunkline.workers._runtime import JobRunner, Outbox
+from trunkline.workers._toolids import ToolIdMap
 from trunkline.workers.errors import HTTPX_EXC_MAP, ProviderError, from_transport, parse_retry_after, status_class
+from trunkline.workers.openai_compat.adapter import OpenAICompatAdapter
 
 
 class PlainAdapter(HttpAdapter):
@@ -367,26 +373,121 @@ async def test_idle_connections_beyond_need_are_closed_and_busy_ones_are_left_al
 
 async def test_a_lone_job_hands_its_connection_back_after_the_reply_and_a_busy_worker_at_once(upstream):
     upstream.route("POST", "/v1/s", Reply.sse("data: 1\n\ndata: 2\n\n"))
-    adapter = make(upstream.base_url)
+    adapter = make_limited(upstream.base_url, 1)  # one place: a connection kept too long would block the next
     pool = adapter.transport._pool  # httpx's httpcore pool, as trim_idle reads it
     running = 1
     adapter.jobs_running = lambda: running
     with trio.fail_after(10):
-        async with trio.open_nursery() as nursery:
-            adapter.after_reply = nursery
-            got: list[bytes] = []
-            await adapter.stream_leg(call(), Leg("/v1/s", {}), got.append)
-            # Read to its end, but its connection is handed back only after this task's
-            # next turn: what follows the read (the terminal event) goes out first.
-            assert b"".join(got) == b"data: 1\n\ndata: 2\n\n"
-            assert [c.is_idle() for c in pool.connections] == [False]
-            await trio.testing.wait_all_tasks_blocked()
-            assert [c.is_idle() for c in pool.connections] == [True]
-            # With another job running, at once: a job starting meanwhile must find it free.
-            running = 2
-            await adapter.stream_leg(call(), Leg("/v1/s", {}), got.append)
-            assert [c.is_idle() for c in pool.connections] == [True]
-            assert upstream.open_connections == 1
+        lone = call()
+        lone.defer_close = True  # as the runtime marks a job's attempts
+        got: list[bytes] = []
+        await adapter.stream_leg(lone, Leg("/v1/s", {}), got.append)
+        # Read to its end, but its connection is the job's to hand back, once what follows
+        # the read (the terminal event) has gone out.
+        assert b"".join(got) == b"data: 1\n\ndata: 2\n\n"
+        assert [c.is_idle() for c in pool.connections] == [False] and adapter._slots.value == 0
+        await lone.settle()
+        assert [c.is_idle() for c in pool.connections] == [True] and adapter._slots.value == 1
+        assert lone.deferred is None
+        # A second leg of the same attempt gives the first one's connection back before it
+        # takes a place (else, with one place, it would wait forever).
+        await adapter.stream_leg(lone, Leg("/v1/s", {}), got.append)
+        await adapter.stream_leg(lone, Leg("/v1/s", {}), got.append)
+        await lone.settle()
+        assert adapter._slots.value == 1
+        # With another job running, at once: a job starting meanwhile must find it free.
+        running = 2
+        busy = call()
+        busy.defer_close = True
+        await adapter.stream_leg(busy, Leg("/v1/s", {}), got.append)
+        assert busy.deferred is None and [c.is_idle() for c in pool.connections] == [True]
+        # A call outside a job (a token count, a readiness check) never leaves one behind.
+        running = 1
+        await adapter.stream_leg(call(), Leg("/v1/s", {}), got.append)
+        assert [c.is_idle() for c in pool.connections] == [True] and adapter._slots.value == 1
+        assert upstream.open_connections == 1
+    await adapter.aclose()
+
+
+def job_runner(base_url: str) -> tuple[JobRunner, list[str]]:
+    """A worker's job runner over the OpenAI-compatible adapter with one connection, as
+    `serve` wires it; and the order in which terminal events went out and connections
+    were handed back."""
+    adapter = OpenAICompatAdapter(
+        "fake",
+        ProviderConfig(type="openai_compat", base_url=base_url + "/v1", max_connections=1),
+        RetryPolicy(base_delay_s=0.01, jitter=0),
+        TimeoutPolicy(),
+    )
+    runner = JobRunner(adapter, Outbox(), ToolIdMap(None))
+    adapter.jobs_running = lambda: len(runner.scopes)
+    order: list[str] = []
+    push, close = runner.outbox.push_frames, adapter._close
+
+    def pushed(request_id: str, frames: list[bytes], last_seq: int, terminal: bool) -> None:
+        if terminal:
+            order.append("terminal")
+        push(request_id, frames, last_seq, terminal)
+
+    async def closed(response: httpx.Response) -> None:
+        order.append("connection back")
+        await close(response)
+
+    runner.outbox.push_frames = pushed  # type: ignore[method-assign]
+    adapter._close = closed  # type: ignore[method-assign]
+    return runner, order
+
+
+def chat_job(stream: bool) -> Job:
+    return Job(
+        request_id="r1",
+        client_id="c1",
+        operation_id="op-1",
+        request=Request(model="fake:m", messages=[Message.user("hi")]),
+        model=ModelInfo(id="fake:m", provider="fake", wire_name="m"),
+        stream=stream,
+    )
+
+
+def terminal_of(runner: JobRunner) -> Any:
+    """The last event the job sent to its client (not to the bus)."""
+    frames = [f for item in runner.outbox._queue for f in getattr(item, "frames", [])]
+    ours = [body for topic, body in map(split_frame, frames) if topic != "bus"]
+    return decode_event(ours[-1])
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole response", "stream"])
+async def test_a_job_hands_its_connection_back_after_its_terminal_event_has_gone_out(upstream, stream):
+    upstream.route("POST", "/v1/chat/completions", Reply.sse(cc.sse(cc.chunks(id="c1", model="m", text="Hi."))))
+    runner, order = job_runner(upstream.base_url)
+    with trio.fail_after(10):
+        await runner.run(chat_job(stream))
+        await runner.run(chat_job(stream))  # the one connection is free again: no wait for a place
+    assert type(terminal_of(runner)) is Finish and terminal_of(runner).response.text == "Hi."
+    assert order == ["terminal", "connection back"] * 2
+    adapter = runner.adapter
+    assert isinstance(adapter, OpenAICompatAdapter)
+    assert adapter._slots.value == 1 and upstream.open_connections == 1
+    await adapter.aclose()
+
+
+async def test_an_answer_read_through_and_then_refused_still_hands_its_connection_back(upstream):
+    # The first reply ends with neither a finish reason nor `[DONE]`: read to its end, then
+    # a network error (not retried: the provider had the request). Its error goes out,
+    # then its connection goes back, and the next job has it.
+    cut_short = Reply.sse('data: {"id":"c0","model":"m","choices":[{"index":0,"delta":{"role":"assistant"}}]}\n\n')
+    whole = Reply.sse(cc.sse(cc.chunks(id="c1", model="m", text="Hi.")))
+    upstream.route("POST", "/v1/chat/completions", cut_short, whole)
+    runner, order = job_runner(upstream.base_url)
+    with trio.fail_after(10):
+        await runner.run(chat_job(stream=False))
+        assert terminal_of(runner).error.error_class == "network"
+        await runner.run(chat_job(stream=False))
+    assert terminal_of(runner).response.text == "Hi."
+    assert order == ["terminal", "connection back"] * 2
+    adapter = runner.adapter
+    assert isinstance(adapter, OpenAICompatAdapter)
+    assert adapter._slots.value == 1 and upstream.open_connections == 1
     await adapter.aclose()
 
 
