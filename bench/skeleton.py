@@ -70,7 +70,9 @@ class _Pending:
 class Skeleton:
     """The skeleton's two processes, and its client in this process."""
 
-    def __init__(self, upstream_port: int, log: Path) -> None:
+    def __init__(self, upstream_port: int, log: Path, python: str = sys.executable) -> None:
+        #: The supervisor's interpreter (its worker runs in the supervisor's own).
+        self.python = python
         self.base_url = f"http://127.0.0.1:{upstream_port}/v1"
         self.log = log
         # Short on purpose: ipc paths must stay under 108 bytes.
@@ -98,7 +100,7 @@ class Skeleton:
     async def start(self, nursery: trio.Nursery) -> Skeleton:
         control, events = f"ipc://{self.dir}/c", f"ipc://{self.dir}/e"
         self.proc = LineProcess(
-            [sys.executable, "-m", "bench.skeleton_supervisor", control, events, self.base_url],
+            [self.python, "-m", "bench.skeleton_supervisor", control, events, self.base_url],
             cwd=str(REPO),
             log=self.log,
         )

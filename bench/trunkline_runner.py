@@ -92,6 +92,9 @@ class Daemon:
     #: How often `start` looks for the log line and then for every worker up (the warm-start
     #: stage times the start, so it looks more often).
     poll_s: float = 0.05
+    #: The interpreter the daemon's supervisor runs in (`bench.instructions` puts it under
+    #: valgrind; its workers are started with the supervisor's own interpreter).
+    python: str = sys.executable
 
     @property
     def runtime_dir(self) -> Path:
@@ -112,7 +115,7 @@ class Daemon:
         env["TRUNKLINE_TRACE_HOPS"] = "1" if self.trace_hops else "0"
         env.update(self.env)
         argv = [
-            sys.executable,
+            self.python,
             "-m",
             "trunkline.cli",
             "serve",
