@@ -237,6 +237,11 @@ class Adapter:
 IDLE_SLACK = 0.01
 
 
+def went_silent(who: str, idle_s: float) -> ProviderError:
+    """The error of a source that sent nothing for the stream idle timeout."""
+    return ProviderError("timeout", f"{who} sent nothing for {idle_s:g}s (stream idle timeout)")
+
+
 async def consume(
     source: AsyncIterable[T], idle_s: float, what: str, handle: Callable[[T], None], backlog: Backlog | None = None
 ) -> None:
@@ -270,7 +275,7 @@ async def consume(
                     await backlog.wait_room()
                     pushed = -math.inf
         if scope.cancelled_caught:
-            raise ProviderError("timeout", f"{what} sent nothing for {idle_s:g}s (stream idle timeout)")
+            raise went_silent(what, idle_s)
     finally:
         close = getattr(iterator, "aclose", None)
         if close is not None:
